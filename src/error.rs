@@ -1,0 +1,41 @@
+//! The crate's error type.
+
+use crate::wire::WireError;
+use thiserror::Error;
+
+/// Everything that can go wrong in pslite. Every variant's text names what was wrong.
+#[derive(Debug, Error, Clone, PartialEq)]
+pub enum Error {
+    /// A configuration variable (or its flag) is missing or malformed.
+    #[error("{0}")]
+    Config(String),
+    /// A call's arguments are wrong (unsorted keys, lengths that do not add up, …).
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+    /// A wait ran past its deadline; the text names who did not answer.
+    #[error("timed out: {0}")]
+    Timeout(String),
+    /// A server answered a request with an error.
+    #[error("{node} answered with an error: {message}")]
+    Remote {
+        /// Which node answered, e.g. "server rank 0 (id 8)".
+        node: String,
+        /// The server's error text.
+        message: String,
+    },
+    /// A peer is gone (no heartbeat within `PS_HEARTBEAT_TIMEOUT`).
+    #[error("peer lost: {0}")]
+    PeerLost(String),
+    /// The transport failed (socket error, bind failure, …).
+    #[error("van: {0}")]
+    Van(String),
+    /// A received message is malformed.
+    #[error(transparent)]
+    Wire(#[from] WireError),
+    /// The postoffice has stopped; no more messages move.
+    #[error("the postoffice has stopped")]
+    Stopped,
+}
+
+/// `Result` with [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;

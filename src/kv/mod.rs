@@ -1,0 +1,18 @@
+//! The key-value layer: [`KVWorker`], [`KVServer`], request handlers, the slicer, timestamps.
+
+pub mod pairs;
+pub mod server;
+pub mod slicer;
+pub mod value;
+pub mod worker;
+
+pub use pairs::{KVPairs, KVRequest};
+pub use server::{DefaultHandler, KVServer, ReqMeta, RequestHandler};
+pub use value::Value;
+pub use worker::{Callback, KVWorker};
+
+/// A key.
+pub type Key = u64;
+
+/// Identifies one request of a [`KVWorker`]; returned by push/pull, given to `wait`.
+pub type Timestamp = i32;

@@ -1,0 +1,405 @@
+//! `KVWorker`: pushes and pulls, sliced by server key range and merged back (ps-lite's
+//! `KVWorker<Val>`).
+
+use super::pairs::{check_shape, encode, view, KVPairs};
+use super::slicer::slice;
+use super::value::Value;
+use super::{Key, Timestamp};
+use crate::error::{Error, Result};
+use crate::postoffice::{Customer, Postoffice, Route};
+use crate::wire::{Message, Meta, Node};
+use bytes::Bytes;
+use std::collections::HashMap;
+use std::marker::PhantomData;
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+/// Called once when a request completes, on the worker's customer thread, with the pulled pairs
+/// (empty for a push) or the error.
+pub type Callback<V> = Box<dyn FnOnce(Result<KVPairs<V>>) + Send>;
+
+struct Part {
+    server: usize,
+    keys: Bytes,
+    vals: Bytes,
+    lens: Bytes,
+}
+
+struct Pending<V> {
+    what: String,
+    servers: Vec<usize>,
+    answered: Vec<bool>,
+    parts: Vec<Part>,
+    error: Option<Error>,
+    callback: Option<Callback<V>>,
+}
+
+impl<V> Pending<V> {
+    fn done(&self) -> bool {
+        self.answered.iter().all(|&a| a)
+    }
+}
+
+struct Shared<V> {
+    pending: Mutex<HashMap<Timestamp, Pending<V>>>,
+    cv: Condvar,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The worker side of a key-value application.
+///
+/// Keys of one call must be sorted and unique. Without `lens` every key gets
+/// `vals.len() / keys.len()` values. A call is split over the servers by key range; its
+/// timestamp completes when every server involved answered. Every [`KVWorker::wait`] has a
+/// deadline of `PS_TIMEOUT`.
+///
+/// ```no_run
+/// # fn main() -> pslite::Result<()> {
+/// # let po: std::sync::Arc<pslite::Postoffice> = unimplemented!();
+/// let kv = pslite::KVWorker::<f32>::new(&po, 0, 0)?;
+/// let ts = kv.push(&[1, 2, 3], &[1.0, 2.0, 3.0], None)?;
+/// kv.wait(ts)?;
+/// let mut out = vec![0.0f32; 3];
+/// kv.pull_into(&[1, 2, 3], &mut out)?;
+/// # Ok(()) }
+/// ```
+pub struct KVWorker<V: Value> {
+    po: Arc<Postoffice>,
+    app_id: i32,
+    customer_id: i32,
+    next_ts: AtomicI32,
+    shared: Arc<Shared<V>>,
+    _customer: Customer,
+    _v: PhantomData<V>,
+}
+
+impl<V: Value> KVWorker<V> {
+    /// Creates the worker of application `app_id` with customer id `customer_id`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] if this (app, customer) pair already exists in the process.
+    pub fn new(po: &Arc<Postoffice>, app_id: i32, customer_id: i32) -> Result<KVWorker<V>> {
+        let shared = Arc::new(Shared {
+            pending: Mutex::new(HashMap::new()),
+            cv: Condvar::new(),
+        });
+        let s = shared.clone();
+        let customer = Customer::new(po, Route::Worker { app_id, customer_id }, move |msg| {
+            on_answer(&s, msg)
+        })?;
+        Ok(KVWorker {
+            po: po.clone(),
+            app_id,
+            customer_id,
+            next_ts: AtomicI32::new(0),
+            shared,
+            _customer: customer,
+            _v: PhantomData,
+        })
+    }
+
+    /// Pushes `vals` for `keys` (`lens`: values per key, or `None` for an even split).
+    /// Returns the timestamp to [`wait`](Self::wait) on.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for unsorted/duplicate keys or lengths that do not add up;
+    /// [`Error::Van`] if a message cannot be sent.
+    pub fn push(&self, keys: &[Key], vals: &[V], lens: Option<&[u32]>) -> Result<Timestamp> {
+        self.request(keys, vals, lens.unwrap_or(&[]), true, false, 0, None)
+    }
+
+    /// Pulls the values of `keys`; after [`wait`](Self::wait), [`take_pulled`](Self::take_pulled)
+    /// gives them.
+    ///
+    /// # Errors
+    /// As [`push`](Self::push).
+    pub fn pull(&self, keys: &[Key]) -> Result<Timestamp> {
+        self.request(keys, &[], &[], false, true, 0, None)
+    }
+
+    /// Pushes `vals` and pulls the result of the update in one round trip (ps-lite's `ZPushPull`).
+    ///
+    /// # Errors
+    /// As [`push`](Self::push).
+    pub fn push_pull(&self, keys: &[Key], vals: &[V], lens: Option<&[u32]>) -> Result<Timestamp> {
+        self.request(keys, vals, lens.unwrap_or(&[]), true, true, 0, None)
+    }
+
+    /// The general form: push and/or pull with an application command `cmd` (ps-lite's `head`)
+    /// and an optional callback. A request with a callback completes into the callback alone: it
+    /// cannot be waited on.
+    ///
+    /// # Errors
+    /// As [`push`](Self::push); [`Error::InvalidArgument`] if neither push nor pull is asked.
+    #[allow(clippy::too_many_arguments)]
+    pub fn request(
+        &self,
+        keys: &[Key],
+        vals: &[V],
+        lens: &[u32],
+        push: bool,
+        pull: bool,
+        cmd: i32,
+        callback: Option<Callback<V>>,
+    ) -> Result<Timestamp> {
+        if !push && !pull {
+            return Err(Error::InvalidArgument("a request must push, pull, or both".into()));
+        }
+        if !push && !vals.is_empty() {
+            return Err(Error::InvalidArgument("a pull carries no values".into()));
+        }
+        check_shape(keys, vals.len(), lens).map_err(Error::InvalidArgument)?;
+        if push && !keys.is_empty() && vals.is_empty() {
+            return Err(Error::InvalidArgument(format!("push of {} keys with no values", keys.len())));
+        }
+        let slices = slice(self.po.server_key_ranges(), keys, vals.len(), lens);
+        let ts = self.next_ts.fetch_add(1, Ordering::Relaxed);
+        let what = format!(
+            "timestamp {ts} ({} of {} keys)",
+            match (push, pull) {
+                (true, true) => "push-pull",
+                (true, false) => "push",
+                _ => "pull",
+            },
+            keys.len()
+        );
+        let servers: Vec<usize> = slices.iter().map(|s| s.server).collect();
+        let pending = Pending {
+            what,
+            answered: vec![false; servers.len()],
+            servers,
+            parts: Vec::new(),
+            error: None,
+            callback,
+        };
+        if pending.servers.is_empty() {
+            // Nothing to send: complete at once.
+            if let Some(cb) = pending.callback {
+                cb(Ok(KVPairs::default()));
+            } else {
+                lock(&self.shared.pending).insert(ts, pending);
+            }
+            return Ok(ts);
+        }
+        lock(&self.shared.pending).insert(ts, pending);
+        for s in &slices {
+            let k = &keys[s.keys.clone()];
+            let v = if push { &vals[s.vals.clone()] } else { &[][..] };
+            let l = if lens.is_empty() { &[][..] } else { &lens[s.keys.clone()] };
+            let meta = Meta {
+                head: cmd,
+                app_id: self.app_id,
+                customer_id: self.customer_id,
+                timestamp: ts,
+                recver: Node::server_id(s.server),
+                request: true,
+                push,
+                pull,
+                dtype: V::DTYPE,
+                ..Meta::default()
+            };
+            let msg = Message {
+                meta,
+                data: encode(k, v, l),
+            };
+            if let Err(e) = self.po.send(msg) {
+                lock(&self.shared.pending).remove(&ts);
+                return Err(e);
+            }
+        }
+        Ok(ts)
+    }
+
+    /// Blocks until request `ts` completed. Pulled values stay available to
+    /// [`take_pulled`](Self::take_pulled); a finished push is forgotten.
+    ///
+    /// # Errors
+    /// [`Error::Remote`] with a server's error text; [`Error::Timeout`] naming the servers that
+    /// did not answer within `PS_TIMEOUT`; [`Error::InvalidArgument`] for an unknown timestamp.
+    pub fn wait(&self, ts: Timestamp) -> Result<()> {
+        let mut map = self.wait_done(ts)?;
+        let p = map.get_mut(&ts).ok_or_else(|| unknown(ts))?;
+        if let Some(e) = p.error.take() {
+            map.remove(&ts);
+            return Err(e);
+        }
+        if p.parts.is_empty() {
+            map.remove(&ts);
+        }
+        Ok(())
+    }
+
+    /// Waits for pull (or push-pull) `ts` and returns its pairs, merged in key order.
+    ///
+    /// # Errors
+    /// As [`wait`](Self::wait); [`Error::Remote`] if an answer is malformed.
+    pub fn take_pulled(&self, ts: Timestamp) -> Result<KVPairs<V>> {
+        let mut map = self.wait_done(ts)?;
+        let p = map.remove(&ts).ok_or_else(|| unknown(ts))?;
+        drop(map);
+        if let Some(e) = p.error {
+            return Err(e);
+        }
+        merge(p.parts)
+    }
+
+    /// Pulls `keys` into `out` and waits: `out.len()` must equal the total pulled length.
+    ///
+    /// # Errors
+    /// As [`wait`](Self::wait); [`Error::InvalidArgument`] if `out` has the wrong length (the
+    /// text gives both lengths).
+    pub fn pull_into(&self, keys: &[Key], out: &mut [V]) -> Result<()> {
+        let ts = self.pull(keys)?;
+        let mut map = self.wait_done(ts)?;
+        let p = map.remove(&ts).ok_or_else(|| unknown(ts))?;
+        drop(map);
+        if let Some(e) = p.error {
+            return Err(e);
+        }
+        let total: usize = p.parts.iter().map(|x| x.vals.len() / std::mem::size_of::<V>()).sum();
+        if total != out.len() {
+            return Err(Error::InvalidArgument(format!(
+                "pulled {total} values for {} keys but the buffer holds {}",
+                keys.len(),
+                out.len()
+            )));
+        }
+        let dst: &mut [u8] = bytemuck::cast_slice_mut(out);
+        let mut at = 0;
+        for part in &p.parts {
+            dst[at..at + part.vals.len()].copy_from_slice(&part.vals);
+            at += part.vals.len();
+        }
+        Ok(())
+    }
+
+    fn wait_done(&self, ts: Timestamp) -> Result<MutexGuard<'_, HashMap<Timestamp, Pending<V>>>> {
+        let timeout = self.po.config().timeout;
+        let deadline = Instant::now() + timeout;
+        let mut map = lock(&self.shared.pending);
+        loop {
+            let p = map.get(&ts).ok_or_else(|| unknown(ts))?;
+            if p.done() {
+                return Ok(map);
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                let missing: Vec<String> = p
+                    .servers
+                    .iter()
+                    .zip(&p.answered)
+                    .filter(|(_, &a)| !a)
+                    .map(|(&s, _)| Node::describe(Node::server_id(s)))
+                    .collect();
+                let msg = format!(
+                    "{}: no answer within {:.0} s (PS_TIMEOUT) from {}",
+                    p.what,
+                    timeout.as_secs_f64(),
+                    missing.join(", ")
+                );
+                map.remove(&ts);
+                return Err(Error::Timeout(msg));
+            }
+            map = self
+                .shared
+                .cv
+                .wait_timeout(map, (deadline - now).min(Duration::from_millis(200)))
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+    }
+
+    /// The postoffice this worker sends through.
+    pub fn postoffice(&self) -> &Arc<Postoffice> {
+        &self.po
+    }
+}
+
+fn unknown(ts: Timestamp) -> Error {
+    Error::InvalidArgument(format!(
+        "timestamp {ts} is not outstanding (already waited for, or it had a callback)"
+    ))
+}
+
+fn on_answer<V: Value>(shared: &Shared<V>, msg: Message) {
+    let m = &msg.meta;
+    let server = Node::rank_of(m.sender);
+    let finished = {
+        let mut map = lock(&shared.pending);
+        let Some(p) = map.get_mut(&m.timestamp) else {
+            tracing::debug!("late answer for timestamp {} from {}", m.timestamp, Node::describe(m.sender));
+            return;
+        };
+        let Some(slot) = p.servers.iter().position(|&s| s == server) else {
+            tracing::warn!("answer for {} from {}, which was not asked", p.what, Node::describe(m.sender));
+            return;
+        };
+        if p.answered[slot] {
+            return;
+        }
+        p.answered[slot] = true;
+        if let Some(e) = &m.error {
+            p.error.get_or_insert(Error::Remote {
+                node: Node::describe(m.sender),
+                message: e.clone(),
+            });
+        } else if m.pull {
+            let mut it = msg.data.into_iter();
+            let (keys, vals, lens) = (
+                it.next().unwrap_or_default(),
+                it.next().unwrap_or_default(),
+                it.next().unwrap_or_default(),
+            );
+            p.parts.push(Part { server, keys, vals, lens });
+        }
+        if !p.done() {
+            return;
+        }
+        p.parts.sort_by_key(|x| x.server);
+        if p.callback.is_some() {
+            map.remove(&m.timestamp)
+        } else {
+            None
+        }
+    };
+    shared.cv.notify_all();
+    if let Some(mut p) = finished {
+        if let Some(cb) = p.callback.take() {
+            let r = match p.error {
+                Some(e) => Err(e),
+                None => merge(p.parts),
+            };
+            cb(r);
+        }
+    }
+}
+
+fn merge<V: Value>(parts: Vec<Part>) -> Result<KVPairs<V>> {
+    let mut out = KVPairs::default();
+    let bad = |server: usize, e: String| Error::Remote {
+        node: Node::describe(Node::server_id(server)),
+        message: format!("malformed answer: {e}"),
+    };
+    let any_lens = parts.iter().any(|p| !p.lens.is_empty());
+    for p in &parts {
+        let keys = view::<Key>(&p.keys, "keys").map_err(|e| bad(p.server, e))?;
+        let vals = view::<V>(&p.vals, "values").map_err(|e| bad(p.server, e))?;
+        let lens = view::<u32>(&p.lens, "lens").map_err(|e| bad(p.server, e))?;
+        check_shape(&keys, vals.len(), &lens).map_err(|e| bad(p.server, e))?;
+        if any_lens {
+            if lens.is_empty() {
+                let w = if keys.is_empty() { 0 } else { (vals.len() / keys.len()) as u32 };
+                out.lens.extend(std::iter::repeat_n(w, keys.len()));
+            } else {
+                out.lens.extend_from_slice(&lens);
+            }
+        }
+        out.keys.extend_from_slice(&keys);
+        out.vals.extend_from_slice(&vals);
+    }
+    Ok(out)
+}

@@ -1,0 +1,155 @@
+//! The scheduler's book of open barriers: who arrived, who is missing, when it expires.
+//! Sans-IO: the postoffice feeds arrivals and clock ticks and sends what this returns.
+
+use crate::wire::{Node, NodeId};
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+struct Open {
+    arrived: BTreeSet<NodeId>,
+    members: BTreeSet<NodeId>,
+    deadline: Option<Instant>,
+}
+
+/// What the scheduler must do about a barrier.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Outcome {
+    /// The barrier's group.
+    pub group: i32,
+    /// Nodes to answer.
+    pub release: Vec<NodeId>,
+    /// `None`: the barrier completed; `Some(text)`: it failed, the text names the missing nodes.
+    pub error: Option<String>,
+}
+
+/// Open barriers by group.
+#[derive(Default)]
+pub struct BarrierBook {
+    open: BTreeMap<i32, Open>,
+}
+
+fn names(ids: impl IntoIterator<Item = NodeId>) -> String {
+    ids.into_iter().map(Node::describe).collect::<Vec<_>>().join(", ")
+}
+
+impl BarrierBook {
+    /// Records that `node` reached the barrier of `group` whose members are `members`.
+    /// `timeout` (`None`: wait while members are alive) counts from the first arrival.
+    /// Returns the outcome when the barrier completes (or the node is not a member).
+    pub fn arrive(
+        &mut self,
+        group: i32,
+        node: NodeId,
+        members: &[NodeId],
+        timeout: Option<Duration>,
+        now: Instant,
+    ) -> Option<Outcome> {
+        if !members.contains(&node) {
+            return Some(Outcome {
+                group,
+                release: vec![node],
+                error: Some(format!(
+                    "{} asked for a barrier of group {group}, which does not include it",
+                    Node::describe(node)
+                )),
+            });
+        }
+        let open = self.open.entry(group).or_insert_with(|| Open {
+            arrived: BTreeSet::new(),
+            members: members.iter().copied().collect(),
+            deadline: timeout.map(|t| now + t),
+        });
+        open.arrived.insert(node);
+        if open.arrived.is_superset(&open.members) {
+            let open = self.open.remove(&group)?;
+            return Some(Outcome {
+                group,
+                release: open.members.into_iter().collect(),
+                error: None,
+            });
+        }
+        None
+    }
+
+    /// Fails every open barrier that is past its deadline or waits for a node in `lost`.
+    pub fn check(&mut self, now: Instant, lost: &BTreeSet<NodeId>) -> Vec<Outcome> {
+        let mut out = Vec::new();
+        let groups: Vec<i32> = self.open.keys().copied().collect();
+        for group in groups {
+            let Some(open) = self.open.get(&group) else { continue };
+            let missing: Vec<NodeId> = open.members.difference(&open.arrived).copied().collect();
+            let dead: Vec<NodeId> = missing.iter().copied().filter(|m| lost.contains(m)).collect();
+            let error = if !dead.is_empty() {
+                Some(format!("barrier of group {group} cannot complete: lost {}", names(dead)))
+            } else if open.deadline.is_some_and(|d| now >= d) {
+                Some(format!("barrier of group {group}: no answer from {}", names(missing)))
+            } else {
+                None
+            };
+            if let Some(error) = error {
+                if let Some(open) = self.open.remove(&group) {
+                    out.push(Outcome {
+                        group,
+                        release: open.arrived.into_iter().collect(),
+                        error: Some(error),
+                    });
+                }
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn completes_when_all_members_arrive() {
+        let mut b = BarrierBook::default();
+        let now = Instant::now();
+        let members = [1, 8, 9];
+        assert_eq!(b.arrive(7, 9, &members, None, now), None);
+        assert_eq!(b.arrive(7, 8, &members, None, now), None);
+        assert_eq!(b.arrive(7, 9, &members, None, now), None, "a repeat counts once");
+        let done = b.arrive(7, 1, &members, None, now).expect("complete");
+        assert_eq!(done.release, vec![1, 8, 9]);
+        assert_eq!(done.error, None);
+    }
+
+    #[test]
+    fn deadline_names_missing_nodes() {
+        let mut b = BarrierBook::default();
+        let t0 = Instant::now();
+        let members = [9, 11, 13];
+        b.arrive(4, 9, &members, Some(Duration::from_secs(5)), t0);
+        assert!(b.check(t0 + Duration::from_secs(4), &BTreeSet::new()).is_empty());
+        let out = b.check(t0 + Duration::from_secs(5), &BTreeSet::new());
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].release, vec![9]);
+        assert_eq!(
+            out[0].error.as_deref(),
+            Some("barrier of group 4: no answer from worker rank 1 (id 11), worker rank 2 (id 13)")
+        );
+    }
+
+    #[test]
+    fn lost_member_fails_a_barrier_without_deadline() {
+        let mut b = BarrierBook::default();
+        let t0 = Instant::now();
+        b.arrive(6, 8, &[8, 9], None, t0);
+        let lost: BTreeSet<NodeId> = [9].into_iter().collect();
+        let out = b.check(t0 + Duration::from_secs(3600), &lost);
+        assert_eq!(
+            out[0].error.as_deref(),
+            Some("barrier of group 6 cannot complete: lost worker rank 0 (id 9)")
+        );
+    }
+
+    #[test]
+    fn non_member_is_refused() {
+        let mut b = BarrierBook::default();
+        let out = b.arrive(2, 9, &[8, 10], None, Instant::now()).expect("refused");
+        assert!(out.error.expect("error").contains("does not include it"));
+    }
+}

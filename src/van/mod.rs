@@ -1,0 +1,45 @@
+//! Vans move [`Message`]s between nodes. A van knows addresses and frames, never keys.
+//!
+//! The receiving loop that interprets messages lives in the [`crate::postoffice`]; a van only
+//! binds, connects, sends and receives.
+
+pub mod zmq;
+
+use crate::error::Result;
+use crate::wire::{Message, NodeId};
+use std::time::Duration;
+
+/// A transport between the nodes of one cluster (ps-lite's `Van`).
+///
+/// `send` may be called from any thread; `recv` from one receiving thread only.
+pub trait Van: Send + Sync {
+    /// Short name for logs and errors: "zmq", "rdma".
+    fn name(&self) -> &'static str;
+
+    /// Starts listening on `host:port` (port 0: any free port) and returns the port.
+    ///
+    /// # Errors
+    /// [`crate::Error::Van`] naming the address if it cannot be bound.
+    fn bind(&self, host: &str, port: u16) -> Result<u16>;
+
+    /// Opens (or replaces) the path to node `id` listening at `host:port`. Connecting is
+    /// asynchronous: messages sent before the peer is up are queued.
+    fn connect(&self, id: NodeId, host: &str, port: u16) -> Result<()>;
+
+    /// Sends `msg` to `msg.meta.recver`; returns the bytes handed to the transport.
+    ///
+    /// # Errors
+    /// [`crate::Error::Van`] if the receiver was never connected, or the transport refused the
+    /// message within the send deadline (`PS_TIMEOUT`).
+    fn send(&self, msg: Message) -> Result<usize>;
+
+    /// Waits up to `timeout` for the next message. `Ok(None)` when none arrived.
+    ///
+    /// # Errors
+    /// [`crate::Error::Wire`] for a malformed message (the caller drops it and keeps receiving);
+    /// [`crate::Error::Van`] when the transport failed.
+    fn recv(&self, timeout: Duration) -> Result<Option<Message>>;
+
+    /// Closes every socket; pending sends are given a short linger.
+    fn stop(&self);
+}

@@ -1,0 +1,262 @@
+//! Encoding and validating decoding of messages as frames.
+//!
+//! Frame 0 is the bincode 2 (standard config, varint integers) encoding of [`Meta`], at most
+//! [`MAX_META_BYTES`]. Frames 1.. are payload, each at most [`MAX_FRAME_BYTES`], and their count and
+//! lengths must equal `Meta::frame_lens`. Anything else is a [`WireError`]; decoding never panics.
+
+use super::{Message, Meta};
+use bytes::Bytes;
+use thiserror::Error;
+
+/// Largest encoded header accepted: 1 MiB (a node table of thousands of nodes fits).
+pub const MAX_META_BYTES: usize = 1 << 20;
+
+/// Largest payload frame accepted: 4 GiB − 1.
+pub const MAX_FRAME_BYTES: u64 = u32::MAX as u64;
+
+/// What is wrong with a received message.
+#[derive(Debug, Error, Clone, PartialEq)]
+pub enum WireError {
+    /// No frames at all.
+    #[error("malformed message: no frames (expected a meta frame)")]
+    Empty,
+    /// The meta frame is larger than [`MAX_META_BYTES`].
+    #[error("malformed message: meta frame of {0} bytes exceeds the limit of {MAX_META_BYTES}")]
+    MetaTooLarge(usize),
+    /// The meta frame does not decode.
+    #[error("malformed message: meta frame does not decode: {0}")]
+    BadMeta(String),
+    /// The meta frame has bytes after the encoded header.
+    #[error("malformed message: meta frame has {0} trailing bytes")]
+    TrailingBytes(usize),
+    /// The number of payload frames differs from the meta's list.
+    #[error("malformed message: meta announces {announced} data frames, {got} arrived")]
+    FrameCount { announced: usize, got: usize },
+    /// A payload frame's length differs from the meta's list.
+    #[error("malformed message: data frame {index} is {got} bytes, meta announces {announced}")]
+    FrameLength {
+        index: usize,
+        announced: u64,
+        got: usize,
+    },
+    /// A payload frame exceeds [`MAX_FRAME_BYTES`].
+    #[error("malformed message: data frame {index} of {len} bytes exceeds the limit of {MAX_FRAME_BYTES}")]
+    FrameTooLarge { index: usize, len: u64 },
+}
+
+fn config() -> impl bincode::config::Config {
+    bincode::config::standard().with_limit::<MAX_META_BYTES>()
+}
+
+/// Encodes `msg.meta` with `frame_lens` set from `msg.data`, as frame 0.
+///
+/// # Errors
+/// [`WireError::MetaTooLarge`] if the header exceeds [`MAX_META_BYTES`];
+/// [`WireError::FrameTooLarge`] if a payload frame exceeds [`MAX_FRAME_BYTES`].
+pub fn encode_meta(msg: &mut Message) -> Result<Vec<u8>, WireError> {
+    msg.meta.frame_lens = msg.data.iter().map(|d| d.len() as u64).collect();
+    if let Some((index, &len)) = msg
+        .meta
+        .frame_lens
+        .iter()
+        .enumerate()
+        .find(|(_, &l)| l > MAX_FRAME_BYTES)
+    {
+        return Err(WireError::FrameTooLarge { index, len });
+    }
+    let head = bincode::serde::encode_to_vec(&msg.meta, config())
+        .map_err(|e| WireError::BadMeta(e.to_string()))?;
+    if head.len() > MAX_META_BYTES {
+        return Err(WireError::MetaTooLarge(head.len()));
+    }
+    Ok(head)
+}
+
+/// Decodes and validates a received message: frame 0 is the meta, the rest its payload.
+///
+/// # Errors
+/// A [`WireError`] naming what is wrong; no frame is trusted before it is checked.
+pub fn decode_frames(mut frames: Vec<Bytes>) -> Result<Message, WireError> {
+    if frames.is_empty() {
+        return Err(WireError::Empty);
+    }
+    let data = frames.split_off(1);
+    let head = &frames[0];
+    if head.len() > MAX_META_BYTES {
+        return Err(WireError::MetaTooLarge(head.len()));
+    }
+    let (meta, used): (Meta, usize) = bincode::serde::decode_from_slice(head, config())
+        .map_err(|e| WireError::BadMeta(e.to_string()))?;
+    if used != head.len() {
+        return Err(WireError::TrailingBytes(head.len() - used));
+    }
+    if meta.frame_lens.len() != data.len() {
+        return Err(WireError::FrameCount {
+            announced: meta.frame_lens.len(),
+            got: data.len(),
+        });
+    }
+    for (index, (&announced, frame)) in meta.frame_lens.iter().zip(&data).enumerate() {
+        if announced > MAX_FRAME_BYTES {
+            return Err(WireError::FrameTooLarge {
+                index,
+                len: announced,
+            });
+        }
+        if announced != frame.len() as u64 {
+            return Err(WireError::FrameLength {
+                index,
+                announced,
+                got: frame.len(),
+            });
+        }
+    }
+    Ok(Message { meta, data })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::{Command, Control, DType, Node, Role};
+
+    fn sample() -> Message {
+        Message {
+            meta: Meta {
+                head: 3,
+                app_id: 1,
+                customer_id: 2,
+                timestamp: 77,
+                sender: 9,
+                recver: 8,
+                request: true,
+                push: true,
+                pull: false,
+                dtype: DType::F32,
+                body: "hello".into(),
+                error: None,
+                control: Some(Control {
+                    cmd: Some(Command::AddNode),
+                    nodes: vec![Node {
+                        role: Role::Server,
+                        id: 8,
+                        host: "127.0.0.1".into(),
+                        port: 4242,
+                    }],
+                    barrier_group: 7,
+                    barrier_timeout_ms: 5,
+                }),
+                frame_lens: vec![],
+            },
+            data: vec![Bytes::from(vec![1u8; 16]), Bytes::from(vec![2u8; 8]), Bytes::new()],
+        }
+    }
+
+    fn frames_of(msg: &mut Message) -> Vec<Bytes> {
+        let head = encode_meta(msg).expect("encodes");
+        let mut frames = vec![Bytes::from(head)];
+        frames.extend(msg.data.iter().cloned());
+        frames
+    }
+
+    #[test]
+    fn round_trip_keeps_meta_and_frames() {
+        let mut msg = sample();
+        let back = decode_frames(frames_of(&mut msg)).expect("decodes");
+        assert_eq!(back.meta, msg.meta);
+        assert_eq!(back.meta.frame_lens, vec![16, 8, 0]);
+        assert_eq!(back.data, msg.data);
+    }
+
+    #[test]
+    fn empty_message_is_rejected() {
+        assert_eq!(decode_frames(vec![]).unwrap_err(), WireError::Empty);
+    }
+
+    #[test]
+    fn truncated_meta_is_rejected_at_every_length() {
+        let mut msg = sample();
+        let head = encode_meta(&mut msg).expect("encodes");
+        for cut in 0..head.len() {
+            let frames = vec![Bytes::copy_from_slice(&head[..cut])];
+            let err = decode_frames(frames).expect_err("truncated meta must not decode");
+            assert!(
+                matches!(err, WireError::BadMeta(_) | WireError::FrameCount { .. }),
+                "cut {cut}: {err}"
+            );
+        }
+    }
+
+    #[test]
+    fn trailing_bytes_after_meta_are_rejected() {
+        let mut msg = sample();
+        let mut head = encode_meta(&mut msg).expect("encodes");
+        head.extend_from_slice(&[0, 0, 0]);
+        let mut frames = vec![Bytes::from(head)];
+        frames.extend(msg.data.iter().cloned());
+        assert_eq!(decode_frames(frames).unwrap_err(), WireError::TrailingBytes(3));
+    }
+
+    #[test]
+    fn missing_and_short_data_frames_are_rejected() {
+        let mut msg = sample();
+        let mut frames = frames_of(&mut msg);
+        frames.pop();
+        assert_eq!(
+            decode_frames(frames.clone()).unwrap_err().to_string(),
+            "malformed message: meta announces 3 data frames, 2 arrived"
+        );
+        frames.push(Bytes::new());
+        frames[1] = Bytes::from(vec![1u8; 15]);
+        assert_eq!(
+            decode_frames(frames).unwrap_err(),
+            WireError::FrameLength {
+                index: 0,
+                announced: 16,
+                got: 15
+            }
+        );
+    }
+
+    #[test]
+    fn oversized_meta_and_announced_frames_are_rejected() {
+        let big = vec![0u8; MAX_META_BYTES + 1];
+        assert_eq!(
+            decode_frames(vec![Bytes::from(big)]).unwrap_err(),
+            WireError::MetaTooLarge(MAX_META_BYTES + 1)
+        );
+        let mut msg = Message::new(Meta {
+            frame_lens: vec![MAX_FRAME_BYTES + 1],
+            ..Meta::default()
+        });
+        // Hand-craft a meta announcing an oversized frame (encode_meta would recompute the lens).
+        let head = bincode::serde::encode_to_vec(&msg.meta, config()).expect("encodes");
+        msg.data.clear();
+        let err = decode_frames(vec![Bytes::from(head), Bytes::new()]).unwrap_err();
+        assert_eq!(
+            err,
+            WireError::FrameTooLarge {
+                index: 0,
+                len: MAX_FRAME_BYTES + 1
+            }
+        );
+    }
+
+    #[test]
+    fn oversized_body_cannot_be_encoded() {
+        let mut msg = Message::new(Meta {
+            body: "x".repeat(MAX_META_BYTES + 10),
+            ..Meta::default()
+        });
+        assert!(matches!(encode_meta(&mut msg), Err(WireError::MetaTooLarge(_))));
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn random_bytes_never_panic(head in proptest::collection::vec(proptest::num::u8::ANY, 0..200),
+                                    extra in 0usize..3) {
+            let mut frames = vec![Bytes::from(head)];
+            for i in 0..extra { frames.push(Bytes::from(vec![0u8; i])); }
+            let _ = decode_frames(frames);
+        }
+    }
+}

@@ -1,0 +1,204 @@
+//! The message header and the control commands (ps-lite's `Meta` and `Control`, `meta.proto`).
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// A node id: scheduler 1; server rank r → 8 + 2r; worker rank r → 9 + 2r (ps-lite's scheme).
+/// Groups use the ids 1 (scheduler), 2 (servers), 4 (workers) and their sums.
+pub type NodeId = i32;
+
+/// The role of a process in the cluster (`DMLC_ROLE`).
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum Role {
+    /// Assigns ids, runs barriers; carries no key-value traffic.
+    #[default]
+    Scheduler,
+    /// Holds a key range; answers pushes and pulls.
+    Server,
+    /// Issues pushes and pulls.
+    Worker,
+}
+
+impl Role {
+    /// The group id of this role: scheduler 1, server 2, worker 4.
+    pub fn group(self) -> i32 {
+        match self {
+            Role::Scheduler => 1,
+            Role::Server => 2,
+            Role::Worker => 4,
+        }
+    }
+
+    /// Lower-case name as in `DMLC_ROLE`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Role::Scheduler => "scheduler",
+            Role::Server => "server",
+            Role::Worker => "worker",
+        }
+    }
+}
+
+impl fmt::Display for Role {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A node of the cluster as the scheduler's node table lists it.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
+pub struct Node {
+    /// Its role.
+    pub role: Role,
+    /// Its id, or -1 before the scheduler assigned one.
+    pub id: NodeId,
+    /// Host (IPv4/IPv6 address or name) its van listens on.
+    pub host: String,
+    /// TCP port its van listens on.
+    pub port: u16,
+}
+
+impl Node {
+    /// The rank of a server or worker id (`(id - 8) / 2` or `(id - 9) / 2`); 0 for the scheduler.
+    pub fn rank_of(id: NodeId) -> usize {
+        if id >= 8 {
+            ((id - 8) / 2) as usize
+        } else {
+            0
+        }
+    }
+
+    /// The id of server rank `r`.
+    pub fn server_id(rank: usize) -> NodeId {
+        8 + 2 * rank as NodeId
+    }
+
+    /// The id of worker rank `r`.
+    pub fn worker_id(rank: usize) -> NodeId {
+        9 + 2 * rank as NodeId
+    }
+
+    /// A readable name for a node id: "scheduler", "server rank 1 (id 10)", "worker rank 0 (id 9)".
+    pub fn describe(id: NodeId) -> String {
+        match id {
+            1 => "scheduler (id 1)".to_string(),
+            id if id >= 8 && id % 2 == 0 => format!("server rank {} (id {id})", Node::rank_of(id)),
+            id if id >= 9 => format!("worker rank {} (id {id})", Node::rank_of(id)),
+            id => format!("node {id}"),
+        }
+    }
+}
+
+/// Control commands (ps-lite `Control::Command`). A message without a control command is data.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Command {
+    /// Registration: a node → scheduler (request, one node with id -1); scheduler → all (the table).
+    AddNode,
+    /// Barrier: node → scheduler (request with the group); scheduler → members (release).
+    Barrier,
+    /// Stop the receiving loop.
+    Terminate,
+    /// Liveness: node → scheduler (request); scheduler → node (answer).
+    Heartbeat,
+}
+
+/// A control message's body.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+pub struct Control {
+    /// The command; `None` is never sent (a data message has `Meta::control == None`).
+    pub cmd: Option<Command>,
+    /// Nodes (ADD_NODE).
+    pub nodes: Vec<Node>,
+    /// Group of a barrier: sum of the role groups (1 scheduler, 2 servers, 4 workers).
+    pub barrier_group: i32,
+    /// For a barrier request: how long the scheduler waits for the others, in milliseconds;
+    /// 0 = as long as every missing member is alive (heartbeats).
+    pub barrier_timeout_ms: u64,
+}
+
+/// Element type of the values frame.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum DType {
+    /// No values (control messages).
+    #[default]
+    None,
+    F32,
+    F64,
+    I32,
+    I64,
+    U8,
+    U32,
+    U64,
+}
+
+impl DType {
+    /// Size of one element in bytes (0 for `None`).
+    pub fn size(self) -> usize {
+        match self {
+            DType::None => 0,
+            DType::U8 => 1,
+            DType::F32 | DType::I32 | DType::U32 => 4,
+            DType::F64 | DType::I64 | DType::U64 => 8,
+        }
+    }
+
+    /// Lower-case name: "f32", "u8", …
+    pub fn name(self) -> &'static str {
+        match self {
+            DType::None => "none",
+            DType::F32 => "f32",
+            DType::F64 => "f64",
+            DType::I32 => "i32",
+            DType::I64 => "i64",
+            DType::U8 => "u8",
+            DType::U32 => "u32",
+            DType::U64 => "u64",
+        }
+    }
+}
+
+impl fmt::Display for DType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The message header (ps-lite `Meta`). Bincode-encoded as frame 0.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+pub struct Meta {
+    /// Application command (ps-lite's `head`; `KVWorker` uses 0 unless a `cmd` is given).
+    pub head: i32,
+    /// Application id: which `KVWorker`/`KVServer` pair the message belongs to.
+    pub app_id: i32,
+    /// Customer id within the application (the worker-side object that waits for answers).
+    pub customer_id: i32,
+    /// Request timestamp, echoed by the answer.
+    pub timestamp: i32,
+    /// Sender node id.
+    pub sender: NodeId,
+    /// Receiver node id.
+    pub recver: NodeId,
+    /// `true` for a request, `false` for its answer.
+    pub request: bool,
+    /// Push request (or its answer).
+    pub push: bool,
+    /// Pull request (or its answer); push + pull is ps-lite's `ZPushPull`.
+    pub pull: bool,
+    /// Element type of the values frame.
+    pub dtype: DType,
+    /// Free text for application commands.
+    pub body: String,
+    /// Set on an answer whose request failed: the receiver's error text.
+    pub error: Option<String>,
+    /// Set on control messages.
+    pub control: Option<Control>,
+    /// Byte length of each payload frame that follows.
+    pub frame_lens: Vec<u64>,
+}
+
+impl Meta {
+    /// The control command, if this is a control message.
+    pub fn command(&self) -> Option<Command> {
+        self.control.as_ref().and_then(|c| c.cmd)
+    }
+}
