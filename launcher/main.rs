@@ -1,1 +1,266 @@
-fn main(){}
+//! `pslite-launch`: starts a whole cluster as processes.
+//!
+//! `pslite-launch local --servers S --workers W -- <pslite-worker args…>` runs the scheduler,
+//! S servers and W workers on 127.0.0.1 with a free port, prefixes each line of their output
+//! with role and rank, and exits with the first non-zero status (or 0 when all succeed). On a
+//! failure, Ctrl-C or SIGTERM it stops every child; children also die with the launcher
+//! (`PR_SET_PDEATHSIG`), so none is orphaned.
+
+use clap::{Parser, Subcommand};
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+#[derive(Parser)]
+#[command(version, about = "Launch a pslite cluster")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Scheduler, servers and workers as processes on this machine (127.0.0.1).
+    Local {
+        /// Number of servers.
+        #[arg(long, default_value_t = 1)]
+        servers: usize,
+        /// Number of workers.
+        #[arg(long, default_value_t = 1)]
+        workers: usize,
+        /// Van: zmq or rdma (sets DMLC_PS_VAN_TYPE).
+        #[arg(long, default_value = "zmq")]
+        van: String,
+        /// Scheduler port (default: a free one).
+        #[arg(long)]
+        port: Option<u16>,
+        /// Folder holding pslite-scheduler, -server, -worker (default: this program's folder).
+        #[arg(long)]
+        bin_dir: Option<PathBuf>,
+        /// Arguments of pslite-worker, e.g. `bench --mode push` or `kv-app`.
+        #[arg(last = true, required = true)]
+        worker_args: Vec<String>,
+    },
+}
+
+struct Proc {
+    name: String,
+    child: Child,
+    readers: Vec<std::thread::JoinHandle<()>>,
+}
+
+fn main() {
+    let Cli { cmd } = Cli::parse();
+    let Cmd::Local {
+        servers,
+        workers,
+        van,
+        port,
+        bin_dir,
+        worker_args,
+    } = cmd;
+    let code = match run(servers, workers, &van, port, bin_dir, &worker_args) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("pslite-launch: error: {e}");
+            1
+        }
+    };
+    std::process::exit(code)
+}
+
+fn spawn(
+    bin: &PathBuf,
+    name: &str,
+    role: &str,
+    env: &[(&str, String)],
+    args: &[String],
+) -> Result<Proc, String> {
+    let mut cmd = Command::new(bin);
+    cmd.args(args)
+        .env("DMLC_ROLE", role)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    // SAFETY: prctl is async-signal-safe; it only asks the kernel to signal the child when the
+    // launcher dies.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn().map_err(|e| {
+        format!(
+            "cannot start {} ({}): {e}; build it with `cargo build --release --bins`",
+            name,
+            bin.display()
+        )
+    })?;
+    let mut readers = Vec::new();
+    for (stream, is_err) in [
+        (
+            child
+                .stdout
+                .take()
+                .map(|s| Box::new(s) as Box<dyn std::io::Read + Send>),
+            false,
+        ),
+        (
+            child
+                .stderr
+                .take()
+                .map(|s| Box::new(s) as Box<dyn std::io::Read + Send>),
+            true,
+        ),
+    ] {
+        let Some(stream) = stream else { continue };
+        let prefix = format!("[{name}] ");
+        readers.push(std::thread::spawn(move || {
+            for line in BufReader::new(stream).lines().map_while(Result::ok) {
+                if is_err {
+                    let _ = writeln!(std::io::stderr().lock(), "{prefix}{line}");
+                } else {
+                    let _ = writeln!(std::io::stdout().lock(), "{prefix}{line}");
+                }
+            }
+        }));
+    }
+    Ok(Proc {
+        name: name.to_string(),
+        child,
+        readers,
+    })
+}
+
+fn run(
+    servers: usize,
+    workers: usize,
+    van: &str,
+    port: Option<u16>,
+    bin_dir: Option<PathBuf>,
+    worker_args: &[String],
+) -> Result<i32, String> {
+    if servers == 0 || workers == 0 {
+        return Err("--servers and --workers must be at least 1".into());
+    }
+    let dir = match bin_dir {
+        Some(d) => d,
+        None => std::env::current_exe()
+            .map_err(|e| format!("cannot locate this program: {e}"))?
+            .parent()
+            .map(PathBuf::from)
+            .ok_or("cannot locate this program's folder")?,
+    };
+    let port = match port {
+        Some(p) => p,
+        None => pslite::free_port().map_err(|e| e.to_string())?,
+    };
+    let env = [
+        ("DMLC_PS_ROOT_URI", "127.0.0.1".to_string()),
+        ("DMLC_PS_ROOT_PORT", port.to_string()),
+        ("DMLC_NUM_SERVER", servers.to_string()),
+        ("DMLC_NUM_WORKER", workers.to_string()),
+        ("DMLC_NODE_HOST", "127.0.0.1".to_string()),
+        ("DMLC_PS_VAN_TYPE", van.to_string()),
+    ];
+    let stop = Arc::new(AtomicBool::new(false));
+    {
+        let stop = stop.clone();
+        ctrlc::set_handler(move || stop.store(true, Ordering::SeqCst))
+            .map_err(|e| format!("cannot install the Ctrl-C handler: {e}"))?;
+    }
+    let mut procs: Vec<Proc> = Vec::new();
+    let mut start = |bin: &str, name: String, role: &str, args: &[String]| -> Result<(), String> {
+        let p = spawn(&dir.join(bin), &name, role, &env, args)?;
+        procs.push(p);
+        Ok(())
+    };
+    let started = (|| {
+        start("pslite-scheduler", "scheduler".into(), "scheduler", &[])?;
+        for r in 0..servers {
+            start("pslite-server", format!("server {r}"), "server", &[])?;
+        }
+        for r in 0..workers {
+            start(
+                "pslite-worker",
+                format!("worker {r}"),
+                "worker",
+                worker_args,
+            )?;
+        }
+        Ok::<(), String>(())
+    })();
+    if let Err(e) = started {
+        kill_all(&mut procs);
+        return Err(e);
+    }
+    let mut live: Vec<bool> = vec![true; procs.len()];
+    loop {
+        if stop.load(Ordering::SeqCst) {
+            eprintln!("pslite-launch: interrupted; stopping every process");
+            kill_all(&mut procs);
+            return Ok(130);
+        }
+        let mut failed = None;
+        for (i, p) in procs.iter_mut().enumerate() {
+            if !live[i] {
+                continue;
+            }
+            match p.child.try_wait() {
+                Ok(Some(status)) => {
+                    live[i] = false;
+                    if !status.success() {
+                        eprintln!(
+                            "pslite-launch: {} exited with {status}; stopping the others",
+                            p.name
+                        );
+                        failed = Some(Ok(exit_code(status)));
+                        break;
+                    }
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    failed = Some(Err(format!("cannot watch {}: {e}", p.name)));
+                    break;
+                }
+            }
+        }
+        if let Some(result) = failed {
+            kill_all(&mut procs);
+            return result;
+        }
+        if live.iter().all(|l| !l) {
+            kill_all(&mut procs);
+            return Ok(0);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn exit_code(status: ExitStatus) -> i32 {
+    use std::os::unix::process::ExitStatusExt;
+    status
+        .code()
+        .unwrap_or_else(|| 128 + status.signal().unwrap_or(1))
+}
+
+fn kill_all(procs: &mut [Proc]) {
+    for p in procs.iter_mut() {
+        let _ = p.child.kill();
+    }
+    for p in procs.iter_mut() {
+        let _ = p.child.wait();
+        // The pipes close with the child: let its last lines out.
+        for r in p.readers.drain(..) {
+            let _ = r.join();
+        }
+    }
+}

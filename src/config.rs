@@ -116,14 +116,36 @@ impl Config {
                 )));
             }
         }
-        let root_uri = required(get(&flags.root_uri, "DMLC_PS_ROOT_URI"), "DMLC_PS_ROOT_URI", "--root-uri", "an IP address or host name, e.g. 127.0.0.1")?;
+        let root_uri = required(
+            get(&flags.root_uri, "DMLC_PS_ROOT_URI"),
+            "DMLC_PS_ROOT_URI",
+            "--root-uri",
+            "an IP address or host name, e.g. 127.0.0.1",
+        )?;
         if root_uri.trim().is_empty() || root_uri.contains(char::is_whitespace) {
-            return Err(bad("DMLC_PS_ROOT_URI", "--root-uri", &root_uri, "an IP address or host name, e.g. 127.0.0.1"));
+            return Err(bad(
+                "DMLC_PS_ROOT_URI",
+                "--root-uri",
+                &root_uri,
+                "an IP address or host name, e.g. 127.0.0.1",
+            ));
         }
-        let port_s = required(get(&flags.root_port, "DMLC_PS_ROOT_PORT"), "DMLC_PS_ROOT_PORT", "--root-port", "a port number 1–65535")?;
+        let port_s = required(
+            get(&flags.root_port, "DMLC_PS_ROOT_PORT"),
+            "DMLC_PS_ROOT_PORT",
+            "--root-port",
+            "a port number 1–65535",
+        )?;
         let root_port = match port_s.trim().parse::<u16>() {
             Ok(p) if p > 0 => p,
-            _ => return Err(bad("DMLC_PS_ROOT_PORT", "--root-port", &port_s, "a port number 1–65535")),
+            _ => {
+                return Err(bad(
+                    "DMLC_PS_ROOT_PORT",
+                    "--root-port",
+                    &port_s,
+                    "a port number 1–65535",
+                ))
+            }
         };
         let count = |flag: &Option<String>, var: &'static str, f: &'static str| -> Result<usize> {
             let s = required(get(flag, var), var, f, "a whole number ≥ 1")?;
@@ -139,7 +161,14 @@ impl Config {
             Some(s) => match s.trim() {
                 "zmq" | "" => VanType::Zmq,
                 "rdma" | "ibverbs" => VanType::Rdma,
-                _ => return Err(bad("DMLC_PS_VAN_TYPE", "--van", &s, "zmq or rdma (also ibverbs)")),
+                _ => {
+                    return Err(bad(
+                        "DMLC_PS_VAN_TYPE",
+                        "--van",
+                        &s,
+                        "zmq or rdma (also ibverbs)",
+                    ))
+                }
             },
         };
         let verbose = match get(&flags.verbose, "PS_VERBOSE") {
@@ -149,7 +178,11 @@ impl Config {
                 _ => return Err(bad("PS_VERBOSE", "--verbose", &s, "0, 1, 2 or 3")),
             },
         };
-        let secs = |flag: &Option<String>, var: &'static str, f: &'static str, default: f64| -> Result<Duration> {
+        let secs = |flag: &Option<String>,
+                    var: &'static str,
+                    f: &'static str,
+                    default: f64|
+         -> Result<Duration> {
             match get(flag, var) {
                 None => Ok(Duration::from_secs_f64(default)),
                 Some(s) => match s.trim().parse::<f64>() {
@@ -196,11 +229,17 @@ impl Config {
 }
 
 fn required(v: Option<String>, var: &str, flag: &str, expected: &str) -> Result<String> {
-    v.ok_or_else(|| Error::Config(format!("{var} is not set (nor {flag} given): expected {expected}")))
+    v.ok_or_else(|| {
+        Error::Config(format!(
+            "{var} is not set (nor {flag} given): expected {expected}"
+        ))
+    })
 }
 
 fn bad(var: &str, flag: &str, value: &str, expected: &str) -> Error {
-    Error::Config(format!("{var} (or {flag}) is {value:?}: expected {expected}"))
+    Error::Config(format!(
+        "{var} (or {flag}) is {value:?}: expected {expected}"
+    ))
 }
 
 fn is_loopback(host: &str) -> bool {
@@ -212,8 +251,11 @@ fn is_loopback(host: &str) -> bool {
 }
 
 fn interface_ipv4(name: &str) -> Result<String> {
-    let addrs = if_addrs::get_if_addrs()
-        .map_err(|e| Error::Config(format!("DMLC_INTERFACE={name:?}: cannot list interfaces: {e}")))?;
+    let addrs = if_addrs::get_if_addrs().map_err(|e| {
+        Error::Config(format!(
+            "DMLC_INTERFACE={name:?}: cannot list interfaces: {e}"
+        ))
+    })?;
     addrs
         .iter()
         .find(|a| a.name == name && a.ip().is_ipv4())
@@ -234,13 +276,35 @@ fn first_ipv4() -> Option<String> {
         .map(|a| a.ip().to_string())
 }
 
+impl Config {
+    /// A loopback cluster configuration: scheduler at 127.0.0.1:`port`, defaults elsewhere.
+    pub fn local(role: Role, port: u16, num_servers: usize, num_workers: usize) -> Config {
+        Config {
+            role,
+            root_uri: "127.0.0.1".into(),
+            root_port: port,
+            num_servers,
+            num_workers,
+            node_host: "127.0.0.1".into(),
+            van: VanType::Zmq,
+            verbose: 0,
+            timeout: Duration::from_secs(60),
+            heartbeat_interval: Duration::from_secs(1),
+            heartbeat_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::collections::HashMap;
 
     fn env(pairs: &[(&str, &str)]) -> HashMap<String, String> {
-        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
     }
 
     fn load(pairs: &[(&str, &str)]) -> Result<Config> {
@@ -266,30 +330,46 @@ mod tests {
 
     #[test]
     fn each_missing_variable_is_named() {
-        for skip in 0..BASE.len() {
-            let pairs: Vec<_> = BASE.iter().enumerate().filter(|(i, _)| *i != skip).map(|(_, p)| *p).collect();
+        for (skip, (var, _)) in BASE.iter().enumerate() {
+            let pairs: Vec<_> = BASE
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| *i != skip)
+                .map(|(_, p)| *p)
+                .collect();
             let err = load(&pairs).expect_err("missing").to_string();
-            assert!(err.starts_with(&format!("{} is not set", BASE[skip].0)), "{err}");
+            assert!(err.starts_with(&format!("{var} is not set")), "{err}");
         }
     }
 
     #[test]
     fn malformed_values_are_named_with_the_expected_form() {
         let cases = [
-            ("DMLC_PS_ROOT_PORT", "70000", "expected a port number 1–65535"),
+            (
+                "DMLC_PS_ROOT_PORT",
+                "70000",
+                "expected a port number 1–65535",
+            ),
             ("DMLC_PS_ROOT_PORT", "abc", "expected a port number 1–65535"),
             ("DMLC_NUM_SERVER", "0", "expected a whole number ≥ 1"),
             ("DMLC_NUM_WORKER", "-1", "expected a whole number ≥ 1"),
             ("DMLC_PS_VAN_TYPE", "tcp", "expected zmq or rdma"),
             ("PS_VERBOSE", "9", "expected 0, 1, 2 or 3"),
             ("PS_TIMEOUT", "0", "expected a number of seconds > 0"),
-            ("DMLC_ROLE", "server", "expected DMLC_ROLE unset or \"worker\""),
+            (
+                "DMLC_ROLE",
+                "server",
+                "expected DMLC_ROLE unset or \"worker\"",
+            ),
         ];
         for (var, val, expected) in cases {
             let mut pairs = BASE.to_vec();
             pairs.push((var, val));
             let err = load(&pairs).expect_err(var).to_string();
-            assert!(err.contains(var) && err.contains(expected), "{var}={val}: {err}");
+            assert!(
+                err.contains(var) && err.contains(expected),
+                "{var}={val}: {err}"
+            );
         }
     }
 
@@ -311,25 +391,9 @@ mod tests {
         let mut pairs = BASE.to_vec();
         pairs.push(("DMLC_INTERFACE", "nosuchif0"));
         let err = load(&pairs).expect_err("bad interface").to_string();
-        assert!(err.contains("DMLC_INTERFACE") && err.contains("nosuchif0"), "{err}");
-    }
-}
-
-impl Config {
-    /// A loopback cluster configuration: scheduler at 127.0.0.1:`port`, defaults elsewhere.
-    pub fn local(role: Role, port: u16, num_servers: usize, num_workers: usize) -> Config {
-        Config {
-            role,
-            root_uri: "127.0.0.1".into(),
-            root_port: port,
-            num_servers,
-            num_workers,
-            node_host: "127.0.0.1".into(),
-            van: VanType::Zmq,
-            verbose: 0,
-            timeout: Duration::from_secs(60),
-            heartbeat_interval: Duration::from_secs(1),
-            heartbeat_timeout: Duration::from_secs(10),
-        }
+        assert!(
+            err.contains("DMLC_INTERFACE") && err.contains("nosuchif0"),
+            "{err}"
+        );
     }
 }

@@ -1,1 +1,140 @@
+//! `kv-app`: ps-lite's `test_kv_app`. N keys spread over the key space, R pushes with several
+//! outstanding, one pull, R push-pulls; the pulled values must equal vals × R × W after the
+//! pushes and vals × 2R × W at the end, exactly (W workers push the same keys; integer-valued
+//! data keeps float sums exact).
 
+use crate::error::{Error, Result};
+use crate::kv::{KVWorker, Key, Value};
+use crate::postoffice::{Postoffice, WORKER_GROUP};
+use crate::wire::DType;
+use std::sync::Arc;
+
+/// Options of `kv-app`.
+#[derive(Clone, Debug, clap::Args)]
+pub struct KvAppArgs {
+    /// Number of keys.
+    #[arg(long, default_value_t = 10000)]
+    pub keys: usize,
+    /// Values per key.
+    #[arg(long, default_value_t = 1)]
+    pub len: usize,
+    /// Pushes, and then push-pulls, per worker.
+    #[arg(long, default_value_t = 50)]
+    pub repeat: usize,
+    /// Pushes in flight at once.
+    #[arg(long, default_value_t = 10)]
+    pub outstanding: usize,
+    /// Value type: f32, f64, i32, i64, u8, u32, u64.
+    #[arg(long, default_value = "f32", value_parser = parse_dtype)]
+    pub dtype: DType,
+}
+
+/// Parses a value type name.
+///
+/// # Errors
+/// A text listing the accepted names.
+pub fn parse_dtype(s: &str) -> std::result::Result<DType, String> {
+    Ok(match s {
+        "f32" => DType::F32,
+        "f64" => DType::F64,
+        "i32" => DType::I32,
+        "i64" => DType::I64,
+        "u8" => DType::U8,
+        "u32" => DType::U32,
+        "u64" => DType::U64,
+        _ => {
+            return Err(format!(
+                "unknown value type {s:?}: expected f32, f64, i32, i64, u8, u32 or u64"
+            ))
+        }
+    })
+}
+
+/// Mismatch counts of the two checks (ps-lite prints them as `error: a, b`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KvAppReport {
+    /// Values differing from vals × R × W after the pushes.
+    pub push_errors: usize,
+    /// Values differing from vals × 2R × W after the push-pulls.
+    pub push_pull_errors: usize,
+}
+
+/// Runs `kv-app` on this worker for the configured type.
+///
+/// # Errors
+/// Transport and server errors; a mismatch is reported in the [`KvAppReport`], not as an error.
+pub fn run(po: &Arc<Postoffice>, args: &KvAppArgs) -> Result<KvAppReport> {
+    match args.dtype {
+        DType::F32 => run_typed::<f32>(po, args),
+        DType::F64 => run_typed::<f64>(po, args),
+        DType::I32 => run_typed::<i32>(po, args),
+        DType::I64 => run_typed::<i64>(po, args),
+        DType::U8 => run_typed::<u8>(po, args),
+        DType::U32 => run_typed::<u32>(po, args),
+        DType::U64 => run_typed::<u64>(po, args),
+        DType::None => Err(Error::InvalidArgument("kv-app needs a value type".into())),
+    }
+}
+
+fn times<V: Value>(v: V, n: usize) -> V {
+    (0..n).fold(V::default(), |acc, _| acc.sum(v))
+}
+
+fn mismatches<V: Value>(got: &[V], vals: &[V], n: usize) -> usize {
+    if got.len() != vals.len() {
+        return vals.len().max(got.len());
+    }
+    got.iter()
+        .zip(vals)
+        .filter(|(g, v)| **g != times(**v, n))
+        .count()
+}
+
+fn run_typed<V: Value>(po: &Arc<Postoffice>, a: &KvAppArgs) -> Result<KvAppReport> {
+    if a.keys == 0 || a.len == 0 {
+        return Err(Error::InvalidArgument(
+            "--keys and --len must be at least 1".into(),
+        ));
+    }
+    let kv = KVWorker::<V>::new(po, 0, 0)?;
+    let w = po.num_workers();
+    let step = u64::MAX / a.keys as u64;
+    let keys: Vec<Key> = (0..a.keys as u64).map(|i| i * step).collect();
+    let vals: Vec<V> = (0..a.keys * a.len)
+        .map(|i| V::from_u32((i % 1000) as u32 + 1))
+        .collect();
+
+    let mut ts = Vec::with_capacity(a.repeat);
+    for i in 0..a.repeat {
+        ts.push(kv.push(&keys, &vals, None)?);
+        if i >= a.outstanding {
+            kv.wait(ts[i - a.outstanding])?;
+        }
+    }
+    for &t in &ts[ts.len().saturating_sub(a.outstanding)..] {
+        kv.wait(t)?;
+    }
+    po.barrier(WORKER_GROUP)?;
+    let mut rets = vec![V::default(); vals.len()];
+    kv.pull_into(&keys, &mut rets)?;
+    let push_errors = mismatches(&rets, &vals, a.repeat * w);
+    po.barrier(WORKER_GROUP)?;
+
+    let mut last = Vec::new();
+    for _ in 0..a.repeat {
+        let t = kv.push_pull(&keys, &vals, None)?;
+        last = kv.take_pulled(t)?.vals;
+    }
+    let mut push_pull_errors = if w == 1 {
+        mismatches(&last, &vals, 2 * a.repeat)
+    } else {
+        0
+    };
+    po.barrier(WORKER_GROUP)?;
+    kv.pull_into(&keys, &mut rets)?;
+    push_pull_errors += mismatches(&rets, &vals, 2 * a.repeat * w);
+    Ok(KvAppReport {
+        push_errors,
+        push_pull_errors,
+    })
+}

@@ -1,1 +1,32 @@
+//! The applications behind `pslite-worker SUBCOMMAND` and the helpers the binaries share.
+//! The binaries under `bin/` are thin command lines over these.
+
+pub mod bench;
 pub mod kv_app;
+pub mod stats;
+
+use crate::config::Config;
+use crate::error::Result;
+use std::io::IsTerminal;
+
+/// Sets up `tracing` to stderr at the level of `PS_VERBOSE` (overridden by `RUST_LOG`).
+pub fn init_logging(cfg: &Config) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(cfg.log_filter()));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .try_init();
+}
+
+/// Ends the process: exit 0 on `Ok`, else prints `NAME: error: TEXT` to stderr and exits 1.
+pub fn exit_with(name: &str, r: Result<()>) -> ! {
+    match r {
+        Ok(()) => std::process::exit(0),
+        Err(e) => {
+            eprintln!("{name}: error: {e}");
+            std::process::exit(1)
+        }
+    }
+}

@@ -34,7 +34,11 @@ impl<V: Value> KVRequest<'_, V> {
     /// The length of each key's value: `lens`, or the even split of `vals` over the keys.
     pub fn key_lens(&self) -> Vec<usize> {
         if self.lens.is_empty() {
-            let k = if self.keys.is_empty() { 0 } else { self.vals.len() / self.keys.len() };
+            let k = if self.keys.is_empty() {
+                0
+            } else {
+                self.vals.len() / self.keys.len()
+            };
             vec![k; self.keys.len()]
         } else {
             self.lens.iter().map(|&l| l as usize).collect()
@@ -48,7 +52,7 @@ impl<V: Value> KVRequest<'_, V> {
 /// A text naming `what` when the length is not a multiple of `size_of::<T>()`.
 pub fn view<'a, T: bytemuck::Pod>(bytes: &'a [u8], what: &str) -> Result<Cow<'a, [T]>, String> {
     let size = std::mem::size_of::<T>();
-    if bytes.len() % size != 0 {
+    if !bytes.len().is_multiple_of(size) {
         return Err(format!(
             "malformed {what} frame: {} bytes is not a multiple of {size}",
             bytes.len()
@@ -75,13 +79,19 @@ pub fn check_shape(keys: &[Key], nvals: usize, lens: &[u32]) -> Result<(), Strin
     }
     if !lens.is_empty() {
         if lens.len() != keys.len() {
-            return Err(format!("{} lens for {} keys: expected one length per key", lens.len(), keys.len()));
+            return Err(format!(
+                "{} lens for {} keys: expected one length per key",
+                lens.len(),
+                keys.len()
+            ));
         }
         let total: u64 = lens.iter().map(|&l| l as u64).sum();
         if total != nvals as u64 {
-            return Err(format!("lens add up to {total} values but {nvals} values were given"));
+            return Err(format!(
+                "lens add up to {total} values but {nvals} values were given"
+            ));
         }
-    } else if nvals > 0 && (keys.is_empty() || nvals % keys.len() != 0) {
+    } else if nvals > 0 && (keys.is_empty() || !nvals.is_multiple_of(keys.len())) {
         return Err(format!(
             "{nvals} values do not split evenly over {} keys: give lens, or a multiple of the key count",
             keys.len()
@@ -97,7 +107,10 @@ pub fn check_shape(keys: &[Key], nvals: usize, lens: &[u32]) -> Result<(), Strin
 pub fn decode<V: Value>(frames: &[Bytes]) -> Result<KVRequest<'_, V>, String> {
     let frame = |i: usize| -> &[u8] { frames.get(i).map_or(&[], |b| &b[..]) };
     if frames.len() > 3 {
-        return Err(format!("malformed key-value message: {} data frames, expected at most 3", frames.len()));
+        return Err(format!(
+            "malformed key-value message: {} data frames, expected at most 3",
+            frames.len()
+        ));
     }
     let keys = view::<Key>(frame(0), "keys")?;
     let vals = view::<V>(frame(1), "values")?;
@@ -145,11 +158,19 @@ mod tests {
             "keys must be sorted and unique: keys[1] = 2 follows keys[0] = 3"
         );
         let f = encode::<f32>(&[1, 2], &[1.0, 2.0, 3.0], &[]);
-        assert!(decode::<f32>(&f).unwrap_err().contains("do not split evenly"));
+        assert!(decode::<f32>(&f)
+            .unwrap_err()
+            .contains("do not split evenly"));
         let f = encode::<f32>(&[1, 2], &[1.0, 2.0, 3.0], &[1, 1]);
-        assert_eq!(decode::<f32>(&f).unwrap_err(), "lens add up to 2 values but 3 values were given");
+        assert_eq!(
+            decode::<f32>(&f).unwrap_err(),
+            "lens add up to 2 values but 3 values were given"
+        );
         let mut f = encode::<f32>(&[1], &[1.0], &[]);
         f[1] = Bytes::from(vec![0u8; 5]);
-        assert_eq!(decode::<f32>(&f).unwrap_err(), "malformed values frame: 5 bytes is not a multiple of 4");
+        assert_eq!(
+            decode::<f32>(&f).unwrap_err(),
+            "malformed values frame: 5 bytes is not a multiple of 4"
+        );
     }
 }

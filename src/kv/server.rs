@@ -50,7 +50,9 @@ pub struct DefaultHandler<V> {
 impl<V: Value> DefaultHandler<V> {
     /// An empty store.
     pub fn new() -> Self {
-        DefaultHandler { store: HashMap::new() }
+        DefaultHandler {
+            store: HashMap::new(),
+        }
     }
 
     /// The stored value of `key`.
@@ -118,33 +120,44 @@ impl<V: Value> KVServer<V> {
     ///
     /// # Errors
     /// [`crate::Error::InvalidArgument`] if this process already serves (`app_id`, `V`).
-    pub fn new(po: &Arc<Postoffice>, app_id: i32, mut handler: impl RequestHandler<V>) -> Result<KVServer<V>> {
+    pub fn new(
+        po: &Arc<Postoffice>,
+        app_id: i32,
+        mut handler: impl RequestHandler<V>,
+    ) -> Result<KVServer<V>> {
         let po2 = po.clone();
-        let customer = Customer::new(po, Route::Server { app_id, dtype: V::DTYPE }, move |msg: Message| {
-            let m = &msg.meta;
-            let rm = ReqMeta {
-                cmd: m.head,
-                push: m.push,
-                pull: m.pull,
-                sender: m.sender,
-                timestamp: m.timestamp,
-            };
-            let result = decode::<V>(&msg.data).and_then(|req| {
-                if m.push && req.vals.is_empty() && !req.keys.is_empty() {
-                    return Err("push without values".to_string());
+        let customer = Customer::new(
+            po,
+            Route::Server {
+                app_id,
+                dtype: V::DTYPE,
+            },
+            move |msg: Message| {
+                let m = &msg.meta;
+                let rm = ReqMeta {
+                    cmd: m.head,
+                    push: m.push,
+                    pull: m.pull,
+                    sender: m.sender,
+                    timestamp: m.timestamp,
+                };
+                let result = decode::<V>(&msg.data).and_then(|req| {
+                    if m.push && req.vals.is_empty() && !req.keys.is_empty() {
+                        return Err("push without values".to_string());
+                    }
+                    handler.handle(&rm, req)
+                });
+                let mut reply = Message::new(reply_meta(m));
+                match result {
+                    Ok(res) if m.pull => reply.data = encode(&res.keys, &res.vals, &res.lens),
+                    Ok(_) => {}
+                    Err(e) => reply.meta.error = Some(e),
                 }
-                handler.handle(&rm, req)
-            });
-            let mut reply = Message::new(reply_meta(m));
-            match result {
-                Ok(res) if m.pull => reply.data = encode(&res.keys, &res.vals, &res.lens),
-                Ok(_) => {}
-                Err(e) => reply.meta.error = Some(e),
-            }
-            if let Err(e) = po2.send(reply) {
-                tracing::warn!("cannot answer {}: {e}", Node::describe(m.sender));
-            }
-        })?;
+                if let Err(e) = po2.send(reply) {
+                    tracing::warn!("cannot answer {}: {e}", Node::describe(m.sender));
+                }
+            },
+        )?;
         Ok(KVServer {
             _customer: customer,
             _v: PhantomData,

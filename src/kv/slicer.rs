@@ -20,7 +20,11 @@ pub struct Slice {
 /// Servers that get no key are left out. Shapes must be checked before (see
 /// [`super::pairs::check_shape`]).
 pub fn slice(ranges: &[Range], keys: &[Key], nvals: usize, lens: &[u32]) -> Vec<Slice> {
-    let width = if keys.is_empty() { 0 } else { nvals / keys.len() };
+    let width = if keys.is_empty() {
+        0
+    } else {
+        nvals / keys.len()
+    };
     let mut out = Vec::new();
     let (mut k, mut v) = (0usize, 0usize);
     while k < keys.len() {
@@ -59,9 +63,21 @@ mod tests {
         assert_eq!(
             s,
             vec![
-                Slice { server: 0, keys: 0..2, vals: 0..4 },
-                Slice { server: 1, keys: 2..3, vals: 4..6 },
-                Slice { server: 2, keys: 3..5, vals: 6..10 },
+                Slice {
+                    server: 0,
+                    keys: 0..2,
+                    vals: 0..4
+                },
+                Slice {
+                    server: 1,
+                    keys: 2..3,
+                    vals: 4..6
+                },
+                Slice {
+                    server: 2,
+                    keys: 3..5,
+                    vals: 6..10
+                },
             ]
         );
     }
@@ -74,8 +90,16 @@ mod tests {
         assert_eq!(
             s,
             vec![
-                Slice { server: 0, keys: 0..1, vals: 0..2 },
-                Slice { server: 2, keys: 1..2, vals: 2..5 },
+                Slice {
+                    server: 0,
+                    keys: 0..1,
+                    vals: 0..2
+                },
+                Slice {
+                    server: 2,
+                    keys: 1..2,
+                    vals: 2..5
+                },
             ]
         );
     }

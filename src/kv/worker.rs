@@ -88,9 +88,14 @@ impl<V: Value> KVWorker<V> {
             cv: Condvar::new(),
         });
         let s = shared.clone();
-        let customer = Customer::new(po, Route::Worker { app_id, customer_id }, move |msg| {
-            on_answer(&s, msg)
-        })?;
+        let customer = Customer::new(
+            po,
+            Route::Worker {
+                app_id,
+                customer_id,
+            },
+            move |msg| on_answer(&s, msg),
+        )?;
         Ok(KVWorker {
             po: po.clone(),
             app_id,
@@ -147,14 +152,19 @@ impl<V: Value> KVWorker<V> {
         callback: Option<Callback<V>>,
     ) -> Result<Timestamp> {
         if !push && !pull {
-            return Err(Error::InvalidArgument("a request must push, pull, or both".into()));
+            return Err(Error::InvalidArgument(
+                "a request must push, pull, or both".into(),
+            ));
         }
         if !push && !vals.is_empty() {
             return Err(Error::InvalidArgument("a pull carries no values".into()));
         }
         check_shape(keys, vals.len(), lens).map_err(Error::InvalidArgument)?;
         if push && !keys.is_empty() && vals.is_empty() {
-            return Err(Error::InvalidArgument(format!("push of {} keys with no values", keys.len())));
+            return Err(Error::InvalidArgument(format!(
+                "push of {} keys with no values",
+                keys.len()
+            )));
         }
         let slices = slice(self.po.server_key_ranges(), keys, vals.len(), lens);
         let ts = self.next_ts.fetch_add(1, Ordering::Relaxed);
@@ -189,7 +199,11 @@ impl<V: Value> KVWorker<V> {
         for s in &slices {
             let k = &keys[s.keys.clone()];
             let v = if push { &vals[s.vals.clone()] } else { &[][..] };
-            let l = if lens.is_empty() { &[][..] } else { &lens[s.keys.clone()] };
+            let l = if lens.is_empty() {
+                &[][..]
+            } else {
+                &lens[s.keys.clone()]
+            };
             let meta = Meta {
                 head: cmd,
                 app_id: self.app_id,
@@ -260,7 +274,11 @@ impl<V: Value> KVWorker<V> {
         if let Some(e) = p.error {
             return Err(e);
         }
-        let total: usize = p.parts.iter().map(|x| x.vals.len() / std::mem::size_of::<V>()).sum();
+        let total: usize = p
+            .parts
+            .iter()
+            .map(|x| x.vals.len() / std::mem::size_of::<V>())
+            .sum();
         if total != out.len() {
             return Err(Error::InvalidArgument(format!(
                 "pulled {total} values for {} keys but the buffer holds {}",
@@ -331,11 +349,19 @@ fn on_answer<V: Value>(shared: &Shared<V>, msg: Message) {
     let finished = {
         let mut map = lock(&shared.pending);
         let Some(p) = map.get_mut(&m.timestamp) else {
-            tracing::debug!("late answer for timestamp {} from {}", m.timestamp, Node::describe(m.sender));
+            tracing::debug!(
+                "late answer for timestamp {} from {}",
+                m.timestamp,
+                Node::describe(m.sender)
+            );
             return;
         };
         let Some(slot) = p.servers.iter().position(|&s| s == server) else {
-            tracing::warn!("answer for {} from {}, which was not asked", p.what, Node::describe(m.sender));
+            tracing::warn!(
+                "answer for {} from {}, which was not asked",
+                p.what,
+                Node::describe(m.sender)
+            );
             return;
         };
         if p.answered[slot] {
@@ -354,7 +380,12 @@ fn on_answer<V: Value>(shared: &Shared<V>, msg: Message) {
                 it.next().unwrap_or_default(),
                 it.next().unwrap_or_default(),
             );
-            p.parts.push(Part { server, keys, vals, lens });
+            p.parts.push(Part {
+                server,
+                keys,
+                vals,
+                lens,
+            });
         }
         if !p.done() {
             return;
@@ -392,7 +423,11 @@ fn merge<V: Value>(parts: Vec<Part>) -> Result<KVPairs<V>> {
         check_shape(&keys, vals.len(), &lens).map_err(|e| bad(p.server, e))?;
         if any_lens {
             if lens.is_empty() {
-                let w = if keys.is_empty() { 0 } else { (vals.len() / keys.len()) as u32 };
+                let w = if keys.is_empty() {
+                    0
+                } else {
+                    (vals.len() / keys.len()) as u32
+                };
                 out.lens.extend(std::iter::repeat_n(w, keys.len()));
             } else {
                 out.lens.extend_from_slice(&lens);

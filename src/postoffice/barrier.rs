@@ -29,7 +29,10 @@ pub struct BarrierBook {
 }
 
 fn names(ids: impl IntoIterator<Item = NodeId>) -> String {
-    ids.into_iter().map(Node::describe).collect::<Vec<_>>().join(", ")
+    ids.into_iter()
+        .map(Node::describe)
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 impl BarrierBook {
@@ -76,13 +79,25 @@ impl BarrierBook {
         let mut out = Vec::new();
         let groups: Vec<i32> = self.open.keys().copied().collect();
         for group in groups {
-            let Some(open) = self.open.get(&group) else { continue };
+            let Some(open) = self.open.get(&group) else {
+                continue;
+            };
             let missing: Vec<NodeId> = open.members.difference(&open.arrived).copied().collect();
-            let dead: Vec<NodeId> = missing.iter().copied().filter(|m| lost.contains(m)).collect();
+            let dead: Vec<NodeId> = missing
+                .iter()
+                .copied()
+                .filter(|m| lost.contains(m))
+                .collect();
             let error = if !dead.is_empty() {
-                Some(format!("barrier of group {group} cannot complete: lost {}", names(dead)))
+                Some(format!(
+                    "barrier of group {group} cannot complete: lost {}",
+                    names(dead)
+                ))
             } else if open.deadline.is_some_and(|d| now >= d) {
-                Some(format!("barrier of group {group}: no answer from {}", names(missing)))
+                Some(format!(
+                    "barrier of group {group}: no answer from {}",
+                    names(missing)
+                ))
             } else {
                 None
             };
@@ -111,7 +126,11 @@ mod tests {
         let members = [1, 8, 9];
         assert_eq!(b.arrive(7, 9, &members, None, now), None);
         assert_eq!(b.arrive(7, 8, &members, None, now), None);
-        assert_eq!(b.arrive(7, 9, &members, None, now), None, "a repeat counts once");
+        assert_eq!(
+            b.arrive(7, 9, &members, None, now),
+            None,
+            "a repeat counts once"
+        );
         let done = b.arrive(7, 1, &members, None, now).expect("complete");
         assert_eq!(done.release, vec![1, 8, 9]);
         assert_eq!(done.error, None);
@@ -123,7 +142,9 @@ mod tests {
         let t0 = Instant::now();
         let members = [9, 11, 13];
         b.arrive(4, 9, &members, Some(Duration::from_secs(5)), t0);
-        assert!(b.check(t0 + Duration::from_secs(4), &BTreeSet::new()).is_empty());
+        assert!(b
+            .check(t0 + Duration::from_secs(4), &BTreeSet::new())
+            .is_empty());
         let out = b.check(t0 + Duration::from_secs(5), &BTreeSet::new());
         assert_eq!(out.len(), 1);
         assert_eq!(out[0].release, vec![9]);
@@ -149,7 +170,9 @@ mod tests {
     #[test]
     fn non_member_is_refused() {
         let mut b = BarrierBook::default();
-        let out = b.arrive(2, 9, &[8, 10], None, Instant::now()).expect("refused");
+        let out = b
+            .arrive(2, 9, &[8, 10], None, Instant::now())
+            .expect("refused");
         assert!(out.error.expect("error").contains("does not include it"));
     }
 }

@@ -171,7 +171,12 @@ impl Postoffice {
             po.shutdown();
             return Err(e);
         }
-        tracing::info!("{} started: {}:{}", Node::describe(po.my_id()), me.host, me.port);
+        tracing::info!(
+            "{} started: {}:{}",
+            Node::describe(po.my_id()),
+            me.host,
+            me.port
+        );
         Ok(po)
     }
 
@@ -188,7 +193,8 @@ impl Postoffice {
     fn join_cluster(&self, me: &Node) -> Result<()> {
         let deadline = Instant::now() + self.cfg.timeout;
         if me.role != Role::Scheduler {
-            self.van.connect(SCHEDULER, &self.cfg.root_uri, self.cfg.root_port)?;
+            self.van
+                .connect(SCHEDULER, &self.cfg.root_uri, self.cfg.root_port)?;
             let mut meta = Meta {
                 recver: SCHEDULER,
                 request: true,
@@ -297,7 +303,9 @@ impl Postoffice {
     pub(crate) fn register(&self, route: Route, tx: Sender<Message>) -> Result<()> {
         let mut routes = lock(&self.routes);
         if routes.open.contains_key(&route) {
-            return Err(Error::InvalidArgument(format!("{route:?} is already registered in this process")));
+            return Err(Error::InvalidArgument(format!(
+                "{route:?} is already registered in this process"
+            )));
         }
         // Hand over what arrived before the route existed, in arrival order.
         let parked = std::mem::take(&mut routes.parked);
@@ -373,7 +381,11 @@ impl Postoffice {
                     }
                 }
             }
-            st = self.cv.wait_timeout(st, TICK).unwrap_or_else(|p| p.into_inner()).0;
+            st = self
+                .cv
+                .wait_timeout(st, TICK)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
         }
     }
 
@@ -565,7 +577,11 @@ impl Postoffice {
                 m.app_id,
                 m.dtype,
                 Node::describe(self.my_id()),
-                if here.is_empty() { "nothing".to_string() } else { here.join(", ") }
+                if here.is_empty() {
+                    "nothing".to_string()
+                } else {
+                    here.join(", ")
+                }
             ));
             if let Err(e) = self.send(Message::new(meta)) {
                 tracing::warn!("could not answer {}: {e}", Node::describe(m.sender));
@@ -587,7 +603,9 @@ impl Postoffice {
             return;
         }
         let me = self.me.read().map(|m| m.clone()).unwrap_or_default();
-        let Some(mine) = nodes.iter().find(|n| n.host == me.host && n.port == me.port && n.role == me.role)
+        let Some(mine) = nodes
+            .iter()
+            .find(|n| n.host == me.host && n.port == me.port && n.role == me.role)
         else {
             st.fatal = Some(Error::Van(format!(
                 "the scheduler's node table does not list this node ({}:{})",
@@ -599,7 +617,11 @@ impl Postoffice {
         if let Ok(mut m) = self.me.write() {
             m.id = mine.id;
         }
-        let peer_role = if me.role == Role::Worker { Role::Server } else { Role::Worker };
+        let peer_role = if me.role == Role::Worker {
+            Role::Server
+        } else {
+            Role::Worker
+        };
         for n in nodes.iter().filter(|n| n.role == peer_role) {
             if let Err(e) = self.van.connect(n.id, &n.host, n.port) {
                 st.fatal = Some(e);
@@ -620,7 +642,11 @@ impl Postoffice {
             return;
         };
         let mut st = lock(&self.state);
-        if st.joining.iter().any(|n| n.host == node.host && n.port == node.port) {
+        if st
+            .joining
+            .iter()
+            .any(|n| n.host == node.host && n.port == node.port)
+        {
             return;
         }
         let want = |r: Role| match r {
@@ -685,7 +711,10 @@ impl Postoffice {
                 self.send(Message::new(meta))
             });
             if let Err(e) = sent {
-                tracing::error!("cannot send the node table to {}: {e}", Node::describe(n.id));
+                tracing::error!(
+                    "cannot send the node table to {}: {e}",
+                    Node::describe(n.id)
+                );
             }
         }
         tracing::info!("all {} nodes registered", table.len() - 1);
@@ -704,7 +733,11 @@ impl Postoffice {
                 }),
                 ..Meta::default()
             };
-            if let Err(e) = self.van.connect(tmp, &n.host, n.port).and_then(|_| self.send(Message::new(meta))) {
+            if let Err(e) = self
+                .van
+                .connect(tmp, &n.host, n.port)
+                .and_then(|_| self.send(Message::new(meta)))
+            {
                 tracing::warn!("cannot tell {}:{} it was refused: {e}", n.host, n.port);
             }
         }
@@ -714,7 +747,8 @@ impl Postoffice {
         let outcome = {
             let mut st = lock(&self.state);
             let members = members_of(&st.nodes, group);
-            st.book.arrive(group, from, &members, timeout, Instant::now())
+            st.book
+                .arrive(group, from, &members, timeout, Instant::now())
         };
         if let Some(o) = outcome {
             self.release(o);

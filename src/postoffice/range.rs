@@ -19,7 +19,11 @@ pub fn server_key_ranges(n: usize) -> Vec<Range> {
     (0..n64)
         .map(|i| Range {
             begin: u64::MAX / n64.max(1) * i,
-            end: if i + 1 == n64 { u64::MAX } else { u64::MAX / n64 * (i + 1) },
+            end: if i + 1 == n64 {
+                u64::MAX
+            } else {
+                u64::MAX / n64 * (i + 1)
+            },
         })
         .collect()
 }
@@ -55,7 +59,13 @@ mod tests {
     #[test]
     fn two_servers_split_at_half() {
         let r = server_key_ranges(2);
-        assert_eq!(r[0], Range { begin: 0, end: u64::MAX / 2 });
+        assert_eq!(
+            r[0],
+            Range {
+                begin: 0,
+                end: u64::MAX / 2
+            }
+        );
         assert_eq!(server_of(&r, u64::MAX / 2 - 1), 0);
         assert_eq!(server_of(&r, u64::MAX / 2), 1);
     }

@@ -58,7 +58,10 @@ impl ZmqVan {
     fn sender(&self, id: NodeId) -> Result<Arc<Mutex<zmq::Socket>>> {
         let senders = self.senders.read().map_err(|_| Error::Stopped)?;
         senders.get(&id).cloned().ok_or_else(|| {
-            Error::Van(format!("no connection to {}: it is not in the node table", Node::describe(id)))
+            Error::Van(format!(
+                "no connection to {}: it is not in the node table",
+                Node::describe(id)
+            ))
         })
     }
 }
@@ -69,12 +72,24 @@ impl Van for ZmqVan {
     }
 
     fn bind(&self, host: &str, port: u16) -> Result<u16> {
-        let sock = self.ctx.socket(zmq::ROUTER).map_err(zerr("cannot create a ROUTER socket".into()))?;
-        sock.set_ipv6(host.contains(':')).map_err(zerr("ipv6".into()))?;
+        let sock = self
+            .ctx
+            .socket(zmq::ROUTER)
+            .map_err(zerr("cannot create a ROUTER socket".into()))?;
+        sock.set_ipv6(host.contains(':'))
+            .map_err(zerr("ipv6".into()))?;
         sock.set_linger(0).map_err(zerr("linger".into()))?;
         sock.set_rcvhwm(0).map_err(zerr("rcvhwm".into()))?;
-        let addr = endpoint(host, &if port == 0 { "*".to_string() } else { port.to_string() });
-        sock.bind(&addr).map_err(zerr(format!("cannot bind {addr}")))?;
+        let addr = endpoint(
+            host,
+            &if port == 0 {
+                "*".to_string()
+            } else {
+                port.to_string()
+            },
+        );
+        sock.bind(&addr)
+            .map_err(zerr(format!("cannot bind {addr}")))?;
         let last = sock
             .get_last_endpoint()
             .map_err(zerr("last endpoint".into()))?
@@ -83,21 +98,29 @@ impl Van for ZmqVan {
             .rsplit(':')
             .next()
             .and_then(|p| p.parse::<u16>().ok())
-            .ok_or_else(|| Error::Van(format!("cannot read the port bound at {addr} ({last:?})")))?;
+            .ok_or_else(|| {
+                Error::Van(format!("cannot read the port bound at {addr} ({last:?})"))
+            })?;
         *self.receiver.lock().map_err(|_| Error::Stopped)? = Some(sock);
         Ok(bound)
     }
 
     fn connect(&self, id: NodeId, host: &str, port: u16) -> Result<()> {
-        let sock = self.ctx.socket(zmq::DEALER).map_err(zerr("cannot create a DEALER socket".into()))?;
-        sock.set_ipv6(host.contains(':')).map_err(zerr("ipv6".into()))?;
+        let sock = self
+            .ctx
+            .socket(zmq::DEALER)
+            .map_err(zerr("cannot create a DEALER socket".into()))?;
+        sock.set_ipv6(host.contains(':'))
+            .map_err(zerr("ipv6".into()))?;
         sock.set_linger(LINGER_MS).map_err(zerr("linger".into()))?;
         sock.set_sndhwm(0).map_err(zerr("sndhwm".into()))?;
         let ms = self.send_timeout.as_millis().min(i32::MAX as u128) as i32;
         sock.set_sndtimeo(ms).map_err(zerr("sndtimeo".into()))?;
         let addr = endpoint(host, &port.to_string());
-        sock.connect(&addr)
-            .map_err(zerr(format!("cannot connect to {} at {addr}", Node::describe(id))))?;
+        sock.connect(&addr).map_err(zerr(format!(
+            "cannot connect to {} at {addr}",
+            Node::describe(id)
+        )))?;
         self.senders
             .write()
             .map_err(|_| Error::Stopped)?
@@ -125,7 +148,8 @@ impl Van for ZmqVan {
         for (i, frame) in msg.data.into_iter().enumerate() {
             // `Vec::from(Bytes)` reuses a uniquely owned vector; zmq then takes it without a copy.
             let v: Vec<u8> = Vec::from(frame);
-            sock.send(zmq::Message::from(v), flag(i + 1)).map_err(fail)?;
+            sock.send(zmq::Message::from(v), flag(i + 1))
+                .map_err(fail)?;
         }
         Ok(total)
     }

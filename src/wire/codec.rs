@@ -147,7 +147,11 @@ mod tests {
                 }),
                 frame_lens: vec![],
             },
-            data: vec![Bytes::from(vec![1u8; 16]), Bytes::from(vec![2u8; 8]), Bytes::new()],
+            data: vec![
+                Bytes::from(vec![1u8; 16]),
+                Bytes::from(vec![2u8; 8]),
+                Bytes::new(),
+            ],
         }
     }
 
@@ -193,7 +197,10 @@ mod tests {
         head.extend_from_slice(&[0, 0, 0]);
         let mut frames = vec![Bytes::from(head)];
         frames.extend(msg.data.iter().cloned());
-        assert_eq!(decode_frames(frames).unwrap_err(), WireError::TrailingBytes(3));
+        assert_eq!(
+            decode_frames(frames).unwrap_err(),
+            WireError::TrailingBytes(3)
+        );
     }
 
     #[test]
@@ -247,7 +254,10 @@ mod tests {
             body: "x".repeat(MAX_META_BYTES + 10),
             ..Meta::default()
         });
-        assert!(matches!(encode_meta(&mut msg), Err(WireError::MetaTooLarge(_))));
+        assert!(matches!(
+            encode_meta(&mut msg),
+            Err(WireError::MetaTooLarge(_))
+        ));
     }
 
     proptest::proptest! {

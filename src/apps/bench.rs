@@ -1,0 +1,248 @@
+//! `bench`: BytePS's `test_benchmark` modes over `u8` values of `--len` bytes, one request per
+//! key, every key of every server in flight at once, round after round.
+//!
+//! Counting (as BytePS): goodput = value bytes of completed requests × 8 / elapsed, where a
+//! push, a pull and a push-pull each count `len` bytes once (a push-pull moves 2 × len on the
+//! wire); push-then-pull counts its push and its pull. Latency is per request, from the call to
+//! its completion callback.
+//!
+//! Checking: worker rank 0 first pushes a known pattern for every key; later pushes carry zeros,
+//! so the servers' sums stay equal to the pattern, and every pulled value is compared with it
+//! byte for byte. Any difference fails the run.
+
+use super::stats::{gbps, percentile};
+use crate::error::{Error, Result};
+use crate::kv::{KVPairs, KVWorker, Key};
+use crate::postoffice::{Postoffice, WORKER_GROUP};
+use crossbeam_channel::unbounded;
+use std::io::IsTerminal;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// What each round does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Mode {
+    /// Push every key.
+    Push,
+    /// Pull every key.
+    Pull,
+    /// Push-pull every key (push, server sums, answer carries the sum).
+    PushPull,
+    /// Push every key, wait, pull every key.
+    PushThenPull,
+}
+
+/// Options of `bench`.
+#[derive(Clone, Debug, clap::Args)]
+#[command(
+    after_help = "Goodput counts value bytes of completed requests (len per push, pull or \
+push-pull, as BytePS test_benchmark; push-then-pull counts both halves) × 8 / elapsed seconds, \
+in Gbit/s. Latency p50/p99 is per request, call to completion."
+)]
+pub struct BenchArgs {
+    /// What each round does.
+    #[arg(long, value_enum, default_value = "push-pull")]
+    pub mode: Mode,
+    /// Bytes per value.
+    #[arg(long, default_value_t = 1_024_000)]
+    pub len: usize,
+    /// Keys on each server.
+    #[arg(long, default_value_t = 40)]
+    pub keys_per_server: usize,
+    /// Rounds to run (overrides --seconds).
+    #[arg(long)]
+    pub repeat: Option<usize>,
+    /// Seconds to run (whole rounds; default 10 unless --repeat is given).
+    #[arg(long)]
+    pub seconds: Option<f64>,
+    /// Print one JSON object for the run on its own line.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Figures of one run.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct BenchReport {
+    /// Mode.
+    pub mode: Mode,
+    /// Worker rank.
+    pub worker: usize,
+    /// Bytes per value.
+    pub len: usize,
+    /// Keys (all servers).
+    pub keys: usize,
+    /// Rounds run.
+    pub rounds: usize,
+    /// Requests completed.
+    pub requests: usize,
+    /// Value bytes pushed.
+    pub bytes_pushed: u64,
+    /// Value bytes pulled.
+    pub bytes_pulled: u64,
+    /// Seconds measured.
+    pub seconds: f64,
+    /// Gbit/s, counted as stated in the module docs.
+    pub goodput_gbps: f64,
+    /// Median request latency, milliseconds.
+    pub p50_ms: f64,
+    /// 99th percentile request latency, milliseconds.
+    pub p99_ms: f64,
+    /// Every pulled byte equalled the pattern.
+    pub verified: bool,
+}
+
+fn pattern(key_index: usize, len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i.wrapping_mul(7) ^ key_index.wrapping_mul(131)) as u8)
+        .collect()
+}
+
+type Done = (usize, Instant, Result<KVPairs<u8>>);
+
+/// Runs the benchmark on this worker.
+///
+/// # Errors
+/// Transport or server errors, and [`Error::Remote`]-free mismatches reported as
+/// [`Error::InvalidArgument`] naming the key that came back wrong.
+pub fn run(po: &Arc<Postoffice>, a: &BenchArgs) -> Result<BenchReport> {
+    if a.len == 0 || a.keys_per_server == 0 {
+        return Err(Error::InvalidArgument(
+            "--len and --keys-per-server must be at least 1".into(),
+        ));
+    }
+    let kv = KVWorker::<u8>::new(po, 0, 0)?;
+    let keys: Vec<Key> = po
+        .server_key_ranges()
+        .iter()
+        .flat_map(|r| (0..a.keys_per_server as u64).map(move |j| r.begin + j))
+        .collect();
+    let patterns: Vec<Vec<u8>> = (0..keys.len()).map(|i| pattern(i, a.len)).collect();
+    let zeros = vec![0u8; a.len];
+    if po.my_rank() == 0 {
+        for (k, p) in keys.iter().zip(&patterns) {
+            let t = kv.push(&[*k], p, None)?;
+            kv.wait(t)?;
+        }
+    }
+    po.barrier(WORKER_GROUP)?;
+
+    let limit_rounds = a.repeat;
+    let limit_time = Duration::from_secs_f64(a.seconds.unwrap_or(10.0).max(0.0));
+    let bar = progress_bar(limit_rounds, limit_time);
+    let (tx, rx) = unbounded::<Done>();
+    let mut lat = Vec::new();
+    let (mut pushed, mut pulled, mut rounds) = (0u64, 0u64, 0usize);
+    let start = Instant::now();
+    let phases: &[(bool, bool)] = match a.mode {
+        Mode::Push => &[(true, false)],
+        Mode::Pull => &[(false, true)],
+        Mode::PushPull => &[(true, true)],
+        Mode::PushThenPull => &[(true, false), (false, true)],
+    };
+    loop {
+        let done_rounds = limit_rounds.is_some_and(|n| rounds >= n);
+        if done_rounds || (limit_rounds.is_none() && start.elapsed() >= limit_time) {
+            break;
+        }
+        for &(push, pull) in phases {
+            let mut issued = Vec::with_capacity(keys.len());
+            for (i, k) in keys.iter().enumerate() {
+                let tx = tx.clone();
+                let vals: &[u8] = if push { &zeros } else { &[] };
+                let t0 = Instant::now();
+                kv.request(
+                    &[*k],
+                    vals,
+                    &[],
+                    push,
+                    pull,
+                    0,
+                    Some(Box::new(move |r| {
+                        let _ = tx.send((i, Instant::now(), r));
+                    })),
+                )?;
+                issued.push(t0);
+            }
+            for _ in 0..keys.len() {
+                let (i, at, r) = rx.recv_timeout(po.config().timeout).map_err(|_| {
+                    Error::Timeout(format!(
+                        "bench: a request did not complete within {:.0} s (PS_TIMEOUT)",
+                        po.config().timeout.as_secs_f64()
+                    ))
+                })?;
+                let pairs = r?;
+                lat.push(at - issued[i]);
+                if push {
+                    pushed += a.len as u64;
+                }
+                if pull {
+                    if pairs.vals != patterns[i] {
+                        return Err(Error::InvalidArgument(format!(
+                            "bench: key {} came back with wrong bytes ({} bytes, expected the {} pushed)",
+                            keys[i],
+                            pairs.vals.len(),
+                            a.len
+                        )));
+                    }
+                    pulled += a.len as u64;
+                }
+            }
+        }
+        rounds += 1;
+        bar.set_position(match limit_rounds {
+            Some(_) => rounds as u64,
+            None => start.elapsed().as_millis() as u64,
+        });
+    }
+    let elapsed = start.elapsed();
+    bar.finish_and_clear();
+    let counted = match a.mode {
+        Mode::PushPull => pushed,
+        _ => pushed + pulled,
+    };
+    let requests = lat.len();
+    Ok(BenchReport {
+        mode: a.mode,
+        worker: po.my_rank(),
+        len: a.len,
+        keys: keys.len(),
+        rounds,
+        requests,
+        bytes_pushed: pushed,
+        bytes_pulled: pulled,
+        seconds: elapsed.as_secs_f64(),
+        goodput_gbps: gbps(counted, elapsed),
+        p50_ms: percentile(&mut lat, 0.5).as_secs_f64() * 1e3,
+        p99_ms: percentile(&mut lat, 0.99).as_secs_f64() * 1e3,
+        verified: true,
+    })
+}
+
+fn progress_bar(rounds: Option<usize>, time: Duration) -> indicatif::ProgressBar {
+    if !std::io::stderr().is_terminal() {
+        return indicatif::ProgressBar::hidden();
+    }
+    let (len, unit) = match rounds {
+        Some(n) => (n as u64, "rounds"),
+        None => (time.as_millis() as u64, "ms"),
+    };
+    let bar = indicatif::ProgressBar::new(len);
+    if let Ok(style) =
+        indicatif::ProgressStyle::with_template(&format!("bench {{bar:40}} {{pos}}/{{len}} {unit}"))
+    {
+        bar.set_style(style);
+    }
+    bar
+}
+
+impl BenchReport {
+    /// One line of text.
+    pub fn text(&self) -> String {
+        format!(
+            "bench {:?} worker {}: {} B x {} keys, {} rounds, {} requests in {:.2} s: goodput {:.2} Gbit/s, latency p50 {:.3} ms p99 {:.3} ms, pulled bytes verified",
+            self.mode, self.worker, self.len, self.keys, self.rounds, self.requests, self.seconds,
+            self.goodput_gbps, self.p50_ms, self.p99_ms
+        )
+    }
+}
