@@ -161,6 +161,10 @@ impl Postoffice {
         });
         po.spawn("ps-receive", Postoffice::receive_loop)?;
         if let Err(e) = po.join_cluster(&me) {
+            if !is_scheduler {
+                // Nothing queued is worth waiting for; the scheduler's refusals are.
+                po.van.abort();
+            }
             po.shutdown();
             return Err(e);
         }
@@ -168,6 +172,7 @@ impl Postoffice {
             po.spawn("ps-heartbeat", Postoffice::heartbeat_loop)?;
         }
         if let Err(e) = po.barrier_with(ALL_GROUP, Some(po.cfg.timeout)) {
+            po.van.abort();
             po.shutdown();
             return Err(e);
         }

@@ -42,4 +42,9 @@ pub trait Van: Send + Sync {
 
     /// Closes every socket; pending sends are given a short linger.
     fn stop(&self);
+
+    /// Closes every socket at once, dropping what is still queued (a failed start-up).
+    fn abort(&self) {
+        self.stop()
+    }
 }

@@ -177,6 +177,17 @@ impl Van for ZmqVan {
         Ok(Some(decode_frames(frames)?))
     }
 
+    fn abort(&self) {
+        if let Ok(s) = self.senders.read() {
+            for sock in s.values() {
+                if let Ok(sock) = sock.lock() {
+                    let _ = sock.set_linger(0);
+                }
+            }
+        }
+        self.stop();
+    }
+
     fn stop(&self) {
         if let Ok(mut r) = self.receiver.lock() {
             r.take();

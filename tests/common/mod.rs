@@ -1,0 +1,76 @@
+//! Helpers: a cluster as threads of the test process, on loopback.
+#![allow(dead_code)]
+
+use pslite::{Config, DefaultHandler, KVServer, Postoffice, Result, Role};
+use std::sync::Arc;
+use std::thread::{self, JoinHandle};
+use std::time::Duration;
+
+pub struct Cluster {
+    pub workers: Vec<Arc<Postoffice>>,
+    pub others: Vec<JoinHandle<Result<()>>>,
+}
+
+/// Config for a node of a local cluster with a short deadline.
+pub fn cfg(role: Role, port: u16, s: usize, w: usize, timeout_s: f64) -> Config {
+    let mut c = Config::local(role, port, s, w);
+    c.timeout = Duration::from_secs_f64(timeout_s);
+    c.heartbeat_timeout = Duration::from_secs(3);
+    c.heartbeat_interval = Duration::from_millis(200);
+    c
+}
+
+/// Starts a scheduler and `s` servers (each running `serve`) in threads and `w` workers, and
+/// returns the workers' postoffices once all have started.
+pub fn cluster_with(
+    s: usize,
+    w: usize,
+    timeout_s: f64,
+    serve: impl Fn(&Arc<Postoffice>) -> Result<Box<dyn std::any::Any>> + Send + Sync + 'static,
+) -> Cluster {
+    let port = pslite::free_port().expect("free port");
+    let serve = Arc::new(serve);
+    let mut others = vec![thread::spawn(move || {
+        Postoffice::start(cfg(Role::Scheduler, port, s, w, timeout_s))?.finalize()
+    })];
+    for _ in 0..s {
+        let serve = serve.clone();
+        others.push(thread::spawn(move || {
+            let po = Postoffice::start(cfg(Role::Server, port, s, w, timeout_s))?;
+            let _server = serve(&po)?;
+            po.finalize()
+        }));
+    }
+    let starting: Vec<_> = (0..w)
+        .map(|_| thread::spawn(move || Postoffice::start(cfg(Role::Worker, port, s, w, timeout_s))))
+        .collect();
+    let workers = starting
+        .into_iter()
+        .map(|t| t.join().expect("no panic").expect("worker starts"))
+        .collect();
+    Cluster { workers, others }
+}
+
+/// A cluster whose servers run the default handler for f32.
+pub fn cluster(s: usize, w: usize, timeout_s: f64) -> Cluster {
+    cluster_with(s, w, timeout_s, |po| {
+        Ok(Box::new(KVServer::<f32>::new(po, 0, DefaultHandler::new())?) as Box<dyn std::any::Any>)
+    })
+}
+
+impl Cluster {
+    /// Finalizes every worker and joins the scheduler and servers, asserting all succeeded.
+    pub fn finish(self) {
+        let fin: Vec<_> = self
+            .workers
+            .into_iter()
+            .map(|po| thread::spawn(move || po.finalize()))
+            .collect();
+        for f in fin {
+            f.join().expect("no panic").expect("worker finalizes");
+        }
+        for t in self.others {
+            t.join().expect("no panic").expect("scheduler/server finalize");
+        }
+    }
+}
