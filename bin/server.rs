@@ -2,33 +2,17 @@
 //! handler (sum pushes, answer pulls), for every value type.
 
 use clap::Parser;
-use pslite::apps::{exit_with, init_logging};
-use pslite::config::Overrides;
-use pslite::{Config, DefaultHandler, KVServer, Postoffice, Role};
+use pslite::apps::cli::{run_server, ServerCli};
+use pslite::apps::exit_with;
 
 /// Runs a server until every worker finalized.
 #[derive(Parser)]
 #[command(version, about)]
 struct Cli {
     #[command(flatten)]
-    cfg: Overrides,
+    inner: ServerCli,
 }
 
 fn main() {
-    let cli = Cli::parse();
-    exit_with(
-        "pslite-server",
-        Config::from_env(Role::Server, &cli.cfg).and_then(|cfg| {
-            init_logging(&cfg);
-            let po = Postoffice::start(cfg)?;
-            let _f32 = KVServer::<f32>::new(&po, 0, DefaultHandler::new())?;
-            let _f64 = KVServer::<f64>::new(&po, 0, DefaultHandler::new())?;
-            let _i32 = KVServer::<i32>::new(&po, 0, DefaultHandler::new())?;
-            let _i64 = KVServer::<i64>::new(&po, 0, DefaultHandler::new())?;
-            let _u8 = KVServer::<u8>::new(&po, 0, DefaultHandler::new())?;
-            let _u32 = KVServer::<u32>::new(&po, 0, DefaultHandler::new())?;
-            let _u64 = KVServer::<u64>::new(&po, 0, DefaultHandler::new())?;
-            po.finalize()
-        }),
-    )
+    exit_with("pslite-server", run_server(&Cli::parse().inner))
 }

@@ -7,6 +7,10 @@
 //! (`PR_SET_PDEATHSIG`), so none is orphaned.
 
 use clap::{Parser, Subcommand};
+use pslite::apps::cli::{
+    run_scheduler, run_server, run_worker, SchedulerCli, ServerCli, WorkerCli,
+};
+use pslite::apps::exit_with;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
@@ -38,13 +42,20 @@ enum Cmd {
         /// Scheduler port (default: a free one).
         #[arg(long)]
         port: Option<u16>,
-        /// Folder holding pslite-scheduler, -server, -worker (default: this program's folder).
-        #[arg(long)]
-        bin_dir: Option<PathBuf>,
         /// Arguments of pslite-worker, e.g. `bench --mode push` or `kv-app`.
         #[arg(last = true, required = true)]
         worker_args: Vec<String>,
     },
+    /// Runs one node (what `local` starts for each process; same as the pslite-* binaries).
+    #[command(subcommand, hide = true)]
+    Node(Box<NodeCmd>),
+}
+
+#[derive(Subcommand)]
+enum NodeCmd {
+    Scheduler(SchedulerCli),
+    Server(ServerCli),
+    Worker(WorkerCli),
 }
 
 struct Proc {
@@ -55,15 +66,21 @@ struct Proc {
 
 fn main() {
     let Cli { cmd } = Cli::parse();
-    let Cmd::Local {
-        servers,
-        workers,
-        van,
-        port,
-        bin_dir,
-        worker_args,
-    } = cmd;
-    let code = match run(servers, workers, &van, port, bin_dir, &worker_args) {
+    let (servers, workers, van, port, worker_args) = match cmd {
+        Cmd::Node(node) => match *node {
+            NodeCmd::Scheduler(c) => exit_with("pslite-scheduler", run_scheduler(&c)),
+            NodeCmd::Server(c) => exit_with("pslite-server", run_server(&c)),
+            NodeCmd::Worker(c) => exit_with("pslite-worker", run_worker(&c)),
+        },
+        Cmd::Local {
+            servers,
+            workers,
+            van,
+            port,
+            worker_args,
+        } => (servers, workers, van, port, worker_args),
+    };
+    let code = match run(servers, workers, &van, port, &worker_args) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("pslite-launch: error: {e}");
@@ -74,13 +91,18 @@ fn main() {
 }
 
 fn spawn(
-    bin: &PathBuf,
+    exe: &PathBuf,
     name: &str,
     role: &str,
+    rank: Option<usize>,
     env: &[(&str, String)],
     args: &[String],
 ) -> Result<Proc, String> {
-    let mut cmd = Command::new(bin);
+    let mut cmd = Command::new(exe);
+    cmd.args(["node", role]);
+    if let Some(r) = rank {
+        cmd.env("PSLITE_RANK", r.to_string());
+    }
     cmd.args(args)
         .env("DMLC_ROLE", role)
         .stdin(Stdio::null())
@@ -97,13 +119,9 @@ fn spawn(
             Ok(())
         });
     }
-    let mut child = cmd.spawn().map_err(|e| {
-        format!(
-            "cannot start {} ({}): {e}; build it with `cargo build --release --bins`",
-            name,
-            bin.display()
-        )
-    })?;
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| format!("cannot start {name} ({}): {e}", exe.display()))?;
     let mut readers = Vec::new();
     for (stream, is_err) in [
         (
@@ -145,20 +163,12 @@ fn run(
     workers: usize,
     van: &str,
     port: Option<u16>,
-    bin_dir: Option<PathBuf>,
     worker_args: &[String],
 ) -> Result<i32, String> {
     if servers == 0 || workers == 0 {
         return Err("--servers and --workers must be at least 1".into());
     }
-    let dir = match bin_dir {
-        Some(d) => d,
-        None => std::env::current_exe()
-            .map_err(|e| format!("cannot locate this program: {e}"))?
-            .parent()
-            .map(PathBuf::from)
-            .ok_or("cannot locate this program's folder")?,
-    };
+    let exe = std::env::current_exe().map_err(|e| format!("cannot locate this program: {e}"))?;
     let port = match port {
         Some(p) => p,
         None => pslite::free_port().map_err(|e| e.to_string())?,
@@ -178,23 +188,19 @@ fn run(
             .map_err(|e| format!("cannot install the Ctrl-C handler: {e}"))?;
     }
     let mut procs: Vec<Proc> = Vec::new();
-    let mut start = |bin: &str, name: String, role: &str, args: &[String]| -> Result<(), String> {
-        let p = spawn(&dir.join(bin), &name, role, &env, args)?;
-        procs.push(p);
-        Ok(())
-    };
+    let mut start =
+        |name: String, role: &str, rank: Option<usize>, args: &[String]| -> Result<(), String> {
+            let p = spawn(&exe, &name, role, rank, &env, args)?;
+            procs.push(p);
+            Ok(())
+        };
     let started = (|| {
-        start("pslite-scheduler", "scheduler".into(), "scheduler", &[])?;
+        start("scheduler".into(), "scheduler", None, &[])?;
         for r in 0..servers {
-            start("pslite-server", format!("server {r}"), "server", &[])?;
+            start(format!("server {r}"), "server", Some(r), &[])?;
         }
         for r in 0..workers {
-            start(
-                "pslite-worker",
-                format!("worker {r}"),
-                "worker",
-                worker_args,
-            )?;
+            start(format!("worker {r}"), "worker", Some(r), worker_args)?;
         }
         Ok::<(), String>(())
     })();

@@ -14,6 +14,7 @@
 //! | `PS_TIMEOUT` | deadline of every wait: start-up, barrier, `wait(ts)` | seconds, > 0 | 60 |
 //! | `PS_HEARTBEAT_INTERVAL` | how often a node tells the scheduler it is alive | seconds, > 0 | 1 |
 //! | `PS_HEARTBEAT_TIMEOUT` | silence after which the scheduler declares a node lost | seconds, > 0 | 10 |
+//! | `PSLITE_RANK` | rank this server/worker asks for (the launcher sets it) | whole number | registration order |
 //!
 //! The listening address is `DMLC_NODE_HOST` if set, else the IPv4 address of `DMLC_INTERFACE`,
 //! else 127.0.0.1 when the scheduler is on loopback, else the first non-loopback IPv4 address.
@@ -56,6 +57,8 @@ pub struct Config {
     pub heartbeat_interval: Duration,
     /// Silence after which a node counts as lost.
     pub heartbeat_timeout: Duration,
+    /// The rank asked for (`PSLITE_RANK`), see [`crate::wire::Node::requested_rank`].
+    pub rank_hint: Option<u32>,
 }
 
 /// Values given as flags; each one, when `Some`, replaces its environment variable.
@@ -194,6 +197,17 @@ impl Config {
         let timeout = secs(&flags.timeout, "PS_TIMEOUT", "--timeout", 60.0)?;
         let heartbeat_interval = secs(&None, "PS_HEARTBEAT_INTERVAL", "(no flag)", 1.0)?;
         let heartbeat_timeout = secs(&None, "PS_HEARTBEAT_TIMEOUT", "(no flag)", 10.0)?;
+        let rank_hint = match lookup("PSLITE_RANK") {
+            None => None,
+            Some(s) => match s.trim().parse::<u32>() {
+                Ok(r) => Some(r),
+                _ => {
+                    return Err(Error::Config(format!(
+                        "PSLITE_RANK is {s:?}: expected a whole number ≥ 0"
+                    )))
+                }
+            },
+        };
         let node_host = match get(&flags.node_host, "DMLC_NODE_HOST") {
             Some(h) if !h.trim().is_empty() => h.trim().to_string(),
             _ => match get(&flags.interface, "DMLC_INTERFACE") {
@@ -214,6 +228,7 @@ impl Config {
             timeout,
             heartbeat_interval,
             heartbeat_timeout,
+            rank_hint,
         })
     }
 
@@ -291,6 +306,7 @@ impl Config {
             timeout: Duration::from_secs(60),
             heartbeat_interval: Duration::from_secs(1),
             heartbeat_timeout: Duration::from_secs(10),
+            rank_hint: None,
         }
     }
 }

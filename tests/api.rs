@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{cluster, cluster_with, cfg};
+use common::{cfg, cluster, cluster_with};
 use pslite::kv::{KVRequest, ReqMeta};
 use pslite::postoffice::WORKER_GROUP;
 use pslite::{Error, KVPairs, KVServer, KVWorker, Postoffice, RequestHandler, Role};
@@ -24,7 +24,9 @@ fn push_then_pull_sums_across_two_servers() {
     assert_eq!(got.keys, keys);
     assert_eq!(got.vals, vec![4.0, 8.0, 12.0, 16.0, 20.0, 24.0]);
     assert_eq!(got.lens, vec![1, 2, 3]);
-    let ts = kv.push_pull(&keys[1..2], &[0.5, 0.5], None).expect("push-pull");
+    let ts = kv
+        .push_pull(&keys[1..2], &[0.5, 0.5], None)
+        .expect("push-pull");
     assert_eq!(kv.take_pulled(ts).expect("pulled").vals, vec![8.5, 12.5]);
     drop(kv);
     c.finish();
@@ -34,14 +36,33 @@ fn push_then_pull_sums_across_two_servers() {
 fn callback_receives_pulled_pairs() {
     let c = cluster(1, 1, 20.0);
     let kv = KVWorker::<f32>::new(&c.workers[0], 0, 0).expect("worker");
-    kv.wait(kv.push(&[1, 2], &[3.0, 4.0], None).expect("push")).expect("wait");
+    kv.wait(kv.push(&[1, 2], &[3.0, 4.0], None).expect("push"))
+        .expect("wait");
     let (tx, rx) = crossbeam_channel::bounded(1);
-    kv.request(&[1, 2], &[], &[], false, true, 0, Some(Box::new(move |r| {
-        let _ = tx.send(r);
-    })))
+    kv.request(
+        &[1, 2],
+        &[],
+        &[],
+        false,
+        true,
+        0,
+        Some(Box::new(move |r| {
+            let _ = tx.send(r);
+        })),
+    )
     .expect("pull");
-    let got = rx.recv_timeout(Duration::from_secs(10)).expect("callback ran").expect("ok");
-    assert_eq!(got, KVPairs { keys: vec![1, 2], vals: vec![3.0, 4.0], lens: vec![1, 1] });
+    let got = rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("callback ran")
+        .expect("ok");
+    assert_eq!(
+        got,
+        KVPairs {
+            keys: vec![1, 2],
+            vals: vec![3.0, 4.0],
+            lens: vec![1, 1]
+        }
+    );
     drop(kv);
     c.finish();
 }
@@ -56,9 +77,18 @@ fn unsorted_and_duplicate_keys_are_refused() {
         "invalid argument: keys must be sorted and unique: keys[1] = 1 follows keys[0] = 3"
     );
     let err = kv.pull(&[2, 2]).expect_err("duplicate");
-    assert!(err.to_string().contains("keys[1] = 2 follows keys[0] = 2"), "{err}");
-    let err = kv.push(&[1, 2], &[1.0, 2.0, 3.0], None).expect_err("uneven");
-    assert!(err.to_string().contains("3 values do not split evenly over 2 keys"), "{err}");
+    assert!(
+        err.to_string().contains("keys[1] = 2 follows keys[0] = 2"),
+        "{err}"
+    );
+    let err = kv
+        .push(&[1, 2], &[1.0, 2.0, 3.0], None)
+        .expect_err("uneven");
+    assert!(
+        err.to_string()
+            .contains("3 values do not split evenly over 2 keys"),
+        "{err}"
+    );
     drop(kv);
     c.finish();
 }
@@ -67,8 +97,14 @@ fn unsorted_and_duplicate_keys_are_refused() {
 fn length_mismatch_is_an_error_reply_and_the_server_keeps_serving() {
     let c = cluster(1, 1, 20.0);
     let kv = KVWorker::<f32>::new(&c.workers[0], 0, 0).expect("worker");
-    kv.wait(kv.push(&[7], &[1.0, 1.0], None).expect("push")).expect("first push");
-    let err = kv.wait(kv.push(&[5, 7], &[9.0, 1.0, 1.0, 1.0], Some(&[1, 3])).expect("push")).expect_err("mismatch");
+    kv.wait(kv.push(&[7], &[1.0, 1.0], None).expect("push"))
+        .expect("first push");
+    let err = kv
+        .wait(
+            kv.push(&[5, 7], &[9.0, 1.0, 1.0, 1.0], Some(&[1, 3]))
+                .expect("push"),
+        )
+        .expect_err("mismatch");
     match &err {
         Error::Remote { node, message } => {
             assert_eq!(node, "server rank 0 (id 8)");
@@ -80,14 +116,19 @@ fn length_mismatch_is_an_error_reply_and_the_server_keeps_serving() {
         other => panic!("expected a remote error, got {other}"),
     }
     // Nothing of the refused request was applied (key 5 not created), and the server still serves.
-    let err = kv.wait(kv.pull(&[5]).expect("pull")).expect_err("never pushed");
+    let err = kv
+        .wait(kv.pull(&[5]).expect("pull"))
+        .expect_err("never pushed");
     assert!(err.to_string().contains("key 5 was never pushed"), "{err}");
     let mut out = [0.0f32; 2];
     kv.pull_into(&[7], &mut out).expect("pull");
     assert_eq!(out, [1.0, 1.0]);
     let mut short = [0.0f32; 1];
     let err = kv.pull_into(&[7], &mut short).expect_err("wrong buffer");
-    assert_eq!(err.to_string(), "invalid argument: pulled 2 values for 1 keys but the buffer holds 1");
+    assert_eq!(
+        err.to_string(),
+        "invalid argument: pulled 2 values for 1 keys but the buffer holds 1"
+    );
     drop(kv);
     c.finish();
 }
@@ -96,7 +137,9 @@ fn length_mismatch_is_an_error_reply_and_the_server_keeps_serving() {
 fn a_type_the_server_does_not_serve_is_an_error_naming_it() {
     let c = cluster(1, 1, 20.0);
     let kv = KVWorker::<f64>::new(&c.workers[0], 0, 0).expect("worker");
-    let err = kv.wait(kv.push(&[1], &[1.0], None).expect("push")).expect_err("no f64 server");
+    let err = kv
+        .wait(kv.push(&[1], &[1.0], None).expect("push"))
+        .expect_err("no f64 server");
     assert!(
         err.to_string().contains("no KVServer for app 0 with values of type f64 on server rank 0 (id 8) (it serves: f32)"),
         "{err}"
@@ -120,8 +163,14 @@ fn wait_has_a_deadline_naming_the_silent_server() {
     });
     let kv = KVWorker::<f32>::new(&c.workers[0], 0, 0).expect("worker");
     let t0 = Instant::now();
-    let err = kv.wait(kv.push(&[1], &[1.0], None).expect("push")).expect_err("too slow");
-    assert!(t0.elapsed() < Duration::from_secs(2), "waited {:?}", t0.elapsed());
+    let err = kv
+        .wait(kv.push(&[1], &[1.0], None).expect("push"))
+        .expect_err("too slow");
+    assert!(
+        t0.elapsed() < Duration::from_secs(2),
+        "waited {:?}",
+        t0.elapsed()
+    );
     assert_eq!(
         err.to_string(),
         "timed out: timestamp 0 (push of 1 keys): no answer within 1 s (PS_TIMEOUT) from server rank 0 (id 8)"
@@ -135,10 +184,19 @@ fn wait_has_a_deadline_naming_the_silent_server() {
 fn barrier_deadline_names_the_missing_worker() {
     let c = cluster(1, 2, 1.0);
     let t0 = Instant::now();
-    let err = c.workers[0].barrier(WORKER_GROUP).expect_err("the other worker never comes");
-    assert!(t0.elapsed() < Duration::from_secs(4), "waited {:?}", t0.elapsed());
+    let err = c.workers[0]
+        .barrier(WORKER_GROUP)
+        .expect_err("the other worker never comes");
+    assert!(
+        t0.elapsed() < Duration::from_secs(4),
+        "waited {:?}",
+        t0.elapsed()
+    );
     let other = pslite::wire::Node::describe(c.workers[1].my_id());
-    assert_eq!(err.to_string(), format!("timed out: barrier of group 4: no answer from {other}"));
+    assert_eq!(
+        err.to_string(),
+        format!("timed out: barrier of group 4: no answer from {other}")
+    );
     c.finish();
 }
 
@@ -146,8 +204,14 @@ fn barrier_deadline_names_the_missing_worker() {
 fn missing_scheduler_is_reported_within_the_deadline() {
     let port = pslite::free_port().expect("port");
     let t0 = Instant::now();
-    let err = Postoffice::start(cfg(Role::Worker, port, 1, 1, 1.0)).err().expect("no scheduler");
-    assert!(t0.elapsed() < Duration::from_secs(3), "waited {:?}", t0.elapsed());
+    let err = Postoffice::start(cfg(Role::Worker, port, 1, 1, 1.0))
+        .err()
+        .expect("no scheduler");
+    assert!(
+        t0.elapsed() < Duration::from_secs(3),
+        "waited {:?}",
+        t0.elapsed()
+    );
     assert_eq!(
         err.to_string(),
         format!(
@@ -159,8 +223,10 @@ fn missing_scheduler_is_reported_within_the_deadline() {
 #[test]
 fn scheduler_names_the_roles_that_did_not_register_and_tells_those_that_did() {
     let port = pslite::free_port().expect("port");
-    let sched = std::thread::spawn(move || Postoffice::start(cfg(Role::Scheduler, port, 1, 2, 1.5)).err());
-    let server = std::thread::spawn(move || Postoffice::start(cfg(Role::Server, port, 1, 2, 30.0)).err());
+    let sched =
+        std::thread::spawn(move || Postoffice::start(cfg(Role::Scheduler, port, 1, 2, 1.5)).err());
+    let server =
+        std::thread::spawn(move || Postoffice::start(cfg(Role::Server, port, 1, 2, 30.0)).err());
     let sched_err = sched.join().expect("no panic").expect("scheduler fails");
     assert_eq!(
         sched_err.to_string(),
@@ -169,7 +235,12 @@ fn scheduler_names_the_roles_that_did_not_register_and_tells_those_that_did() {
     let t0 = Instant::now();
     let server_err = server.join().expect("no panic").expect("server is told");
     assert!(t0.elapsed() < Duration::from_secs(5));
-    assert!(server_err.to_string().starts_with("scheduler (id 1) answered with an error: start-up: within"), "{server_err}");
+    assert!(
+        server_err
+            .to_string()
+            .starts_with("scheduler (id 1) answered with an error: start-up: within"),
+        "{server_err}"
+    );
 }
 
 #[test]
@@ -183,11 +254,14 @@ fn malformed_frames_are_dropped_and_the_server_keeps_serving() {
         .expect("server in table");
     let ctx = zmq::Context::new();
     let sock = ctx.socket(zmq::DEALER).expect("socket");
-    sock.connect(&format!("tcp://127.0.0.1:{}", server.port)).expect("connect");
+    sock.connect(&format!("tcp://127.0.0.1:{}", server.port))
+        .expect("connect");
     sock.send(&b"\xff\xff garbage"[..], 0).expect("send");
-    sock.send_multipart([&b"\x00"[..], &b"x"[..]], 0).expect("send");
+    sock.send_multipart([&b"\x00"[..], &b"x"[..]], 0)
+        .expect("send");
     std::thread::sleep(Duration::from_millis(200));
-    kv.wait(kv.push(&[1], &[2.0], None).expect("push")).expect("still serving");
+    kv.wait(kv.push(&[1], &[2.0], None).expect("push"))
+        .expect("still serving");
     let mut out = [0.0f32];
     kv.pull_into(&[1], &mut out).expect("pull");
     assert_eq!(out, [2.0]);
@@ -198,7 +272,10 @@ fn malformed_frames_are_dropped_and_the_server_keeps_serving() {
 #[test]
 fn workers_pushing_the_same_keys_get_the_sum() {
     let c = cluster_with(2, 3, 20.0, |po| {
-        Ok(Box::new(KVServer::<i64>::new(po, 0, pslite::DefaultHandler::new())?) as Box<dyn std::any::Any>)
+        Ok(
+            Box::new(KVServer::<i64>::new(po, 0, pslite::DefaultHandler::new())?)
+                as Box<dyn std::any::Any>,
+        )
     });
     let handles: Vec<_> = c
         .workers

@@ -2,6 +2,7 @@
 //! The binaries under `bin/` are thin command lines over these.
 
 pub mod bench;
+pub mod cli;
 pub mod kv_app;
 pub mod stats;
 

@@ -146,6 +146,7 @@ impl Postoffice {
             id: if is_scheduler { SCHEDULER } else { -1 },
             host,
             port,
+            requested_rank: if is_scheduler { None } else { cfg.rank_hint },
         };
         let po = Arc::new(Postoffice {
             ranges: range::server_key_ranges(cfg.num_servers),
@@ -677,22 +678,21 @@ impl Postoffice {
         if st.joining.len() < self.cfg.num_servers + self.cfg.num_workers {
             return;
         }
-        // Everyone is here: assign ids in order of registration.
+        // Everyone is here: assign ids.
         let me = self.me.read().map(|m| m.clone()).unwrap_or_default();
         let mut table = vec![me];
-        let (mut s, mut w) = (0, 0);
-        for n in std::mem::take(&mut st.joining) {
-            let id = match n.role {
-                Role::Server => {
-                    s += 1;
-                    Node::server_id(s - 1)
-                }
-                _ => {
-                    w += 1;
-                    Node::worker_id(w - 1)
-                }
-            };
-            table.push(Node { id, ..n });
+        let joined = std::mem::take(&mut st.joining);
+        for role in [Role::Server, Role::Worker] {
+            let of_role: Vec<&Node> = joined.iter().filter(|n| n.role == role).collect();
+            let ranks = assign_ranks(&of_role);
+            for (n, rank) in of_role.into_iter().zip(ranks) {
+                let id = if role == Role::Server {
+                    Node::server_id(rank)
+                } else {
+                    Node::worker_id(rank)
+                };
+                table.push(Node { id, ..n.clone() });
+            }
         }
         let now = Instant::now();
         for n in &table[1..] {
@@ -823,6 +823,30 @@ impl Postoffice {
         for o in outcomes {
             self.release(o);
         }
+    }
+}
+
+/// Ranks for the nodes of one role, in registration order: the requested ranks when they are a
+/// permutation of `0..n`, else `0, 1, 2, …`.
+fn assign_ranks(nodes: &[&Node]) -> Vec<usize> {
+    let n = nodes.len();
+    let asked: Vec<usize> = nodes
+        .iter()
+        .filter_map(|x| x.requested_rank)
+        .map(|r| r as usize)
+        .collect();
+    let mut seen = vec![false; n];
+    let valid = asked.len() == n
+        && asked
+            .iter()
+            .all(|&r| r < n && !std::mem::replace(&mut seen[r], true));
+    if valid {
+        asked
+    } else {
+        if !asked.is_empty() {
+            tracing::warn!("requested ranks {asked:?} are not a permutation of 0..{n}; using registration order");
+        }
+        (0..n).collect()
     }
 }
 

@@ -141,6 +141,7 @@ mod tests {
                         id: 8,
                         host: "127.0.0.1".into(),
                         port: 4242,
+                        requested_rank: Some(3),
                     }],
                     barrier_group: 7,
                     barrier_timeout_ms: 5,

@@ -56,6 +56,9 @@ pub struct Node {
     pub host: String,
     /// TCP port its van listens on.
     pub port: u16,
+    /// The rank this node asks for (`PSLITE_RANK`); honoured when every node of its role asks
+    /// for a distinct rank in range, else ranks follow the order of registration.
+    pub requested_rank: Option<u32>,
 }
 
 impl Node {

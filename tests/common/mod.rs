@@ -70,7 +70,9 @@ impl Cluster {
             f.join().expect("no panic").expect("worker finalizes");
         }
         for t in self.others {
-            t.join().expect("no panic").expect("scheduler/server finalize");
+            t.join()
+                .expect("no panic")
+                .expect("scheduler/server finalize");
         }
     }
 }

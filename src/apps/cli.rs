@@ -1,0 +1,111 @@
+//! The command lines of the three roles, shared by `pslite-scheduler`, `pslite-server`,
+//! `pslite-worker` and the launcher's `pslite-launch node ROLE` (which runs the same code, so a
+//! cluster starts from a single built binary).
+
+use super::{bench, init_logging, kv_app};
+use crate::config::Overrides;
+use crate::error::{Error, Result};
+use crate::{Config, DefaultHandler, KVServer, Postoffice, Role};
+use clap::{Args, Subcommand};
+
+/// Options of the scheduler.
+#[derive(Args, Clone, Debug)]
+pub struct SchedulerCli {
+    /// Cluster configuration (each flag overrides its DMLC_*/PS_* variable).
+    #[command(flatten)]
+    pub cfg: Overrides,
+}
+
+/// Options of a server.
+#[derive(Args, Clone, Debug)]
+pub struct ServerCli {
+    /// Cluster configuration (each flag overrides its DMLC_*/PS_* variable).
+    #[command(flatten)]
+    pub cfg: Overrides,
+}
+
+/// Options of a worker: the configuration and the application to run.
+#[derive(Args, Clone, Debug)]
+pub struct WorkerCli {
+    /// Cluster configuration (each flag overrides its DMLC_*/PS_* variable).
+    #[command(flatten)]
+    pub cfg: Overrides,
+    /// The application.
+    #[command(subcommand)]
+    pub app: WorkerApp,
+}
+
+/// Applications a worker runs.
+#[derive(Subcommand, Clone, Debug)]
+pub enum WorkerApp {
+    /// ps-lite's test_kv_app: pushes, a pull, push-pulls; checks the sums exactly.
+    KvApp(kv_app::KvAppArgs),
+    /// BytePS's test_benchmark: goodput and latency of push/pull modes.
+    Bench(bench::BenchArgs),
+}
+
+/// Runs the scheduler until every node finalized.
+///
+/// # Errors
+/// Configuration, start-up and barrier errors.
+pub fn run_scheduler(cli: &SchedulerCli) -> Result<()> {
+    let cfg = Config::from_env(Role::Scheduler, &cli.cfg)?;
+    init_logging(&cfg);
+    Postoffice::start(cfg)?.finalize()
+}
+
+/// Runs a server (application 0, default handler, every value type) until every worker
+/// finalized.
+///
+/// # Errors
+/// Configuration, start-up and barrier errors (a lost worker among them).
+pub fn run_server(cli: &ServerCli) -> Result<()> {
+    let cfg = Config::from_env(Role::Server, &cli.cfg)?;
+    init_logging(&cfg);
+    let po = Postoffice::start(cfg)?;
+    let _f32 = KVServer::<f32>::new(&po, 0, DefaultHandler::new())?;
+    let _f64 = KVServer::<f64>::new(&po, 0, DefaultHandler::new())?;
+    let _i32 = KVServer::<i32>::new(&po, 0, DefaultHandler::new())?;
+    let _i64 = KVServer::<i64>::new(&po, 0, DefaultHandler::new())?;
+    let _u8 = KVServer::<u8>::new(&po, 0, DefaultHandler::new())?;
+    let _u32 = KVServer::<u32>::new(&po, 0, DefaultHandler::new())?;
+    let _u64 = KVServer::<u64>::new(&po, 0, DefaultHandler::new())?;
+    po.finalize()
+}
+
+/// Runs a worker application, then finalizes (also after a failure, so that the other nodes
+/// are not left waiting for this one).
+///
+/// # Errors
+/// Configuration and start-up errors; the application's error (a kv-app mismatch among them).
+pub fn run_worker(cli: &WorkerCli) -> Result<()> {
+    let cfg = Config::from_env(Role::Worker, &cli.cfg)?;
+    init_logging(&cfg);
+    let po = Postoffice::start(cfg)?;
+    let result = match &cli.app {
+        WorkerApp::KvApp(a) => kv_app::run(&po, a).and_then(|rep| {
+            println!(
+                "worker {}: error: {}, {}",
+                po.my_rank(),
+                rep.push_errors,
+                rep.push_pull_errors
+            );
+            if rep.push_errors + rep.push_pull_errors > 0 {
+                return Err(Error::InvalidArgument(format!(
+                    "kv-app: {} values wrong after pushes, {} after push-pulls",
+                    rep.push_errors, rep.push_pull_errors
+                )));
+            }
+            Ok(())
+        }),
+        WorkerApp::Bench(a) => bench::run(&po, a).map(|rep| {
+            if a.json {
+                println!("{}", serde_json::to_string(&rep).unwrap_or_default());
+            } else {
+                println!("{}", rep.text());
+            }
+        }),
+    };
+    let fin = po.finalize();
+    result.and(fin)
+}

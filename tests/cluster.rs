@@ -1,0 +1,287 @@
+//! Real processes on loopback: the launcher, the binaries, kv-app, bench, and failures.
+
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+fn bin(name: &str) -> PathBuf {
+    let launch = PathBuf::from(env!("CARGO_BIN_EXE_pslite-launch"));
+    launch.with_file_name(name)
+}
+
+fn launch(servers: usize, workers: usize, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_pslite-launch"))
+        .args([
+            "local",
+            "--servers",
+            &servers.to_string(),
+            "--workers",
+            &workers.to_string(),
+            "--",
+        ])
+        .args(args)
+        .env("PS_TIMEOUT", "60")
+        .output()
+        .expect("launcher runs")
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+fn kv_app_ok(s: usize, w: usize, args: &[&str]) {
+    let mut all = vec!["kv-app"];
+    all.extend_from_slice(args);
+    let o = launch(s, w, &all);
+    let out = text(&o);
+    assert!(
+        o.status.success(),
+        "kv-app ({s},{w}) {args:?} failed:\n{out}"
+    );
+    for r in 0..w {
+        assert!(
+            out.contains(&format!("[worker {r}] worker {r}: error: 0, 0")),
+            "worker {r}:\n{out}"
+        );
+    }
+}
+
+#[test]
+fn kv_app_one_server_one_worker() {
+    kv_app_ok(1, 1, &[]);
+}
+
+#[test]
+fn kv_app_two_servers_two_workers() {
+    kv_app_ok(2, 2, &[]);
+}
+
+#[test]
+fn kv_app_two_servers_four_workers() {
+    kv_app_ok(2, 4, &[]);
+}
+
+#[test]
+fn kv_app_every_value_type() {
+    for dtype in ["f64", "i32", "i64", "u8", "u32", "u64"] {
+        kv_app_ok(
+            2,
+            2,
+            &[
+                "--dtype", dtype, "--keys", "2000", "--len", "3", "--repeat", "20",
+            ],
+        );
+    }
+}
+
+fn json_lines(o: &Output) -> Vec<serde_json::Value> {
+    String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .filter_map(|l| l.split_once("] ").map(|(_, rest)| rest.to_string()))
+        .filter_map(|l| serde_json::from_str(&l).ok())
+        .collect()
+}
+
+#[test]
+fn bench_every_mode_moves_and_verifies_bytes() {
+    for mode in ["push", "pull", "push-pull", "push-then-pull"] {
+        let o = launch(
+            2,
+            2,
+            &[
+                "bench",
+                "--mode",
+                mode,
+                "--len",
+                "65536",
+                "--keys-per-server",
+                "8",
+                "--seconds",
+                "2",
+                "--json",
+            ],
+        );
+        assert!(o.status.success(), "bench {mode}:\n{}", text(&o));
+        let runs = json_lines(&o);
+        assert_eq!(runs.len(), 2, "one JSON line per worker:\n{}", text(&o));
+        for r in runs {
+            let pushed = r["bytes_pushed"].as_u64().expect("bytes_pushed");
+            let pulled = r["bytes_pulled"].as_u64().expect("bytes_pulled");
+            let requests = r["requests"].as_u64().expect("requests");
+            assert_eq!(r["verified"], serde_json::Value::Bool(true));
+            assert!(requests >= 16 && requests % 16 == 0, "{r}");
+            assert!(r["goodput_gbps"].as_f64().expect("goodput") > 0.0);
+            assert!(r["p99_ms"].as_f64() >= r["p50_ms"].as_f64());
+            match mode {
+                "push" => assert_eq!((pushed, pulled), (requests * 65536, 0)),
+                "pull" => assert_eq!((pushed, pulled), (0, requests * 65536)),
+                "push-pull" => assert_eq!((pushed, pulled), (requests * 65536, requests * 65536)),
+                _ => assert_eq!(
+                    (pushed, pulled),
+                    (requests * 65536 / 2, requests * 65536 / 2)
+                ),
+            }
+        }
+    }
+}
+
+#[test]
+fn missing_and_garbled_variables_are_named() {
+    let run = |envs: &[(&str, &str)]| {
+        let mut c = Command::new(bin("pslite-worker"));
+        c.args(["kv-app"]).env_clear();
+        for (k, v) in envs {
+            c.env(k, v);
+        }
+        let o = c.output().expect("worker runs");
+        assert_eq!(o.status.code(), Some(1));
+        String::from_utf8_lossy(&o.stderr).to_string()
+    };
+    assert_eq!(
+        run(&[]).trim(),
+        "pslite-worker: error: DMLC_PS_ROOT_URI is not set (nor --root-uri given): expected an IP address or host name, e.g. 127.0.0.1"
+    );
+    let base = [
+        ("DMLC_PS_ROOT_URI", "127.0.0.1"),
+        ("DMLC_PS_ROOT_PORT", "9"),
+        ("DMLC_NUM_WORKER", "1"),
+    ];
+    let mut bad = base.to_vec();
+    bad.push(("DMLC_NUM_SERVER", "two"));
+    assert_eq!(
+        run(&bad).trim(),
+        "pslite-worker: error: DMLC_NUM_SERVER (or --num-servers) is \"two\": expected a whole number ≥ 1"
+    );
+    let mut bad = base.to_vec();
+    bad.extend([("DMLC_NUM_SERVER", "1"), ("DMLC_PS_VAN_TYPE", "rdma")]);
+    assert!(run(&bad).contains("this build has no RDMA van; use the ZMQ van"));
+}
+
+#[test]
+fn worker_without_scheduler_fails_within_the_deadline() {
+    let port = pslite::free_port().expect("port").to_string();
+    let t0 = Instant::now();
+    let o = Command::new(bin("pslite-worker"))
+        .args(["kv-app"])
+        .envs([
+            ("DMLC_PS_ROOT_URI", "127.0.0.1"),
+            ("DMLC_PS_ROOT_PORT", port.as_str()),
+            ("DMLC_NUM_SERVER", "1"),
+            ("DMLC_NUM_WORKER", "1"),
+            ("PS_TIMEOUT", "1"),
+        ])
+        .output()
+        .expect("worker runs");
+    assert!(
+        t0.elapsed() < Duration::from_secs(5),
+        "took {:?}",
+        t0.elapsed()
+    );
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        text(&o).contains(&format!(
+            "no answer from the scheduler at 127.0.0.1:{port} within 1 s"
+        )),
+        "{}",
+        text(&o)
+    );
+}
+
+#[test]
+fn launcher_stops_everyone_when_a_worker_fails() {
+    let port = pslite::free_port().expect("port");
+    let t0 = Instant::now();
+    let o = Command::new(env!("CARGO_BIN_EXE_pslite-launch"))
+        .args([
+            "local",
+            "--servers",
+            "2",
+            "--workers",
+            "2",
+            "--port",
+            &port.to_string(),
+            "--",
+            "kv-app",
+            "--keys",
+            "0",
+        ])
+        .output()
+        .expect("launcher runs");
+    assert!(
+        t0.elapsed() < Duration::from_secs(30),
+        "took {:?}",
+        t0.elapsed()
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(
+        text(&o).contains("--keys and --len must be at least 1"),
+        "{}",
+        text(&o)
+    );
+    assert!(text(&o).contains("stopping the others"), "{}", text(&o));
+    // No orphan keeps the scheduler's port.
+    std::thread::sleep(Duration::from_millis(200));
+    TcpListener::bind(("127.0.0.1", port)).expect("the scheduler is gone");
+}
+
+#[test]
+fn a_dead_worker_is_named_by_the_server_and_scheduler() {
+    let port = pslite::free_port().expect("port").to_string();
+    let env = |role: &str| {
+        vec![
+            ("DMLC_ROLE", role.to_string()),
+            ("DMLC_PS_ROOT_URI", "127.0.0.1".into()),
+            ("DMLC_PS_ROOT_PORT", port.clone()),
+            ("DMLC_NUM_SERVER", "1".into()),
+            ("DMLC_NUM_WORKER", "1".into()),
+            ("PS_HEARTBEAT_INTERVAL", "0.2".into()),
+            ("PS_HEARTBEAT_TIMEOUT", "2".into()),
+        ]
+    };
+    let spawn = |name: &str, role: &str, args: &[&str]| {
+        Command::new(bin(name))
+            .args(args)
+            .envs(env(role))
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn")
+    };
+    let sched = spawn("pslite-scheduler", "scheduler", &[]);
+    let server = spawn("pslite-server", "server", &[]);
+    let mut worker = spawn(
+        "pslite-worker",
+        "worker",
+        &["bench", "--len", "1024", "--seconds", "60"],
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    worker.kill().expect("kill worker");
+    let _ = worker.wait();
+    let t0 = Instant::now();
+    let s = server.wait_with_output().expect("server ends");
+    let c = sched.wait_with_output().expect("scheduler ends");
+    assert!(
+        t0.elapsed() < Duration::from_secs(20),
+        "took {:?}",
+        t0.elapsed()
+    );
+    let (s_err, c_err) = (
+        String::from_utf8_lossy(&s.stderr),
+        String::from_utf8_lossy(&c.stderr),
+    );
+    assert_eq!(s.status.code(), Some(1), "{s_err}");
+    assert_eq!(c.status.code(), Some(1), "{c_err}");
+    assert!(
+        s_err.contains("cannot complete: lost worker rank 0 (id 9)"),
+        "{s_err}"
+    );
+    assert!(
+        c_err.contains("cannot complete: lost worker rank 0 (id 9)"),
+        "{c_err}"
+    );
+}
