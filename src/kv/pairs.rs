@@ -119,13 +119,35 @@ pub fn decode<V: Value>(frames: &[Bytes]) -> Result<KVRequest<'_, V>, String> {
     Ok(KVRequest { keys, vals, lens })
 }
 
-/// The frames of `keys`, `vals`, `lens` (one copy each into a fresh buffer).
+/// A typed vector seen as bytes, so it can back a frame without a copy.
+struct PodVec<T>(Vec<T>);
+
+impl<T: bytemuck::Pod> AsRef<[u8]> for PodVec<T> {
+    fn as_ref(&self) -> &[u8] {
+        bytemuck::cast_slice(&self.0)
+    }
+}
+
+/// A frame owning `v` (no copy).
+pub fn frame_of<T: bytemuck::Pod + Send + Sync>(v: Vec<T>) -> Bytes {
+    if v.is_empty() {
+        return Bytes::new();
+    }
+    Bytes::from_owner(PodVec(v))
+}
+
+/// The frames of borrowed `keys`, `vals`, `lens` (one copy each into a fresh buffer).
 pub fn encode<V: Value>(keys: &[Key], vals: &[V], lens: &[u32]) -> Vec<Bytes> {
     vec![
-        Bytes::from(bytemuck::cast_slice::<Key, u8>(keys).to_vec()),
-        Bytes::from(bytemuck::cast_slice::<V, u8>(vals).to_vec()),
-        Bytes::from(bytemuck::cast_slice::<u32, u8>(lens).to_vec()),
+        Bytes::copy_from_slice(bytemuck::cast_slice::<Key, u8>(keys)),
+        Bytes::copy_from_slice(bytemuck::cast_slice::<V, u8>(vals)),
+        Bytes::copy_from_slice(bytemuck::cast_slice::<u32, u8>(lens)),
     ]
+}
+
+/// The frames of owned pairs (no copy).
+pub fn encode_owned<V: Value>(p: KVPairs<V>) -> Vec<Bytes> {
+    vec![frame_of(p.keys), frame_of(p.vals), frame_of(p.lens)]
 }
 
 #[cfg(test)]

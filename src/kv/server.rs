@@ -1,7 +1,7 @@
 //! `KVServer`: answers the requests of one application for one value type, through a
 //! [`RequestHandler`] (ps-lite's `KVServer<Val>` and `KVServerDefaultHandle`).
 
-use super::pairs::{decode, encode, KVPairs, KVRequest};
+use super::pairs::{decode, encode_owned, KVPairs, KVRequest};
 use super::value::Value;
 use super::Key;
 use crate::error::Result;
@@ -149,7 +149,7 @@ impl<V: Value> KVServer<V> {
                 });
                 let mut reply = Message::new(reply_meta(m));
                 match result {
-                    Ok(res) if m.pull => reply.data = encode(&res.keys, &res.vals, &res.lens),
+                    Ok(res) if m.pull => reply.data = encode_owned(res),
                     Ok(_) => {}
                     Err(e) => reply.meta.error = Some(e),
                 }

@@ -1,7 +1,7 @@
 //! The ZMQ van: one ROUTER socket receives from every peer, one DEALER socket per peer sends
 //! (as ps-lite's `ZMQVan`). Frames are a bincode [`crate::wire::Meta`] and raw payload frames; large
-//! payloads move without a user-space copy in either direction (`zmq_msg_init_data` on send,
-//! the received `zmq_msg_t` kept as the frame's storage on receive).
+//! payloads move without a user-space copy in either direction (`zmq_msg_init_data` over the
+//! frame's `Bytes` on send, the received `zmq_msg_t` kept as the frame's storage on receive).
 
 use super::Van;
 use crate::error::{Error, Result};
@@ -21,6 +21,47 @@ impl AsRef<[u8]> for ZmqFrame {
     fn as_ref(&self) -> &[u8] {
         &self.0
     }
+}
+
+/// Called by libzmq's IO thread when it is done with a frame: drops the `Bytes` that kept it.
+unsafe extern "C" fn free_bytes(_data: *mut std::ffi::c_void, hint: *mut std::ffi::c_void) {
+    // SAFETY: `hint` is the `Box<Bytes>` leaked by `send_frame`, handed back exactly once.
+    drop(unsafe { Box::from_raw(hint as *mut Bytes) });
+}
+
+/// Sends one frame without copying it: libzmq reads the `Bytes`' memory and releases it through
+/// `free_bytes` when the frame has left.
+fn send_frame(
+    sock: &mut zmq::Socket,
+    frame: Bytes,
+    flags: i32,
+) -> std::result::Result<(), zmq::Error> {
+    let mut msg = std::mem::MaybeUninit::<zmq_sys::zmq_msg_t>::uninit();
+    let len = frame.len();
+    let data = frame.as_ptr() as *mut std::ffi::c_void;
+    let hint = Box::into_raw(Box::new(frame));
+    // SAFETY: `msg` is initialised by zmq_msg_init_data before use and closed on failure; the
+    // data pointer stays valid while `hint` (which owns it) is alive; the socket pointer comes
+    // from a live socket we hold exclusively.
+    unsafe {
+        if zmq_sys::zmq_msg_init_data(
+            msg.as_mut_ptr(),
+            data,
+            len,
+            Some(free_bytes),
+            hint as *mut _,
+        ) != 0
+        {
+            drop(Box::from_raw(hint));
+            return Err(zmq::Error::from_raw(zmq_sys::zmq_errno()));
+        }
+        if zmq_sys::zmq_msg_send(msg.as_mut_ptr(), sock.as_mut_ptr(), flags) == -1 {
+            let e = zmq::Error::from_raw(zmq_sys::zmq_errno());
+            zmq_sys::zmq_msg_close(msg.as_mut_ptr());
+            return Err(e);
+        }
+    }
+    Ok(())
 }
 
 /// The ZMQ van.
@@ -132,7 +173,7 @@ impl Van for ZmqVan {
         let recver = msg.meta.recver;
         let head = encode_meta(&mut msg)?;
         let sock = self.sender(recver)?;
-        let sock = sock.lock().map_err(|_| Error::Stopped)?;
+        let mut sock = sock.lock().map_err(|_| Error::Stopped)?;
         let total = head.len() + msg.data_bytes();
         let last = msg.data.len();
         let flag = |i: usize| if i < last { zmq::SNDMORE } else { 0 };
@@ -146,10 +187,7 @@ impl Van for ZmqVan {
         };
         sock.send(zmq::Message::from(head), flag(0)).map_err(fail)?;
         for (i, frame) in msg.data.into_iter().enumerate() {
-            // `Vec::from(Bytes)` reuses a uniquely owned vector; zmq then takes it without a copy.
-            let v: Vec<u8> = Vec::from(frame);
-            sock.send(zmq::Message::from(v), flag(i + 1))
-                .map_err(fail)?;
+            send_frame(&mut sock, frame, flag(i + 1)).map_err(fail)?;
         }
         Ok(total)
     }
