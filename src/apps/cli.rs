@@ -2,7 +2,7 @@
 //! `pslite-worker` and the launcher's `pslite-launch node ROLE` (which runs the same code, so a
 //! cluster starts from a single built binary).
 
-use super::{bench, init_logging, kv_app};
+use super::{bench, init_logging, kv_app, lr};
 use crate::config::Overrides;
 use crate::error::{Error, Result};
 use crate::{Config, DefaultHandler, KVServer, Postoffice, Role};
@@ -42,6 +42,8 @@ pub enum WorkerApp {
     KvApp(kv_app::KvAppArgs),
     /// BytePS's test_benchmark: goodput and latency of push/pull modes.
     Bench(bench::BenchArgs),
+    /// Distributed sparse logistic regression on LIBSVM data (worker 0 reports per epoch).
+    Lr(lr::LrArgs),
 }
 
 /// Runs the scheduler until every node finalized.
@@ -54,8 +56,8 @@ pub fn run_scheduler(cli: &SchedulerCli) -> Result<()> {
     Postoffice::start(cfg)?.finalize()
 }
 
-/// Runs a server (application 0, default handler, every value type) until every worker
-/// finalized.
+/// Runs a server until every worker finalized: application 0 with the default handler for
+/// every value type, and application [`lr::LR_APP`] with the logistic-regression optimizer.
 ///
 /// # Errors
 /// Configuration, start-up and barrier errors (a lost worker among them).
@@ -70,6 +72,7 @@ pub fn run_server(cli: &ServerCli) -> Result<()> {
     let _u8 = KVServer::<u8>::new(&po, 0, DefaultHandler::new())?;
     let _u32 = KVServer::<u32>::new(&po, 0, DefaultHandler::new())?;
     let _u64 = KVServer::<u64>::new(&po, 0, DefaultHandler::new())?;
+    let _lr = KVServer::<f32>::new(&po, lr::LR_APP, lr::OptimizerHandler::new())?;
     po.finalize()
 }
 
@@ -105,6 +108,14 @@ pub fn run_worker(cli: &WorkerCli) -> Result<()> {
                 println!("{}", rep.text());
             }
         }),
+        WorkerApp::Lr(a) => lr::run(&po, a, |rep| {
+            if a.json {
+                println!("{}", serde_json::to_string(rep).unwrap_or_default());
+            } else {
+                println!("{}", rep.text());
+            }
+        })
+        .map(|_| ()),
     };
     let fin = po.finalize();
     result.and(fin)

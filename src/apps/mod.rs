@@ -4,6 +4,7 @@
 pub mod bench;
 pub mod cli;
 pub mod kv_app;
+pub mod lr;
 pub mod stats;
 
 use crate::config::Config;

@@ -1,0 +1,285 @@
+//! `lr`: distributed sparse logistic regression, the workload ps-lite was built for.
+//!
+//! Each worker reads its shard of a LIBSVM training file (row r goes to worker r mod W). Per
+//! minibatch it pulls the weights of the feature ids the batch touches (plus the bias), computes
+//! the logistic-loss gradient, and pushes it; the servers' [`OptimizerHandler`] applies SGD or
+//! AdaGrad. Feature id f is key `f.reverse_bits()` (the bias is feature 0, key 0), which spreads
+//! the features over the servers' key ranges.
+//!
+//! Sync mode: a barrier of the workers ends every epoch, so every push of an epoch is applied
+//! before the next epoch's first pull (and before worker 0 evaluates). Async mode (`--async`):
+//! no barriers until the end. Worker 0 prints test accuracy, log-loss and examples/s per epoch.
+
+pub mod libsvm;
+pub mod optimizer;
+
+pub use libsvm::Dataset;
+pub use optimizer::{OptConfig, Optimizer, OptimizerHandler, CMD_CONFIG, CMD_GRADIENT};
+
+use crate::error::{Error, Result};
+use crate::kv::{KVWorker, Key};
+use crate::postoffice::{Postoffice, WORKER_GROUP};
+use std::collections::HashMap;
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// The application id of logistic regression (the servers run [`OptimizerHandler`] on it).
+pub const LR_APP: i32 = 1;
+
+/// Options of `lr`.
+#[derive(Clone, Debug, clap::Args)]
+pub struct LrArgs {
+    /// Training data, LIBSVM format (`label idx:val …`; labels ±1 or 0/1).
+    #[arg(long)]
+    pub train: PathBuf,
+    /// Test data, LIBSVM format; evaluated by worker 0 after every epoch.
+    #[arg(long)]
+    pub test: PathBuf,
+    /// Passes over the training data.
+    #[arg(long, default_value_t = 5)]
+    pub epochs: usize,
+    /// Rows per minibatch (per worker).
+    #[arg(long, default_value_t = 100)]
+    pub batch: usize,
+    /// Update rule on the servers.
+    #[arg(long, value_enum, default_value = "adagrad")]
+    pub optimizer: Optimizer,
+    /// Step size.
+    #[arg(long, default_value_t = 0.1)]
+    pub learning_rate: f32,
+    /// L2 penalty.
+    #[arg(long, default_value_t = 0.0)]
+    pub l2: f32,
+    /// No barrier between epochs (asynchronous SGD).
+    #[arg(long = "async")]
+    pub asynchronous: bool,
+    /// Print one JSON object per epoch.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Figures of one epoch, as worker 0 measured them.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct EpochReport {
+    /// 1-based epoch.
+    pub epoch: usize,
+    /// Fraction of test rows classified right (threshold 0.5).
+    pub accuracy: f64,
+    /// Mean logistic loss on the test rows (natural log).
+    pub logloss: f64,
+    /// Training rows per second over all workers (worker 0's rows × workers / its epoch time).
+    pub examples_per_s: f64,
+    /// Seconds of the epoch on worker 0.
+    pub seconds: f64,
+    /// "sync" or "async".
+    pub mode: &'static str,
+    /// Update rule.
+    pub optimizer: Optimizer,
+    /// Workers.
+    pub workers: usize,
+    /// Servers.
+    pub servers: usize,
+}
+
+impl EpochReport {
+    /// One line of text.
+    pub fn text(&self) -> String {
+        format!(
+            "epoch {}: test accuracy {:.4}, log-loss {:.4}, {:.0} examples/s ({}, {:?}, {} workers, {} servers)",
+            self.epoch, self.accuracy, self.logloss, self.examples_per_s, self.mode, self.optimizer, self.workers, self.servers
+        )
+    }
+}
+
+/// The key of feature id `f` (0 is the bias).
+pub fn key_of(f: u32) -> Key {
+    (f as u64).reverse_bits()
+}
+
+fn sigmoid(z: f32) -> f32 {
+    1.0 / (1.0 + (-z).exp())
+}
+
+/// Sorted keys of `ids` (bias included) and, for each id, the position of its key.
+fn keys_for(ids: impl Iterator<Item = u32>) -> (Vec<Key>, HashMap<u32, usize>) {
+    let mut pairs: Vec<(Key, u32)> = std::iter::once(0)
+        .chain(ids)
+        .map(|f| (key_of(f), f))
+        .collect();
+    pairs.sort_unstable();
+    pairs.dedup();
+    let pos = pairs
+        .iter()
+        .enumerate()
+        .map(|(i, &(_, f))| (f, i))
+        .collect();
+    (pairs.into_iter().map(|(k, _)| k).collect(), pos)
+}
+
+/// Accuracy and mean log-loss of weights `w` (indexed through `pos`) on `data`.
+pub fn evaluate(data: &Dataset, w: &[f32], pos: &HashMap<u32, usize>) -> (f64, f64) {
+    let (mut right, mut loss) = (0usize, 0f64);
+    let bias = pos.get(&0).map_or(0.0, |&i| w[i]);
+    for r in 0..data.rows() {
+        let (ids, vals) = data.row(r);
+        let z = bias
+            + ids
+                .iter()
+                .zip(vals)
+                .map(|(f, v)| pos.get(f).map_or(0.0, |&i| w[i]) * v)
+                .sum::<f32>();
+        let p = sigmoid(z).clamp(1e-7, 1.0 - 1e-7) as f64;
+        let y = data.labels[r] as f64;
+        right += usize::from((p >= 0.5) == (y == 1.0));
+        loss -= y * p.ln() + (1.0 - y) * (1.0 - p).ln();
+    }
+    let n = data.rows().max(1) as f64;
+    (right as f64 / n, loss / n)
+}
+
+/// Trains on this worker's shard; worker 0 evaluates and calls `report` after every epoch.
+///
+/// # Errors
+/// Unreadable or malformed data (naming file and line), bad options, transport and server
+/// errors.
+pub fn run(
+    po: &Arc<Postoffice>,
+    a: &LrArgs,
+    mut report: impl FnMut(&EpochReport),
+) -> Result<Vec<EpochReport>> {
+    if a.batch == 0 || a.epochs == 0 {
+        return Err(Error::InvalidArgument(
+            "--batch and --epochs must be at least 1".into(),
+        ));
+    }
+    let cfg = OptConfig {
+        optimizer: a.optimizer,
+        learning_rate: a.learning_rate,
+        l2: a.l2,
+    };
+    OptConfig::decode(&cfg.encode()).map_err(Error::InvalidArgument)?;
+    let (rank, w_count) = (po.my_rank(), po.num_workers());
+    let train = Dataset::read(&a.train, |r| r % w_count == rank)?;
+    let test = if rank == 0 {
+        Some(Dataset::read(&a.test, |_| true)?)
+    } else {
+        None
+    };
+    let kv = KVWorker::<f32>::new(po, LR_APP, 0)?;
+
+    // Configure the optimizer on every server.
+    let server_keys: Vec<Key> = po.server_key_ranges().iter().map(|r| r.begin).collect();
+    let cfg_vals: Vec<f32> = server_keys.iter().flat_map(|_| cfg.encode()).collect();
+    let lens = vec![3u32; server_keys.len()];
+    kv.wait(kv.request(
+        &server_keys,
+        &cfg_vals,
+        &lens,
+        true,
+        false,
+        CMD_CONFIG,
+        None,
+    )?)?;
+
+    let test_keys = test.as_ref().map(|t| keys_for(t.idx.iter().copied()));
+    let batches = train.rows().div_ceil(a.batch);
+    let bar = if rank == 0 && std::io::stderr().is_terminal() {
+        indicatif::ProgressBar::new((batches * a.epochs) as u64)
+    } else {
+        indicatif::ProgressBar::hidden()
+    };
+    let mut reports = Vec::new();
+    let mut w = Vec::new();
+    let mut grad = Vec::new();
+    for epoch in 1..=a.epochs {
+        let t0 = Instant::now();
+        for b in 0..batches {
+            let rows = b * a.batch..((b + 1) * a.batch).min(train.rows());
+            let (keys, pos) = keys_for(rows.clone().flat_map(|r| train.row(r).0.iter().copied()));
+            w.resize(keys.len(), 0.0);
+            kv.pull_into(&keys, &mut w)?;
+            grad.clear();
+            grad.resize(keys.len(), 0.0f32);
+            let bias = pos[&0];
+            for r in rows.clone() {
+                let (ids, vals) = train.row(r);
+                let z = w[bias]
+                    + ids
+                        .iter()
+                        .zip(vals)
+                        .map(|(f, v)| w[pos[f]] * v)
+                        .sum::<f32>();
+                let err = sigmoid(z) - train.labels[r];
+                grad[bias] += err;
+                for (f, v) in ids.iter().zip(vals) {
+                    grad[pos[f]] += err * v;
+                }
+            }
+            let scale = 1.0 / rows.len() as f32;
+            grad.iter_mut().for_each(|g| *g *= scale);
+            kv.wait(kv.request(&keys, &grad, &[], true, false, CMD_GRADIENT, None)?)?;
+            bar.inc(1);
+        }
+        let seconds = t0.elapsed().as_secs_f64();
+        let last = epoch == a.epochs;
+        if !a.asynchronous || last {
+            po.barrier(WORKER_GROUP)?;
+        }
+        if let (Some(test), Some((keys, pos))) = (&test, &test_keys) {
+            let mut tw = vec![0.0f32; keys.len()];
+            kv.pull_into(keys, &mut tw)?;
+            let (accuracy, logloss) = evaluate(test, &tw, pos);
+            let rep = EpochReport {
+                epoch,
+                accuracy,
+                logloss,
+                examples_per_s: (train.rows() * w_count) as f64 / seconds.max(1e-9),
+                seconds,
+                mode: if a.asynchronous { "async" } else { "sync" },
+                optimizer: a.optimizer,
+                workers: w_count,
+                servers: po.num_servers(),
+            };
+            bar.suspend(|| report(&rep));
+            reports.push(rep);
+        }
+        if !a.asynchronous {
+            // Worker 0 evaluates the epoch's weights before anyone pushes again.
+            po.barrier(WORKER_GROUP)?;
+        }
+    }
+    bar.finish_and_clear();
+    Ok(reports)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_spread_and_positions_follow_sorted_keys() {
+        let (keys, pos) = keys_for([3u32, 1, 3, 2].into_iter());
+        assert_eq!(keys.len(), 4);
+        assert!(keys.windows(2).all(|w| w[0] < w[1]));
+        for (f, i) in pos {
+            assert_eq!(keys[i], key_of(f));
+        }
+        assert_eq!(key_of(0), 0);
+        assert_eq!(key_of(1), 1 << 63);
+    }
+
+    #[test]
+    fn evaluate_by_hand() {
+        let d = Dataset::parse("1 1:1\n-1 2:1\n", "t", |_| true).expect("valid");
+        let (keys, pos) = keys_for([1u32, 2].into_iter());
+        let mut w = vec![0.0; keys.len()];
+        w[pos[&1]] = 2.0;
+        w[pos[&2]] = -2.0;
+        let (acc, loss) = evaluate(&d, &w, &pos);
+        assert_eq!(acc, 1.0);
+        let expected = -(sigmoid(2.0) as f64).ln();
+        assert!((loss - expected).abs() < 1e-6, "{loss} vs {expected}");
+    }
+}
