@@ -63,8 +63,8 @@ impl Dataset {
             let mut parts = line.split_whitespace();
             let label_s = parts.next().unwrap_or("");
             let label = match label_s.parse::<f32>() {
-                Ok(l) if l == 1.0 => 1.0,
-                Ok(l) if l == -1.0 || l == 0.0 => 0.0,
+                Ok(1.0) => 1.0,
+                Ok(-1.0) | Ok(0.0) => 0.0,
                 _ => {
                     return Err(bad(format!(
                         "bad label {label_s:?}: expected +1, -1, 1 or 0"

@@ -63,7 +63,7 @@ impl OptConfig {
             1 => Optimizer::Adagrad,
             _ => return Err(format!("unknown optimizer code {o}")),
         };
-        if !(*lr > 0.0 && lr.is_finite()) || !(*l2 >= 0.0 && l2.is_finite()) {
+        if !(*lr > 0.0 && lr.is_finite() && *l2 >= 0.0 && l2.is_finite()) {
             return Err(format!(
                 "bad hyperparameters: learning rate {lr} (> 0), l2 {l2} (≥ 0)"
             ));
