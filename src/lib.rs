@@ -48,6 +48,7 @@ pub mod config;
 pub mod error;
 pub mod kv;
 pub mod postoffice;
+pub mod rendezvous;
 pub mod van;
 pub mod wire;
 
