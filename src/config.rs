@@ -14,6 +14,8 @@
 //! | `PS_TIMEOUT` | deadline of every wait: start-up, barrier, `wait(ts)` | seconds, > 0 | 60 |
 //! | `PS_HEARTBEAT_INTERVAL` | how often a node tells the scheduler it is alive | seconds, > 0 | 1 |
 //! | `PS_HEARTBEAT_TIMEOUT` | silence after which the scheduler declares a node lost | seconds, > 0 | 10 |
+//! | `PS_DATA_VALIDATION` | rendezvous pulls carry and check a crc32c of the content | 0 or 1 | 0 |
+//! | `PS_POOL_BYTES` | size of the registered memory pool for zero-copy pulls | bytes | 268435456 |
 //! | `PSLITE_RANK` | rank this server/worker asks for (the launcher sets it) | whole number | registration order |
 //!
 //! The listening address is `DMLC_NODE_HOST` if set, else the IPv4 address of `DMLC_INTERFACE`,
@@ -22,6 +24,9 @@
 use crate::error::{Error, Result};
 use crate::wire::Role;
 use std::time::Duration;
+
+/// Default size of the registered memory pool: 256 MiB (reserved, touched only when used).
+pub const DEFAULT_POOL_BYTES: usize = 256 << 20;
 
 /// Which van moves the messages.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -59,6 +64,10 @@ pub struct Config {
     pub heartbeat_timeout: Duration,
     /// The rank asked for (`PSLITE_RANK`), see [`crate::wire::Node::requested_rank`].
     pub rank_hint: Option<u32>,
+    /// Rendezvous pulls carry and check a crc32c of the content (`PS_DATA_VALIDATION=1`).
+    pub data_validation: bool,
+    /// Bytes of the registered memory pool (`PS_POOL_BYTES`).
+    pub pool_bytes: usize,
 }
 
 /// Values given as flags; each one, when `Some`, replaces its environment variable.
@@ -208,6 +217,26 @@ impl Config {
                 }
             },
         };
+        let data_validation = match lookup("PS_DATA_VALIDATION").as_deref().map(str::trim) {
+            None | Some("0") | Some("") => false,
+            Some("1") => true,
+            Some(other) => {
+                return Err(Error::Config(format!(
+                    "PS_DATA_VALIDATION is {other:?}: expected 0 or 1"
+                )))
+            }
+        };
+        let pool_bytes = match lookup("PS_POOL_BYTES") {
+            None => DEFAULT_POOL_BYTES,
+            Some(s) => match s.trim().parse::<usize>() {
+                Ok(b) if b >= 4096 => b,
+                _ => {
+                    return Err(Error::Config(format!(
+                        "PS_POOL_BYTES is {s:?}: expected a number of bytes ≥ 4096"
+                    )))
+                }
+            },
+        };
         let node_host = match get(&flags.node_host, "DMLC_NODE_HOST") {
             Some(h) if !h.trim().is_empty() => h.trim().to_string(),
             _ => match get(&flags.interface, "DMLC_INTERFACE") {
@@ -229,6 +258,8 @@ impl Config {
             heartbeat_interval,
             heartbeat_timeout,
             rank_hint,
+            data_validation,
+            pool_bytes,
         })
     }
 
@@ -307,6 +338,8 @@ impl Config {
             heartbeat_interval: Duration::from_secs(1),
             heartbeat_timeout: Duration::from_secs(10),
             rank_hint: None,
+            data_validation: false,
+            pool_bytes: DEFAULT_POOL_BYTES,
         }
     }
 }
@@ -372,6 +405,8 @@ mod tests {
             ("DMLC_PS_VAN_TYPE", "tcp", "expected zmq or rdma"),
             ("PS_VERBOSE", "9", "expected 0, 1, 2 or 3"),
             ("PS_TIMEOUT", "0", "expected a number of seconds > 0"),
+            ("PS_DATA_VALIDATION", "yes", "expected 0 or 1"),
+            ("PS_POOL_BYTES", "12", "expected a number of bytes ≥ 4096"),
             (
                 "DMLC_ROLE",
                 "server",

@@ -6,7 +6,10 @@ use super::value::Value;
 use super::Key;
 use crate::error::Result;
 use crate::postoffice::{reply_meta, Customer, Postoffice, Route};
+use crate::rendezvous::responder::Lookup;
+use crate::rendezvous::{RespAction, Responder, RvMessage, TensorMeta, HEAD_RV, HEAD_RV_WRITE};
 use crate::wire::{Message, Node, NodeId};
+use bytes::Bytes;
 use std::collections::HashMap;
 use std::marker::PhantomData;
 use std::sync::Arc;
@@ -35,6 +38,18 @@ pub trait RequestHandler<V: Value>: Send + 'static {
     /// # Errors
     /// A text naming what was wrong; the server goes on serving.
     fn handle(&mut self, meta: &ReqMeta, req: KVRequest<'_, V>) -> Result<KVPairs<V>, String>;
+
+    /// Whether [`value`](Self::value) shows stored values, so that zero-copy (rendezvous) pulls
+    /// can be served. Default: no (such pulls get ERROR_STATUS).
+    fn serves_values(&self) -> bool {
+        false
+    }
+
+    /// The current value of `key`, `None` if it has none yet (a rendezvous pull then waits for
+    /// the first push of the key: tag matching).
+    fn value(&self, _key: Key) -> Option<&[V]> {
+        None
+    }
 }
 
 /// Sums pushes into a store; answers pulls from it (ps-lite's `KVServerDefaultHandle`).
@@ -62,6 +77,14 @@ impl<V: Value> DefaultHandler<V> {
 }
 
 impl<V: Value> RequestHandler<V> for DefaultHandler<V> {
+    fn serves_values(&self) -> bool {
+        true
+    }
+
+    fn value(&self, key: Key) -> Option<&[V]> {
+        self.get(key)
+    }
+
     fn handle(&mut self, meta: &ReqMeta, req: KVRequest<'_, V>) -> Result<KVPairs<V>, String> {
         if meta.push {
             let lens = req.key_lens();
@@ -116,7 +139,8 @@ pub struct KVServer<V: Value> {
 }
 
 impl<V: Value> KVServer<V> {
-    /// Serves application `app_id`'s requests carrying `V` values with `handler`.
+    /// Serves application `app_id`'s requests carrying `V` values with `handler`, and
+    /// rendezvous (zero-copy) pulls of the values the handler shows.
     ///
     /// # Errors
     /// [`crate::Error::InvalidArgument`] if this process already serves (`app_id`, `V`).
@@ -126,6 +150,7 @@ impl<V: Value> KVServer<V> {
         mut handler: impl RequestHandler<V>,
     ) -> Result<KVServer<V>> {
         let po2 = po.clone();
+        let mut rv = Responder::new(V::DTYPE, po.config().data_validation);
         let customer = Customer::new(
             po,
             Route::Server {
@@ -133,6 +158,10 @@ impl<V: Value> KVServer<V> {
                 dtype: V::DTYPE,
             },
             move |msg: Message| {
+                if msg.meta.head == HEAD_RV {
+                    serve_rendezvous(&po2, &mut rv, &handler, msg);
+                    return;
+                }
                 let m = &msg.meta;
                 let rm = ReqMeta {
                     cmd: m.head,
@@ -141,9 +170,13 @@ impl<V: Value> KVServer<V> {
                     sender: m.sender,
                     timestamp: m.timestamp,
                 };
+                let mut pushed = Vec::new();
                 let result = decode::<V>(&msg.data).and_then(|req| {
                     if m.push && req.vals.is_empty() && !req.keys.is_empty() {
                         return Err("push without values".to_string());
+                    }
+                    if m.push && rv.has_parked() {
+                        pushed = req.keys.to_vec();
                     }
                     handler.handle(&rm, req)
                 });
@@ -156,11 +189,96 @@ impl<V: Value> KVServer<V> {
                 if let Err(e) = po2.send(reply) {
                     tracing::warn!("cannot answer {}: {e}", Node::describe(m.sender));
                 }
+                // Rendezvous pulls that waited for these keys (tag matching).
+                for key in pushed {
+                    let actions = rv.on_value_ready(key, |k| lookup(&handler, k));
+                    run_actions(&po2, m, &handler, actions);
+                }
             },
         )?;
         Ok(KVServer {
             _customer: customer,
             _v: PhantomData,
         })
+    }
+}
+
+fn lookup<V: Value>(handler: &impl RequestHandler<V>, key: Key) -> Lookup<'_> {
+    handler.value(key).map(|v| {
+        (
+            TensorMeta::of(V::DTYPE, v.len() as u64),
+            bytemuck::cast_slice::<V, u8>(v),
+        )
+    })
+}
+
+fn serve_rendezvous<V: Value>(
+    po: &Postoffice,
+    rv: &mut Responder,
+    handler: &impl RequestHandler<V>,
+    msg: Message,
+) {
+    let m = &msg.meta;
+    let decoded = msg
+        .data
+        .first()
+        .ok_or_else(|| "rendezvous message without a body".to_string())
+        .and_then(|b| RvMessage::decode(b));
+    let rvmsg = match decoded {
+        Ok(x) => x,
+        Err(e) => {
+            tracing::warn!(
+                "dropped a rendezvous message from {}: {e}",
+                Node::describe(m.sender)
+            );
+            return;
+        }
+    };
+    let actions = rv.on_message(m.sender, rvmsg, handler.serves_values(), |k| {
+        lookup(handler, k)
+    });
+    run_actions(po, m, handler, actions);
+}
+
+/// Carries out the responder's actions on the ZMQ van: control messages as `HEAD_RV` answers,
+/// writes as `HEAD_RV_WRITE` answers holding the immediate and the content.
+fn run_actions<V: Value>(
+    po: &Postoffice,
+    req: &crate::wire::Meta,
+    handler: &impl RequestHandler<V>,
+    actions: Vec<RespAction>,
+) {
+    for a in actions {
+        let mut meta = reply_meta(req);
+        let (to, data) = match a {
+            RespAction::Send { to, msg } => {
+                meta.head = HEAD_RV;
+                (to, vec![Bytes::from(msg.encode())])
+            }
+            RespAction::WriteStored { to, key, imm, .. } => {
+                meta.head = HEAD_RV_WRITE;
+                let content = handler
+                    .value(key)
+                    .map(bytemuck::cast_slice::<V, u8>)
+                    .unwrap_or(&[]);
+                (
+                    to,
+                    vec![
+                        Bytes::copy_from_slice(&imm.to_le_bytes()),
+                        Bytes::copy_from_slice(content),
+                    ],
+                )
+            }
+            RespAction::WriteClone { to, data, imm, .. } => {
+                meta.head = HEAD_RV_WRITE;
+                (to, vec![Bytes::copy_from_slice(&imm.to_le_bytes()), data])
+            }
+        };
+        meta.recver = to;
+        meta.pull = true;
+        meta.push = false;
+        if let Err(e) = po.send(Message { meta, data }) {
+            tracing::warn!("cannot answer {}: {e}", Node::describe(to));
+        }
     }
 }

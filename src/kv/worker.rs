@@ -7,7 +7,9 @@ use super::value::Value;
 use super::{Key, Timestamp};
 use crate::error::{Error, Result};
 use crate::postoffice::{Customer, Postoffice, Route};
-use crate::wire::{Message, Meta, Node};
+use crate::rendezvous::{Dest, ReqAction, Requester, RvMessage, HEAD_RV, HEAD_RV_WRITE};
+use crate::van::pool::PoolBuf;
+use crate::wire::{Message, Meta, Node, NodeId};
 use bytes::Bytes;
 use std::collections::HashMap;
 use std::marker::PhantomData;
@@ -44,6 +46,57 @@ impl<V> Pending<V> {
 struct Shared<V> {
     pending: Mutex<HashMap<Timestamp, Pending<V>>>,
     cv: Condvar,
+    rv: Mutex<RvState<V>>,
+    po: Arc<Postoffice>,
+    app_id: i32,
+    customer_id: i32,
+}
+
+/// Where a rendezvous pull's content goes.
+enum Target<V> {
+    /// A pool buffer the pull owns (replaced by a larger one if the value grew).
+    Owned(PoolBuf<V>),
+    /// A caller's slice inside the pool, valid while the caller waits (`pull_into`).
+    Borrowed { addr: usize, cap: usize, rkey: u32 },
+}
+
+/// What to do when a rendezvous pull ends.
+enum Done<V> {
+    Callback(Box<dyn FnOnce(Result<PoolBuf<V>>) + Send>),
+    Waiter(crossbeam_channel::Sender<Result<usize>>),
+}
+
+struct RvOp<V> {
+    key: Key,
+    server: NodeId,
+    target: Target<V>,
+    done: Done<V>,
+}
+
+struct RvState<V> {
+    machine: Requester,
+    ops: HashMap<u32, RvOp<V>>,
+}
+
+/// A finished rendezvous pull, to be reported outside the lock.
+struct Finished<V> {
+    done: Done<V>,
+    result: Result<(Target<V>, usize)>,
+}
+
+impl<V: Value> Finished<V> {
+    fn report(self) {
+        match (self.done, self.result) {
+            (Done::Callback(cb), Ok((Target::Owned(buf), _))) => cb(Ok(buf)),
+            (Done::Callback(cb), Ok(_)) => cb(Err(Error::InvalidArgument(
+                "internal: borrowed target with callback".into(),
+            ))),
+            (Done::Callback(cb), Err(e)) => cb(Err(e)),
+            (Done::Waiter(tx), r) => {
+                let _ = tx.send(r.map(|(_, len)| len));
+            }
+        }
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -86,6 +139,13 @@ impl<V: Value> KVWorker<V> {
         let shared = Arc::new(Shared {
             pending: Mutex::new(HashMap::new()),
             cv: Condvar::new(),
+            rv: Mutex::new(RvState {
+                machine: Requester::new(po.config().data_validation),
+                ops: HashMap::new(),
+            }),
+            po: po.clone(),
+            app_id,
+            customer_id,
         });
         let s = shared.clone();
         let customer = Customer::new(
@@ -267,6 +327,23 @@ impl<V: Value> KVWorker<V> {
     /// As [`wait`](Self::wait); [`Error::InvalidArgument`] if `out` has the wrong length (the
     /// text gives both lengths).
     pub fn pull_into(&self, keys: &[Key], out: &mut [V]) -> Result<()> {
+        let bytes = std::mem::size_of_val(out);
+        if keys.len() == 1 && self.po.pool()?.contains(out.as_ptr() as usize, bytes) {
+            let pool = self.po.pool()?;
+            let target = Target::Borrowed {
+                addr: out.as_mut_ptr() as usize,
+                cap: bytes,
+                rkey: pool.rkey(),
+            };
+            let len = self.zpull_blocking(keys[0], target)?;
+            if len != out.len() {
+                return Err(Error::InvalidArgument(format!(
+                    "pulled {len} values for 1 keys but the buffer holds {}",
+                    out.len()
+                )));
+            }
+            return Ok(());
+        }
         let ts = self.pull(keys)?;
         let mut map = self.wait_done(ts)?;
         let p = map.remove(&ts).ok_or_else(|| unknown(ts))?;
@@ -335,6 +412,277 @@ impl<V: Value> KVWorker<V> {
     pub fn postoffice(&self) -> &Arc<Postoffice> {
         &self.po
     }
+
+    /// A buffer of `len` values from this node's registered memory pool: the destination of
+    /// zero-copy pulls ([`zpull`](Self::zpull), or [`pull_into`](Self::pull_into) of one key).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when the pool (`PS_POOL_BYTES`) is exhausted.
+    pub fn alloc(&self, len: usize) -> Result<PoolBuf<V>> {
+        self.po.pool()?.alloc(len)
+    }
+
+    /// Pulls `key` through the rendezvous (TF contrib/verbs zero-copy protocol, see
+    /// [`crate::rendezvous`]) into `buf`, then calls `done` with the buffer, its length set to
+    /// the value's. If the value is longer than `buf` holds, a larger pool buffer replaces it.
+    /// In steady state this is one request and one write into `buf` (on the RDMA van, without a
+    /// copy); the first pull, and each change of the value's length, costs one meta-data round
+    /// trip. `done` runs on the worker's customer thread.
+    ///
+    /// # Errors
+    /// [`Error::Van`] if the request cannot be sent (then `done` is not called). Server errors
+    /// (ERROR_STATUS) reach `done` as [`Error::Remote`].
+    pub fn zpull(
+        &self,
+        key: Key,
+        buf: PoolBuf<V>,
+        done: impl FnOnce(Result<PoolBuf<V>>) + Send + 'static,
+    ) -> Result<()> {
+        self.zpull_start(key, Target::Owned(buf), Done::Callback(Box::new(done)))
+            .map(|_| ())
+    }
+
+    /// [`zpull`](Self::zpull) and wait, with the `PS_TIMEOUT` deadline.
+    ///
+    /// # Errors
+    /// As [`zpull`](Self::zpull); [`Error::Timeout`] naming the server.
+    pub fn zpull_wait(&self, key: Key, buf: PoolBuf<V>) -> Result<PoolBuf<V>> {
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        let index = self.zpull_start(
+            key,
+            Target::Owned(buf),
+            Done::Callback(Box::new(move |r| {
+                let _ = tx.send(r);
+            })),
+        )?;
+        let timeout = self.po.config().timeout;
+        rx.recv_timeout(timeout)
+            .unwrap_or_else(|_| Err(self.zpull_timeout(key, index)))
+    }
+
+    /// Meta-data round trips (META_DATA_RESPONSE) the rendezvous needed so far for `key`: 1
+    /// after the first pull, +1 per change of the value's length.
+    pub fn meta_round_trips(&self, key: Key) -> u64 {
+        let server = Node::server_id(crate::postoffice::range::server_of(
+            self.po.server_key_ranges(),
+            key,
+        ));
+        lock(&self.shared.rv).machine.round_trips(server, key)
+    }
+
+    fn zpull_blocking(&self, key: Key, target: Target<V>) -> Result<usize> {
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        let index = self.zpull_start(key, target, Done::Waiter(tx))?;
+        let timeout = self.po.config().timeout;
+        rx.recv_timeout(timeout)
+            .unwrap_or_else(|_| Err(self.zpull_timeout(key, index)))
+    }
+
+    fn zpull_timeout(&self, key: Key, index: u32) -> Error {
+        // After this, no write can touch the destination: writes are copied under the same lock.
+        let mut st = lock(&self.shared.rv);
+        st.machine.cancel(index);
+        let server = st.ops.remove(&index).map(|op| op.server);
+        drop(st);
+        Error::Timeout(format!(
+            "zero-copy pull of key {key}: no answer within {:.0} s (PS_TIMEOUT) from {}",
+            self.po.config().timeout.as_secs_f64(),
+            server.map_or_else(|| "its server".to_string(), Node::describe)
+        ))
+    }
+
+    fn zpull_start(&self, key: Key, target: Target<V>, done: Done<V>) -> Result<u32> {
+        let server = Node::server_id(crate::postoffice::range::server_of(
+            self.po.server_key_ranges(),
+            key,
+        ));
+        let step = self.next_ts.fetch_add(1, Ordering::Relaxed) as i64;
+        let mut st = lock(&self.shared.rv);
+        let (index, actions) = st.machine.start(server, key, step, V::DTYPE);
+        st.ops.insert(
+            index,
+            RvOp {
+                key,
+                server,
+                target,
+                done,
+            },
+        );
+        let finished = drive(&self.shared, &mut st, actions);
+        drop(st);
+        for f in finished {
+            f.report();
+        }
+        Ok(index)
+    }
+}
+
+/// Carries out the requester's actions; returns the pulls that ended.
+fn drive<V: Value>(
+    shared: &Shared<V>,
+    st: &mut RvState<V>,
+    mut actions: Vec<ReqAction>,
+) -> Vec<Finished<V>> {
+    let mut finished = Vec::new();
+    while let Some(a) = (!actions.is_empty()).then(|| actions.remove(0)) {
+        match a {
+            ReqAction::Allocate { index, bytes } => {
+                let Some(op) = st.ops.get_mut(&index) else {
+                    continue;
+                };
+                let dest = match &mut op.target {
+                    Target::Owned(buf) if buf.capacity_bytes() as u64 >= bytes => Ok(()),
+                    Target::Owned(buf) => {
+                        let len = (bytes as usize).div_ceil(std::mem::size_of::<V>());
+                        shared
+                            .po
+                            .pool()
+                            .and_then(|p| p.alloc::<V>(len))
+                            .map(|b| *buf = b)
+                    }
+                    Target::Borrowed { cap, .. } if *cap as u64 >= bytes => Ok(()),
+                    Target::Borrowed { cap, .. } => Err(Error::InvalidArgument(format!(
+                        "key {}: the value is {bytes} bytes but the buffer holds {cap}",
+                        op.key
+                    ))),
+                }
+                .map(|()| match &op.target {
+                    Target::Owned(buf) => Dest {
+                        addr: buf.addr(),
+                        rkey: buf.rkey(),
+                        capacity: buf.capacity_bytes() as u64,
+                    },
+                    Target::Borrowed { addr, cap, rkey } => Dest {
+                        addr: *addr as u64,
+                        rkey: *rkey,
+                        capacity: *cap as u64,
+                    },
+                });
+                match dest {
+                    Ok(d) => actions.extend(st.machine.allocated(index, d)),
+                    Err(e) => {
+                        st.machine.cancel(index);
+                        if let Some(op) = st.ops.remove(&index) {
+                            finished.push(Finished {
+                                done: op.done,
+                                result: Err(e),
+                            });
+                        }
+                    }
+                }
+            }
+            ReqAction::Send { to, msg } => {
+                let meta = Meta {
+                    head: HEAD_RV,
+                    app_id: shared.app_id,
+                    customer_id: shared.customer_id,
+                    recver: to,
+                    request: true,
+                    pull: true,
+                    dtype: V::DTYPE,
+                    ..Meta::default()
+                };
+                let index = msg.request_index();
+                if let Err(e) = shared.po.send(Message {
+                    meta,
+                    data: vec![Bytes::from(msg.encode())],
+                }) {
+                    st.machine.cancel(index);
+                    if let Some(op) = st.ops.remove(&index) {
+                        finished.push(Finished {
+                            done: op.done,
+                            result: Err(e),
+                        });
+                    }
+                }
+            }
+            ReqAction::Complete { index, meta } => {
+                if let Some(mut op) = st.ops.remove(&index) {
+                    let len = meta.len as usize;
+                    let result = match &mut op.target {
+                        Target::Owned(buf) => buf.set_len(len),
+                        Target::Borrowed { .. } => Ok(()),
+                    };
+                    finished.push(Finished {
+                        done: op.done,
+                        result: result.map(|()| (op.target, len)),
+                    });
+                }
+            }
+            ReqAction::Fail { index, error } => {
+                if let Some(op) = st.ops.remove(&index) {
+                    let e = Error::Remote {
+                        node: Node::describe(op.server),
+                        message: format!("zero-copy pull of key {}: {error}", op.key),
+                    };
+                    finished.push(Finished {
+                        done: op.done,
+                        result: Err(e),
+                    });
+                }
+            }
+        }
+    }
+    finished
+}
+
+/// A rendezvous answer (control message or emulated write) arrived on the customer thread.
+fn on_rendezvous<V: Value>(shared: &Shared<V>, msg: Message) {
+    let from = msg.meta.sender;
+    let mut st = lock(&shared.rv);
+    let actions = if msg.meta.head == HEAD_RV_WRITE {
+        let imm = msg
+            .data
+            .first()
+            .and_then(|b| <[u8; 4]>::try_from(&b[..]).ok())
+            .map(u32::from_le_bytes);
+        let (Some(imm), Some(content)) = (imm, msg.data.get(1)) else {
+            tracing::warn!(
+                "dropped a malformed rendezvous write from {}",
+                Node::describe(from)
+            );
+            return;
+        };
+        let len = content.len();
+        if let Some(op) = st.ops.get_mut(&imm) {
+            if op.server == from {
+                match &mut op.target {
+                    Target::Owned(buf) if len <= buf.capacity_bytes() => {
+                        buf.chunk_bytes_mut()[..len].copy_from_slice(content)
+                    }
+                    // SAFETY: the caller of pull_into holds this slice of `cap` bytes until its
+                    // request ends, which only happens under this lock.
+                    Target::Borrowed { addr, cap, .. } if len <= *cap => unsafe {
+                        std::ptr::copy_nonoverlapping(content.as_ptr(), *addr as *mut u8, len)
+                    },
+                    _ => {}
+                }
+            }
+        }
+        let crc = shared
+            .po
+            .config()
+            .data_validation
+            .then(|| crc32c::crc32c(content));
+        st.machine.on_write(from, imm, len as u64, crc)
+    } else {
+        match msg.data.first().map(|b| RvMessage::decode(b)) {
+            Some(Ok(m)) => st.machine.on_message(from, m),
+            Some(Err(e)) => {
+                tracing::warn!(
+                    "dropped a rendezvous message from {}: {e}",
+                    Node::describe(from)
+                );
+                return;
+            }
+            None => return,
+        }
+    };
+    let finished = drive(shared, &mut st, actions);
+    drop(st);
+    for f in finished {
+        f.report();
+    }
 }
 
 fn unknown(ts: Timestamp) -> Error {
@@ -344,6 +692,10 @@ fn unknown(ts: Timestamp) -> Error {
 }
 
 fn on_answer<V: Value>(shared: &Shared<V>, msg: Message) {
+    if msg.meta.head == HEAD_RV || msg.meta.head == HEAD_RV_WRITE {
+        on_rendezvous(shared, msg);
+        return;
+    }
     let m = &msg.meta;
     let server = Node::rank_of(m.sender);
     let finished = {

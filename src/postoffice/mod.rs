@@ -18,6 +18,7 @@ pub use range::Range;
 
 use crate::config::{Config, VanType};
 use crate::error::{Error, Result};
+use crate::van::pool::MemoryPool;
 use crate::van::{zmq::ZmqVan, Van};
 use crate::wire::{Command, Control, Message, Meta, Node, NodeId, Role};
 use barrier::{BarrierBook, Outcome};
@@ -79,6 +80,7 @@ pub struct Postoffice {
     threads: Mutex<Vec<JoinHandle<()>>>,
     ranges: Vec<Range>,
     barrier_lock: Mutex<()>,
+    pool: std::sync::OnceLock<MemoryPool>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -159,6 +161,7 @@ impl Postoffice {
             stopped: AtomicBool::new(false),
             threads: Mutex::new(Vec::new()),
             barrier_lock: Mutex::new(()),
+            pool: std::sync::OnceLock::new(),
         });
         po.spawn("ps-receive", Postoffice::receive_loop)?;
         if let Err(e) = po.join_cluster(&me) {
@@ -287,6 +290,21 @@ impl Postoffice {
     /// Key ranges of the servers, in rank order (see [`range`]).
     pub fn server_key_ranges(&self) -> &[Range] {
         &self.ranges
+    }
+
+    /// This node's registered memory pool (`PS_POOL_BYTES`), reserved on first use.
+    ///
+    /// # Errors
+    /// [`Error::Van`] if the memory cannot be reserved.
+    pub fn pool(&self) -> Result<&MemoryPool> {
+        if let Some(p) = self.pool.get() {
+            return Ok(p);
+        }
+        let p = MemoryPool::new(
+            self.cfg.pool_bytes,
+            0x5053_0000 | (self.my_id() as u32 & 0xffff),
+        )?;
+        Ok(self.pool.get_or_init(|| p))
     }
 
     /// The node table (scheduler, servers, workers) as the scheduler sent it.

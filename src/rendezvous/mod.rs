@@ -29,6 +29,12 @@ pub const RESERVED_IMM_MESSAGE: u32 = 0xFFFF_FFFF;
 /// Immediate of an ACK write (reserved, never a request index).
 pub const RESERVED_IMM_ACK: u32 = 0xFFFF_FFFE;
 
+/// `Meta::head` of a rendezvous control message on the ZMQ van (frame 0: bincode [`RvMessage`]).
+pub const HEAD_RV: i32 = -0x5256;
+/// `Meta::head` of an emulated content write on the ZMQ van (frame 0: the immediate, u32 LE;
+/// frame 1: the content).
+pub const HEAD_RV_WRITE: i32 = -0x5257;
+
 /// ERROR_STATUS code: the server's handler cannot show its values.
 pub const ERR_NOT_SERVED: u32 = 1;
 /// ERROR_STATUS code: the request's value type differs from the stored one.

@@ -3,6 +3,7 @@
 //! The receiving loop that interprets messages lives in the [`crate::postoffice`]; a van only
 //! binds, connects, sends and receives.
 
+pub mod pool;
 pub mod zmq;
 
 use crate::error::Result;

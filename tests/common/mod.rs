@@ -17,6 +17,7 @@ pub fn cfg(role: Role, port: u16, s: usize, w: usize, timeout_s: f64) -> Config 
     c.timeout = Duration::from_secs_f64(timeout_s);
     c.heartbeat_timeout = Duration::from_secs(3);
     c.heartbeat_interval = Duration::from_millis(200);
+    c.pool_bytes = 16 << 20;
     c
 }
 
@@ -28,8 +29,24 @@ pub fn cluster_with(
     timeout_s: f64,
     serve: impl Fn(&Arc<Postoffice>) -> Result<Box<dyn std::any::Any>> + Send + Sync + 'static,
 ) -> Cluster {
+    cluster_cfg(s, w, timeout_s, |_| {}, serve)
+}
+
+/// As [`cluster_with`], with `tweak` applied to every node's configuration.
+pub fn cluster_cfg(
+    s: usize,
+    w: usize,
+    timeout_s: f64,
+    tweak: fn(&mut Config),
+    serve: impl Fn(&Arc<Postoffice>) -> Result<Box<dyn std::any::Any>> + Send + Sync + 'static,
+) -> Cluster {
     let port = pslite::free_port().expect("free port");
     let serve = Arc::new(serve);
+    let cfg = move |role, port, s, w, t| {
+        let mut c = cfg(role, port, s, w, t);
+        tweak(&mut c);
+        c
+    };
     let mut others = vec![thread::spawn(move || {
         Postoffice::start(cfg(Role::Scheduler, port, s, w, timeout_s))?.finalize()
     })];

@@ -111,6 +111,14 @@ impl OptimizerHandler {
 }
 
 impl RequestHandler<f32> for OptimizerHandler {
+    fn serves_values(&self) -> bool {
+        true
+    }
+
+    fn value(&self, key: Key) -> Option<&[f32]> {
+        self.w.get(&key).map(std::slice::from_ref)
+    }
+
     fn handle(&mut self, meta: &ReqMeta, req: KVRequest<'_, f32>) -> Result<KVPairs<f32>, String> {
         match (meta.cmd, meta.push) {
             (CMD_CONFIG, true) => {
