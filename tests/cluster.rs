@@ -285,3 +285,68 @@ fn a_dead_worker_is_named_by_the_server_and_scheduler() {
         "{c_err}"
     );
 }
+
+#[test]
+fn kv_app_pulls_through_the_rendezvous() {
+    kv_app_ok(2, 2, &["--zero-copy", "--keys", "3000"]);
+    kv_app_ok(
+        1,
+        2,
+        &[
+            "--zero-copy",
+            "--dtype",
+            "u8",
+            "--len",
+            "5",
+            "--keys",
+            "500",
+        ],
+    );
+}
+
+#[test]
+fn bench_zero_copy_pulls_need_one_meta_data_round_trip_per_key_then_none() {
+    for mode in ["pull", "push-then-pull"] {
+        let o = launch(
+            2,
+            1,
+            &[
+                "bench",
+                "--mode",
+                mode,
+                "--len",
+                "65536",
+                "--keys-per-server",
+                "8",
+                "--repeat",
+                "5",
+                "--zero-copy",
+                "--json",
+            ],
+        );
+        assert!(
+            o.status.success(),
+            "bench {mode} --zero-copy:\n{}",
+            text(&o)
+        );
+        let runs = json_lines(&o);
+        assert_eq!(runs.len(), 1, "{}", text(&o));
+        let r = &runs[0];
+        assert_eq!(r["zero_copy"], serde_json::Value::Bool(true));
+        assert_eq!(r["verified"], serde_json::Value::Bool(true));
+        assert_eq!(r["meta_round_trips_first"].as_f64(), Some(1.0), "{r}");
+        assert_eq!(r["meta_round_trips_after"].as_f64(), Some(0.0), "{r}");
+        assert_eq!(r["bytes_pulled"].as_u64(), Some(5 * 16 * 65536));
+    }
+    let o = launch(
+        1,
+        1,
+        &["bench", "--mode", "push", "--zero-copy", "--repeat", "1"],
+    );
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        text(&o).contains("--zero-copy applies to the pull modes: pull, push-then-pull"),
+        "{}",
+        text(&o)
+    );
+}

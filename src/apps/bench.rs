@@ -14,6 +14,7 @@ use super::stats::{gbps, percentile};
 use crate::error::{Error, Result};
 use crate::kv::{KVPairs, KVWorker, Key};
 use crate::postoffice::{Postoffice, WORKER_GROUP};
+use crate::van::pool::PoolBuf;
 use crossbeam_channel::unbounded;
 use std::io::IsTerminal;
 use std::sync::Arc;
@@ -59,6 +60,9 @@ pub struct BenchArgs {
     /// Print one JSON object for the run on its own line.
     #[arg(long)]
     pub json: bool,
+    /// Pulls go through the zero-copy rendezvous into pool buffers (pull and push-then-pull).
+    #[arg(long)]
+    pub zero_copy: bool,
 }
 
 /// Figures of one run.
@@ -90,6 +94,12 @@ pub struct BenchReport {
     pub p99_ms: f64,
     /// Every pulled byte equalled the pattern.
     pub verified: bool,
+    /// Pulls went through the rendezvous.
+    pub zero_copy: bool,
+    /// Meta-data round trips per key in the first round (rendezvous only; 1 expected).
+    pub meta_round_trips_first: Option<f64>,
+    /// Meta-data round trips per pull after the first round (rendezvous only; 0 expected).
+    pub meta_round_trips_after: Option<f64>,
 }
 
 fn pattern(key_index: usize, len: usize) -> Vec<u8> {
@@ -98,7 +108,13 @@ fn pattern(key_index: usize, len: usize) -> Vec<u8> {
         .collect()
 }
 
-type Done = (usize, Instant, Result<KVPairs<u8>>);
+/// What a completed request hands back.
+enum Got {
+    Pairs(KVPairs<u8>),
+    Buf(PoolBuf<u8>),
+}
+
+type Done = (usize, Instant, Result<Got>);
 
 /// Runs the benchmark on this worker.
 ///
@@ -109,6 +125,11 @@ pub fn run(po: &Arc<Postoffice>, a: &BenchArgs) -> Result<BenchReport> {
     if a.len == 0 || a.keys_per_server == 0 {
         return Err(Error::InvalidArgument(
             "--len and --keys-per-server must be at least 1".into(),
+        ));
+    }
+    if a.zero_copy && !matches!(a.mode, Mode::Pull | Mode::PushThenPull) {
+        return Err(Error::InvalidArgument(
+            "--zero-copy applies to the pull modes: pull, push-then-pull".into(),
         ));
     }
     let kv = KVWorker::<u8>::new(po, 0, 0)?;
@@ -133,6 +154,13 @@ pub fn run(po: &Arc<Postoffice>, a: &BenchArgs) -> Result<BenchReport> {
     let (tx, rx) = unbounded::<Done>();
     let mut lat = Vec::new();
     let (mut pushed, mut pulled, mut rounds) = (0u64, 0u64, 0usize);
+    let mut bufs: Vec<Option<PoolBuf<u8>>> = Vec::new();
+    if a.zero_copy {
+        for _ in &keys {
+            bufs.push(Some(kv.alloc(a.len)?));
+        }
+    }
+    let mut trips_first = None;
     let start = Instant::now();
     let phases: &[(bool, bool)] = match a.mode {
         Mode::Push => &[(true, false)],
@@ -151,17 +179,22 @@ pub fn run(po: &Arc<Postoffice>, a: &BenchArgs) -> Result<BenchReport> {
                 let tx = tx.clone();
                 let vals: &[u8] = if push { &zeros } else { &[] };
                 let t0 = Instant::now();
-                kv.request(
-                    &[*k],
-                    vals,
-                    &[],
-                    push,
-                    pull,
-                    0,
-                    Some(Box::new(move |r| {
-                        let _ = tx.send((i, Instant::now(), r));
-                    })),
-                )?;
+                let buf = if pull {
+                    bufs.get_mut(i).and_then(Option::take)
+                } else {
+                    None
+                };
+                match buf {
+                    Some(buf) => kv.zpull(*k, buf, move |r| {
+                        let _ = tx.send((i, Instant::now(), r.map(Got::Buf)));
+                    })?,
+                    _ => {
+                        let cb = move |r: Result<KVPairs<u8>>| {
+                            let _ = tx.send((i, Instant::now(), r.map(Got::Pairs)));
+                        };
+                        kv.request(&[*k], vals, &[], push, pull, 0, Some(Box::new(cb)))?;
+                    }
+                }
                 issued.push(t0);
             }
             for _ in 0..keys.len() {
@@ -171,25 +204,35 @@ pub fn run(po: &Arc<Postoffice>, a: &BenchArgs) -> Result<BenchReport> {
                         po.config().timeout.as_secs_f64()
                     ))
                 })?;
-                let pairs = r?;
+                let got = r?;
                 lat.push(at - issued[i]);
                 if push {
                     pushed += a.len as u64;
                 }
                 if pull {
-                    if pairs.vals != patterns[i] {
+                    let bytes: &[u8] = match &got {
+                        Got::Pairs(p) => &p.vals,
+                        Got::Buf(b) => b,
+                    };
+                    if bytes != patterns[i] {
                         return Err(Error::InvalidArgument(format!(
                             "bench: key {} came back with wrong bytes ({} bytes, expected the {} pushed)",
                             keys[i],
-                            pairs.vals.len(),
+                            bytes.len(),
                             a.len
                         )));
                     }
                     pulled += a.len as u64;
                 }
+                if let Got::Buf(b) = got {
+                    bufs[i] = Some(b);
+                }
             }
         }
         rounds += 1;
+        if a.zero_copy && rounds == 1 {
+            trips_first = Some(keys.iter().map(|&k| kv.meta_round_trips(k)).sum::<u64>());
+        }
         bar.set_position(match limit_rounds {
             Some(_) => rounds as u64,
             None => start.elapsed().as_millis() as u64,
@@ -202,6 +245,15 @@ pub fn run(po: &Arc<Postoffice>, a: &BenchArgs) -> Result<BenchReport> {
         _ => pushed + pulled,
     };
     let requests = lat.len();
+    let trips_total: u64 = keys.iter().map(|&k| kv.meta_round_trips(k)).sum();
+    let nkeys = keys.len() as f64;
+    let (meta_round_trips_first, meta_round_trips_after) = match trips_first {
+        Some(first) => (
+            Some(first as f64 / nkeys),
+            (rounds > 1).then(|| (trips_total - first) as f64 / (nkeys * (rounds - 1) as f64)),
+        ),
+        None => (None, None),
+    };
     Ok(BenchReport {
         mode: a.mode,
         worker: po.my_rank(),
@@ -216,6 +268,9 @@ pub fn run(po: &Arc<Postoffice>, a: &BenchArgs) -> Result<BenchReport> {
         p50_ms: percentile(&mut lat, 0.5).as_secs_f64() * 1e3,
         p99_ms: percentile(&mut lat, 0.99).as_secs_f64() * 1e3,
         verified: true,
+        zero_copy: a.zero_copy,
+        meta_round_trips_first,
+        meta_round_trips_after,
     })
 }
 
@@ -239,8 +294,13 @@ fn progress_bar(rounds: Option<usize>, time: Duration) -> indicatif::ProgressBar
 impl BenchReport {
     /// One line of text.
     pub fn text(&self) -> String {
+        let rv = match (self.meta_round_trips_first, self.meta_round_trips_after) {
+            (Some(f), Some(a)) => format!(", zero-copy: meta-data round trips per key {f:.2} in round 1, {a:.2} per pull after"),
+            (Some(f), None) => format!(", zero-copy: meta-data round trips per key {f:.2} in round 1"),
+            _ => String::new(),
+        };
         format!(
-            "bench {:?} worker {}: {} B x {} keys, {} rounds, {} requests in {:.2} s: goodput {:.2} Gbit/s, latency p50 {:.3} ms p99 {:.3} ms, pulled bytes verified",
+            "bench {:?} worker {}: {} B x {} keys, {} rounds, {} requests in {:.2} s: goodput {:.2} Gbit/s, latency p50 {:.3} ms p99 {:.3} ms, pulled bytes verified{rv}",
             self.mode, self.worker, self.len, self.keys, self.rounds, self.requests, self.seconds,
             self.goodput_gbps, self.p50_ms, self.p99_ms
         )

@@ -27,6 +27,9 @@ pub struct KvAppArgs {
     /// Value type: f32, f64, i32, i64, u8, u32, u64.
     #[arg(long, default_value = "f32", value_parser = parse_dtype)]
     pub dtype: DType,
+    /// Pull through the zero-copy rendezvous (one request per key into pool buffers).
+    #[arg(long)]
+    pub zero_copy: bool,
 }
 
 /// Parses a value type name.
@@ -90,6 +93,46 @@ fn mismatches<V: Value>(got: &[V], vals: &[V], n: usize) -> usize {
         .count()
 }
 
+/// Pulls `keys` (`len` values each) into `out`: one classic pull, or one rendezvous pull per
+/// key, all in flight at once.
+fn pull_all<V: Value>(
+    kv: &KVWorker<V>,
+    keys: &[Key],
+    len: usize,
+    zero_copy: bool,
+    out: &mut [V],
+) -> Result<()> {
+    if !zero_copy {
+        return kv.pull_into(keys, out);
+    }
+    let (tx, rx) = crossbeam_channel::unbounded();
+    for (i, &k) in keys.iter().enumerate() {
+        let tx = tx.clone();
+        kv.zpull(k, kv.alloc(len)?, move |r| {
+            let _ = tx.send((i, r));
+        })?;
+    }
+    let timeout = kv.postoffice().config().timeout;
+    for _ in keys {
+        let (i, r) = rx.recv_timeout(timeout).map_err(|_| {
+            Error::Timeout(format!(
+                "kv-app: zero-copy pulls did not finish within {:.0} s (PS_TIMEOUT)",
+                timeout.as_secs_f64()
+            ))
+        })?;
+        let buf = r?;
+        if buf.len() != len {
+            return Err(Error::InvalidArgument(format!(
+                "key {} came back with {} values, expected {len}",
+                keys[i],
+                buf.len()
+            )));
+        }
+        out[i * len..(i + 1) * len].copy_from_slice(&buf);
+    }
+    Ok(())
+}
+
 fn run_typed<V: Value>(po: &Arc<Postoffice>, a: &KvAppArgs) -> Result<KvAppReport> {
     if a.keys == 0 || a.len == 0 {
         return Err(Error::InvalidArgument(
@@ -116,7 +159,7 @@ fn run_typed<V: Value>(po: &Arc<Postoffice>, a: &KvAppArgs) -> Result<KvAppRepor
     }
     po.barrier(WORKER_GROUP)?;
     let mut rets = vec![V::default(); vals.len()];
-    kv.pull_into(&keys, &mut rets)?;
+    pull_all(&kv, &keys, a.len, a.zero_copy, &mut rets)?;
     let push_errors = mismatches(&rets, &vals, a.repeat * w);
     po.barrier(WORKER_GROUP)?;
 
@@ -131,7 +174,7 @@ fn run_typed<V: Value>(po: &Arc<Postoffice>, a: &KvAppArgs) -> Result<KvAppRepor
         0
     };
     po.barrier(WORKER_GROUP)?;
-    kv.pull_into(&keys, &mut rets)?;
+    pull_all(&kv, &keys, a.len, a.zero_copy, &mut rets)?;
     push_pull_errors += mismatches(&rets, &vals, 2 * a.repeat * w);
     Ok(KvAppReport {
         push_errors,

@@ -216,6 +216,11 @@ impl<V: Value> KVWorker<V> {
                 "a request must push, pull, or both".into(),
             ));
         }
+        if cmd == HEAD_RV || cmd == HEAD_RV_WRITE {
+            return Err(Error::InvalidArgument(format!(
+                "command {cmd} is reserved for the rendezvous"
+            )));
+        }
         if !push && !vals.is_empty() {
             return Err(Error::InvalidArgument("a pull carries no values".into()));
         }
