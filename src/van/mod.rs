@@ -4,6 +4,7 @@
 //! binds, connects, sends and receives.
 
 pub mod pool;
+pub mod ring;
 pub mod zmq;
 
 use crate::error::Result;
