@@ -128,7 +128,7 @@ proptest! {
             }
             // The consumer is slow but alive: reads 0..3 records a step, and at least one per
             // pass over its schedule.
-            let n = consumer[step % consumer.len()].max(u8::from(step % consumer.len() == 0));
+            let n = consumer[step % consumer.len()].max(u8::from(step.is_multiple_of(consumer.len())));
             for _ in 0..n {
                 if let Some((data, more)) = sim.recv() {
                     partial.extend_from_slice(&data);
