@@ -143,6 +143,9 @@ impl Postoffice {
             (cfg.node_host.clone(), 0)
         };
         let port = van.bind(&host, port)?;
+        if is_scheduler {
+            van.set_node_id(SCHEDULER);
+        }
         let me = Node {
             role: cfg.role,
             id: if is_scheduler { SCHEDULER } else { -1 },
@@ -641,6 +644,7 @@ impl Postoffice {
         if let Ok(mut m) = self.me.write() {
             m.id = mine.id;
         }
+        self.van.set_node_id(mine.id);
         let peer_role = if me.role == Role::Worker {
             Role::Server
         } else {

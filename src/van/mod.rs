@@ -45,6 +45,10 @@ pub trait Van: Send + Sync {
     /// Closes every socket; pending sends are given a short linger.
     fn stop(&self);
 
+    /// Tells the van this node's id once the scheduler assigned it (before any `connect` to a
+    /// peer). Vans that set up per-peer state (QPs) need it for their bootstrap messages.
+    fn set_node_id(&self, _id: NodeId) {}
+
     /// Closes every socket at once, dropping what is still queued (a failed start-up).
     fn abort(&self) {
         self.stop()

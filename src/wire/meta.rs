@@ -103,6 +103,8 @@ pub enum Command {
     Terminate,
     /// Liveness: node → scheduler (request); scheduler → node (answer).
     Heartbeat,
+    /// Van bootstrap between two peers (the RDMA van's QP exchange); frame 0 is van-specific.
+    VanConnect,
 }
 
 /// A control message's body.

@@ -28,8 +28,14 @@ pub const FLAG_MORE: u32 = 1;
 /// Padding up to the ring's end; the next record is at offset 0.
 pub const FLAG_PAD: u32 = 2;
 
-fn record_size(payload: u64) -> u64 {
-    (HEADER + payload).div_ceil(ALIGN) * ALIGN
+fn record_size(payload: u64, min: u64) -> u64 {
+    ((HEADER + payload).div_ceil(ALIGN) * ALIGN).max(min)
+}
+
+/// The smallest record for a ring of `capacity` bytes whose receiver has `max_records` receive
+/// WRs posted: every record consumes one, so at most `max_records` may be unread at once.
+pub fn min_record(capacity: u64, max_records: u64) -> u64 {
+    capacity.div_ceil(max_records.max(1)).div_ceil(ALIGN) * ALIGN
 }
 
 /// Where the driver must write one record.
@@ -48,6 +54,7 @@ pub struct Placement {
 #[derive(Clone, Debug)]
 pub struct RingSender {
     capacity: u64,
+    min_record: u64,
     tail: u64,
     acked: u64,
 }
@@ -59,8 +66,18 @@ impl RingSender {
     /// # Panics
     /// Never; a capacity that is not a multiple of [`ALIGN`] is rounded down.
     pub fn new(capacity: u64) -> RingSender {
+        RingSender::with_min_record(capacity, ALIGN)
+    }
+
+    /// As [`new`](Self::new), every record taking at least `min_record` bytes (see
+    /// [`min_record`]); at most a quarter of the ring.
+    pub fn with_min_record(capacity: u64, min_record: u64) -> RingSender {
+        let capacity = (capacity / ALIGN * ALIGN).max(4 * ALIGN);
+        let min_record =
+            (min_record.div_ceil(ALIGN) * ALIGN).clamp(ALIGN, capacity / 4 / ALIGN * ALIGN);
         RingSender {
-            capacity: (capacity / ALIGN * ALIGN).max(4 * ALIGN),
+            capacity,
+            min_record,
             tail: 0,
             acked: 0,
         }
@@ -76,7 +93,7 @@ impl RingSender {
     /// `None`: the receiver has not freed enough yet; wait for credits and try again.
     pub fn reserve(&mut self, payload: u64) -> Option<Placement> {
         debug_assert!(payload <= self.max_payload());
-        let size = record_size(payload.min(self.max_payload()));
+        let size = record_size(payload.min(self.max_payload()), self.min_record);
         let off = self.tail % self.capacity;
         let pad = if off + size > self.capacity {
             self.capacity - off
@@ -137,6 +154,7 @@ pub struct Record {
 #[derive(Clone, Debug)]
 pub struct RingReceiver {
     capacity: u64,
+    min_record: u64,
     head: u64,
     published: u64,
 }
@@ -144,8 +162,15 @@ pub struct RingReceiver {
 impl RingReceiver {
     /// A receiver of a ring of `capacity` bytes (rounded as [`RingSender::new`]).
     pub fn new(capacity: u64) -> RingReceiver {
+        RingReceiver::with_min_record(capacity, ALIGN)
+    }
+
+    /// As [`new`](Self::new) with the sender's minimum record size.
+    pub fn with_min_record(capacity: u64, min_record: u64) -> RingReceiver {
+        let s = RingSender::with_min_record(capacity, min_record);
         RingReceiver {
-            capacity: RingSender::new(capacity).capacity,
+            capacity: s.capacity,
+            min_record: s.min_record,
             head: 0,
             published: 0,
         }
@@ -169,7 +194,7 @@ impl RingReceiver {
             }
         }
         let len = len as u64;
-        if off + record_size(len) > self.capacity || len > self.capacity / 2 {
+        if off + record_size(len, self.min_record) > self.capacity || len > self.capacity / 2 {
             return Err(format!(
                 "record of {len} bytes at ring offset {off} does not fit a {}-byte ring",
                 self.capacity
@@ -184,7 +209,7 @@ impl RingReceiver {
 
     /// Frees the record [`next`](Self::next) returned (its bytes were copied out).
     pub fn consume(&mut self, r: &Record) {
-        self.head += record_size(r.len);
+        self.head += record_size(r.len, self.min_record);
     }
 
     /// The position to return as credits, when at least a quarter of the ring was consumed since

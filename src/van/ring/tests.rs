@@ -15,17 +15,19 @@ struct Sim {
     imms: VecDeque<()>,
     /// The credit word on the sender (the receiver writes it).
     credit_word: u64,
+    min_record: u64,
     unread: Vec<bool>,
 }
 
 impl Sim {
-    fn new(cap: u64) -> Sim {
-        let sender = RingSender::new(cap);
+    fn new(cap: u64, min_record: u64) -> Sim {
+        let sender = RingSender::with_min_record(cap, min_record);
         let cap = sender.capacity();
         Sim {
+            min_record: (min_record.div_ceil(ALIGN) * ALIGN).clamp(ALIGN, cap / 4 / ALIGN * ALIGN),
             mem: vec![0; cap as usize],
             sender,
-            receiver: RingReceiver::new(cap),
+            receiver: RingReceiver::with_min_record(cap, min_record),
             imms: VecDeque::new(),
             credit_word: 0,
             unread: vec![false; cap as usize],
@@ -83,7 +85,7 @@ impl Sim {
         let a = r.payload_at as usize;
         let data = self.mem[a..a + r.len as usize].to_vec();
         let start = (r.payload_at - HEADER) as usize;
-        let size = (r.len + HEADER).div_ceil(ALIGN) as usize * ALIGN as usize;
+        let size = ((r.len + HEADER).div_ceil(ALIGN) * ALIGN).max(self.min_record) as usize;
         self.unread[start..start + size]
             .iter_mut()
             .for_each(|u| *u = false);
@@ -98,10 +100,11 @@ proptest! {
     #[test]
     fn fifo_intact_no_overwrite_no_deadlock(
         cap in (4u64..64).prop_map(|k| k * 64),
+        max_records in 1u64..40,
         sizes in proptest::collection::vec(0usize..3000, 1..40),
         consumer in proptest::collection::vec(0u8..4, 1..50),
     ) {
-        let mut sim = Sim::new(cap);
+        let mut sim = Sim::new(cap, min_record(cap, max_records));
         let max = sim.sender.max_payload();
         let messages: Vec<Vec<u8>> = sizes.iter().enumerate()
             .map(|(i, &n)| (0..n).map(|j| (i * 31 + j) as u8).collect())
@@ -125,6 +128,7 @@ proptest! {
                 }
                 out.pop_front();
                 progressed = true;
+                prop_assert!(sim.imms.len() as u64 <= max_records.max(4), "more records unread than receive WRs");
             }
             // The consumer is slow but alive: reads 0..3 records a step, and at least one per
             // pass over its schedule.
