@@ -123,13 +123,7 @@ impl Postoffice {
     pub fn start(cfg: Config) -> Result<Arc<Postoffice>> {
         let van: Arc<dyn Van> = match cfg.van {
             VanType::Zmq => Arc::new(ZmqVan::new(cfg.timeout)?),
-            VanType::Rdma => {
-                return Err(Error::Config(
-                    "DMLC_PS_VAN_TYPE=rdma: this build has no RDMA van; use the ZMQ van \
-                     (DMLC_PS_VAN_TYPE=zmq or --van zmq)"
-                        .into(),
-                ))
-            }
+            VanType::Rdma => crate::van::rdma::create(cfg.timeout)?,
         };
         Postoffice::start_with_van(cfg, van)
     }

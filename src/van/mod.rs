@@ -4,6 +4,7 @@
 //! binds, connects, sends and receives.
 
 pub mod pool;
+pub mod rdma;
 pub mod ring;
 pub mod zmq;
 

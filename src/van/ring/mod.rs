@@ -215,14 +215,16 @@ impl RingReceiver {
     /// The position to return as credits, when at least a quarter of the ring was consumed since
     /// the last return, or when `force`. The driver must force whenever it has consumed every
     /// record that arrived (its completion queue is drained): otherwise a sender waiting for less
-    /// than a quarter of the ring would wait forever. `None`: nothing to return.
-    pub fn credit_due(&mut self, force: bool) -> Option<u64> {
+    /// than a quarter of the ring would wait forever. Once the credit write is posted, confirm it
+    /// with [`credit_sent`](Self::credit_sent); until then it stays due. `None`: nothing due.
+    pub fn credit_due(&self, force: bool) -> Option<u64> {
         let unpublished = self.head - self.published;
-        if unpublished > 0 && (force || unpublished >= self.capacity / 4) {
-            self.published = self.head;
-            return Some(self.head);
-        }
-        None
+        (unpublished > 0 && (force || unpublished >= self.capacity / 4)).then_some(self.head)
+    }
+
+    /// The credit write of position `pos` was posted.
+    pub fn credit_sent(&mut self, pos: u64) {
+        self.published = self.published.max(pos);
     }
 
     /// Consumed position.

@@ -145,6 +145,7 @@ proptest! {
             // Credits go back lazily, and always once the receiver drained what was written.
             if let Some(pos) = sim.receiver.credit_due(sim.imms.is_empty()) {
                 sim.credit_word = pos;
+                sim.receiver.credit_sent(pos);
             }
             prop_assert!(sim.sender.credit(sim.credit_word).is_ok());
             idle = if progressed { 0 } else { idle + 1 };

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# The RDMA van's functional tests, run INSIDE the Soft-RoCE guest (scripts/softroce-vm.sh) on a
+# release build with `--features rdma`. Each step is bounded in time; all traffic stays on rxe0
+# inside the guest. Exit status: 0 when every step passed. Emulated RDMA is slow (~0.3 Gbit/s),
+# so sizes are small: these check behaviour, not speed.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+L=${PSLITE_LAUNCH:-target/release/pslite-launch}
+failed=0
+step() {
+    local name=$1; shift
+    local t0=$SECONDS out rc
+    out=$(timeout 300 "$@" 2>&1); rc=$?
+    if [[ $rc == 0 ]]; then
+        echo "ok   $name ($((SECONDS - t0)) s)"
+    else
+        echo "FAIL $name (status $rc, $((SECONDS - t0)) s)"; echo "$out" | grep -vE " (INFO|DEBUG|TRACE) " | tail -20
+        failed=$((failed + 1))
+    fi
+    echo "$out" | grep -E "error: 0, 0|goodput" | sed 's/^/     /'
+}
+# Sums and bytes, several shapes of cluster.
+step "kv-app S=2 W=2" $L local --van rdma --servers 2 --workers 2 -- kv-app --keys 1000 --repeat 10
+step "kv-app S=2 W=4 (4 workers, 2 servers, exact sums)" $L local --van rdma --servers 2 --workers 4 -- kv-app --keys 1000 --repeat 10
+step "kv-app many outstanding (50 pushes in flight)" $L local --van rdma --servers 1 --workers 1 -- kv-app --keys 2000 --repeat 60 --outstanding 50
+step "kv-app f64, 3 values per key" $L local --van rdma --servers 2 --workers 2 -- kv-app --dtype f64 --len 3 --keys 500 --repeat 5
+# Every bench mode; every pulled byte is checked against what was pushed.
+for m in push pull push-pull push-then-pull; do
+    step "bench $m" $L local --van rdma --servers 1 --workers 1 -- bench --mode $m --len 65536 --keys-per-server 8 --seconds 3
+done
+# Messages bigger than the ring: 1 MB values through a 64 KiB ring (fragmented records).
+step "message bigger than the ring" env PS_RDMA_RING_BYTES=65536 $L local --van rdma --servers 1 --workers 1 -- bench --mode push-pull --len 1024000 --keys-per-server 4 --repeat 3
+# Zero-copy pulls through the rendezvous over the RDMA van.
+step "rendezvous pulls (kv-app --zero-copy)" $L local --van rdma --servers 2 --workers 2 -- kv-app --zero-copy --keys 300 --repeat 5
+# The RDMA integration tests of the test suite, if built (cargo test --features rdma --no-run).
+for t in target/release/deps/rdma-*; do
+    [[ -x $t && ! $t == *.d ]] && step "cargo test: $(basename "$t")" "$t" --test-threads 1
+done
+echo "rdma guest tests: $failed failed"
+exit $((failed > 0))
