@@ -34,7 +34,7 @@ step "message bigger than the ring" env PS_RDMA_RING_BYTES=65536 $L local --van 
 step "rendezvous pulls (kv-app --zero-copy)" $L local --van rdma --servers 2 --workers 2 -- kv-app --zero-copy --keys 300 --repeat 5
 # The RDMA integration tests of the test suite, if built (cargo test --features rdma --no-run).
 for t in target/release/deps/rdma-*; do
-    [[ -x $t && ! $t == *.d ]] && step "cargo test: $(basename "$t")" "$t" --test-threads 1
+    [[ -x $t && ! $t == *.d ]] && step "cargo test: $(basename "$t")" "$t" --test-threads 1 --include-ignored
 done
 echo "rdma guest tests: $failed failed"
 exit $((failed > 0))

@@ -1,0 +1,69 @@
+//! The RDMA van on a real verbs stack: run inside the Soft-RoCE guest
+//! (`scripts/softroce-vm.sh scripts/rdma-guest-tests.sh` runs these with `--include-ignored`).
+#![cfg(feature = "rdma")]
+
+mod common;
+
+use common::cluster_cfg;
+use pslite::postoffice::WORKER_GROUP;
+use pslite::{Config, DefaultHandler, Error, KVServer, KVWorker, VanType};
+
+fn rdma(c: &mut Config) {
+    c.van = VanType::Rdma;
+}
+
+fn serve_i64(po: &std::sync::Arc<pslite::Postoffice>) -> pslite::Result<Box<dyn std::any::Any>> {
+    Ok(Box::new(KVServer::<i64>::new(po, 0, DefaultHandler::new())?) as Box<dyn std::any::Any>)
+}
+
+#[test]
+#[ignore = "needs an RDMA device: run in scripts/softroce-vm.sh"]
+fn four_workers_two_servers_exact_sums_over_rdma() {
+    let c = cluster_cfg(2, 4, 60.0, rdma, serve_i64);
+    let handles: Vec<_> = c
+        .workers
+        .iter()
+        .cloned()
+        .map(|po| {
+            std::thread::spawn(move || {
+                let kv = KVWorker::<i64>::new(&po, 0, 0)?;
+                let keys: Vec<u64> = (0..64u64).map(|i| i * (u64::MAX / 64)).collect();
+                let vals: Vec<i64> = (0..64 * 3).map(|i| i as i64).collect();
+                let ts: Vec<_> = (0..20).map(|_| kv.push(&keys, &vals, None)).collect::<Result<_, Error>>()?;
+                for t in ts {
+                    kv.wait(t)?;
+                }
+                po.barrier(WORKER_GROUP)?;
+                let mut out = vec![0i64; vals.len()];
+                kv.pull_into(&keys, &mut out)?;
+                Ok::<_, Error>((out, vals))
+            })
+        })
+        .collect();
+    for h in handles {
+        let (out, vals) = h.join().expect("no panic").expect("ok");
+        let want: Vec<i64> = vals.iter().map(|v| v * 20 * 4).collect();
+        assert_eq!(out, want);
+    }
+    c.finish();
+}
+
+#[test]
+#[ignore = "needs an RDMA device: run in scripts/softroce-vm.sh"]
+fn a_value_bigger_than_the_ring_arrives_intact() {
+    // 64 KiB rings; a 3 MB value is fragmented into many records in both directions.
+    std::env::set_var("PS_RDMA_RING_BYTES", "65536");
+    let c = cluster_cfg(1, 1, 60.0, rdma, |po| {
+        Ok(Box::new(KVServer::<u8>::new(po, 0, DefaultHandler::new())?) as Box<dyn std::any::Any>)
+    });
+    let kv = KVWorker::<u8>::new(&c.workers[0], 0, 0).expect("worker");
+    let big: Vec<u8> = (0..3_000_000u32).map(|i| (i * 7 % 251) as u8).collect();
+    kv.wait(kv.push(&[42], &big, None).expect("push")).expect("push over rdma");
+    let ts = kv.push_pull(&[42], &vec![1u8; big.len()], None).expect("push-pull");
+    let got = kv.take_pulled(ts).expect("pulled");
+    let want: Vec<u8> = big.iter().map(|b| b.wrapping_add(1)).collect();
+    assert!(got.vals == want, "3 MB value differs after the round trip");
+    drop(kv);
+    c.finish();
+    std::env::remove_var("PS_RDMA_RING_BYTES");
+}
