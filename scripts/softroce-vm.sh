@@ -95,7 +95,7 @@ mount -t 9p -o trans=virtio,version=9p2000.L,msize=512000 job /job || die "no jo
 mount -t tmpfs tmpfs /scratch; mkdir -p /scratch/u /scratch/w
 mount -t overlay overlay -o lowerdir=/host,upperdir=/scratch/u,workdir=/scratch/w /root2 || die "no overlay"
 R=/root2
-for fs in proc:proc sysfs:sys devtmpfs:dev tmpfs:run tmpfs:tmp; do mount -t "${fs%%:*}" x "$R/${fs#*:}"; done
+for fs in proc:proc sysfs:sys devtmpfs:dev tmpfs:run; do mount -t "${fs%%:*}" x "$R/${fs#*:}"; done
 mkdir -p "$R/dev/pts" "$R/dev/shm" "$R/job"; mount -t devpts x "$R/dev/pts"; mount -t tmpfs x "$R/dev/shm"
 mount --bind /job "$R/job"
 kv=$(uname -r); mkdir -p "$R/lib/modules/$kv"; mount --bind "$R$(opt moddir)" "$R/lib/modules/$kv"
