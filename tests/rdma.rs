@@ -29,7 +29,9 @@ fn four_workers_two_servers_exact_sums_over_rdma() {
                 let kv = KVWorker::<i64>::new(&po, 0, 0)?;
                 let keys: Vec<u64> = (0..64u64).map(|i| i * (u64::MAX / 64)).collect();
                 let vals: Vec<i64> = (0..64 * 3).map(|i| i as i64).collect();
-                let ts: Vec<_> = (0..20).map(|_| kv.push(&keys, &vals, None)).collect::<Result<_, Error>>()?;
+                let ts: Vec<_> = (0..20)
+                    .map(|_| kv.push(&keys, &vals, None))
+                    .collect::<Result<_, Error>>()?;
                 for t in ts {
                     kv.wait(t)?;
                 }
@@ -58,8 +60,11 @@ fn a_value_bigger_than_the_ring_arrives_intact() {
     });
     let kv = KVWorker::<u8>::new(&c.workers[0], 0, 0).expect("worker");
     let big: Vec<u8> = (0..3_000_000u32).map(|i| (i * 7 % 251) as u8).collect();
-    kv.wait(kv.push(&[42], &big, None).expect("push")).expect("push over rdma");
-    let ts = kv.push_pull(&[42], &vec![1u8; big.len()], None).expect("push-pull");
+    kv.wait(kv.push(&[42], &big, None).expect("push"))
+        .expect("push over rdma");
+    let ts = kv
+        .push_pull(&[42], &vec![1u8; big.len()], None)
+        .expect("push-pull");
     let got = kv.take_pulled(ts).expect("pulled");
     let want: Vec<u8> = big.iter().map(|b| b.wrapping_add(1)).collect();
     assert!(got.vals == want, "3 MB value differs after the round trip");
