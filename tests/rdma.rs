@@ -72,3 +72,40 @@ fn a_value_bigger_than_the_ring_arrives_intact() {
     c.finish();
     std::env::remove_var("PS_RDMA_RING_BYTES");
 }
+
+#[test]
+#[ignore = "needs an RDMA device: run in scripts/softroce-vm.sh"]
+fn zero_copy_pulls_land_by_rdma_write_with_checksums() {
+    let c = cluster_cfg(
+        1,
+        1,
+        60.0,
+        |c| {
+            c.van = VanType::Rdma;
+            c.data_validation = true;
+            c.pool_bytes = 32 << 20;
+        },
+        |po| {
+            Ok(
+                Box::new(KVServer::<f32>::new(po, 0, DefaultHandler::new())?)
+                    as Box<dyn std::any::Any>,
+            )
+        },
+    );
+    let kv = KVWorker::<f32>::new(&c.workers[0], 0, 0).expect("worker");
+    let v: Vec<f32> = (0..500_000).map(|i| i as f32 * 0.5).collect();
+    kv.wait(kv.push(&[9], &v, None).expect("push"))
+        .expect("push");
+    let mut buf = kv.alloc(500_000).expect("pool buffer");
+    for round in 1..=3u64 {
+        buf = kv.zpull_wait(9, buf).expect("zero-copy pull");
+        assert!(buf[..] == v[..], "round {round}: 2 MB value differs");
+        assert_eq!(
+            kv.meta_round_trips(9),
+            round,
+            "validation mode: one meta-data response per pull"
+        );
+    }
+    drop((buf, kv));
+    c.finish();
+}

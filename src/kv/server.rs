@@ -240,6 +240,30 @@ fn serve_rendezvous<V: Value>(
     run_actions(po, m, handler, actions);
 }
 
+/// Writes `content` straight into the requester's destination when the van can (RDMA WRITE WITH
+/// IMMEDIATE from a registered pool buffer: one copy here, none on the worker). False: the caller
+/// sends the content as a message instead (ZMQ van, pool exhausted, or the write failed — then
+/// the requester still gets its content, by the slower path).
+fn rdma_write(po: &Postoffice, to: NodeId, content: &[u8], addr: u64, rkey: u32, imm: u32) -> bool {
+    if po.config().van != crate::config::VanType::Rdma {
+        return false;
+    }
+    let Ok(mut buf) = po.pool().and_then(|p| p.alloc::<u8>(content.len())) else {
+        return false;
+    };
+    buf.copy_from_slice(content);
+    match po.write_imm(to, buf, addr, rkey, imm) {
+        Ok(done) => done,
+        Err(e) => {
+            tracing::warn!(
+                "RDMA write to {} failed ({e}); sending the content as a message",
+                Node::describe(to)
+            );
+            false
+        }
+    }
+}
+
 /// Carries out the responder's actions on the ZMQ van: control messages as `HEAD_RV` answers,
 /// writes as `HEAD_RV_WRITE` answers holding the immediate and the content.
 fn run_actions<V: Value>(
@@ -255,12 +279,21 @@ fn run_actions<V: Value>(
                 meta.head = HEAD_RV;
                 (to, vec![Bytes::from(msg.encode())])
             }
-            RespAction::WriteStored { to, key, imm, .. } => {
-                meta.head = HEAD_RV_WRITE;
+            RespAction::WriteStored {
+                to,
+                key,
+                addr,
+                rkey,
+                imm,
+            } => {
                 let content = handler
                     .value(key)
                     .map(bytemuck::cast_slice::<V, u8>)
                     .unwrap_or(&[]);
+                if rdma_write(po, to, content, addr, rkey, imm) {
+                    continue;
+                }
+                meta.head = HEAD_RV_WRITE;
                 (
                     to,
                     vec![
@@ -269,7 +302,16 @@ fn run_actions<V: Value>(
                     ],
                 )
             }
-            RespAction::WriteClone { to, data, imm, .. } => {
+            RespAction::WriteClone {
+                to,
+                data,
+                addr,
+                rkey,
+                imm,
+            } => {
+                if rdma_write(po, to, &data, addr, rkey, imm) {
+                    continue;
+                }
                 meta.head = HEAD_RV_WRITE;
                 (to, vec![Bytes::copy_from_slice(&imm.to_le_bytes()), data])
             }

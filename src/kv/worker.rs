@@ -9,7 +9,7 @@ use crate::error::{Error, Result};
 use crate::postoffice::{Customer, Postoffice, Route};
 use crate::rendezvous::{Dest, ReqAction, Requester, RvMessage, HEAD_RV, HEAD_RV_WRITE};
 use crate::van::pool::PoolBuf;
-use crate::wire::{Message, Meta, Node, NodeId};
+use crate::wire::{Command, Message, Meta, Node, NodeId};
 use bytes::Bytes;
 use std::collections::HashMap;
 use std::marker::PhantomData;
@@ -127,7 +127,14 @@ pub struct KVWorker<V: Value> {
     next_ts: AtomicI32,
     shared: Arc<Shared<V>>,
     _customer: Customer,
+    imm_slot: u8,
     _v: PhantomData<V>,
+}
+
+impl<V: Value> Drop for KVWorker<V> {
+    fn drop(&mut self) {
+        self.po.release_imm_slot(self.imm_slot);
+    }
 }
 
 impl<V: Value> KVWorker<V> {
@@ -136,11 +143,15 @@ impl<V: Value> KVWorker<V> {
     /// # Errors
     /// [`Error::InvalidArgument`] if this (app, customer) pair already exists in the process.
     pub fn new(po: &Arc<Postoffice>, app_id: i32, customer_id: i32) -> Result<KVWorker<V>> {
+        let imm_slot = po.register_imm_slot(Route::Worker {
+            app_id,
+            customer_id,
+        })?;
         let shared = Arc::new(Shared {
             pending: Mutex::new(HashMap::new()),
             cv: Condvar::new(),
             rv: Mutex::new(RvState {
-                machine: Requester::new(po.config().data_validation),
+                machine: Requester::with_slot(po.config().data_validation, imm_slot),
                 ops: HashMap::new(),
             }),
             po: po.clone(),
@@ -148,14 +159,20 @@ impl<V: Value> KVWorker<V> {
             customer_id,
         });
         let s = shared.clone();
-        let customer = Customer::new(
+        let customer = match Customer::new(
             po,
             Route::Worker {
                 app_id,
                 customer_id,
             },
             move |msg| on_answer(&s, msg),
-        )?;
+        ) {
+            Ok(c) => c,
+            Err(e) => {
+                po.release_imm_slot(imm_slot);
+                return Err(e);
+            }
+        };
         Ok(KVWorker {
             po: po.clone(),
             app_id,
@@ -163,6 +180,7 @@ impl<V: Value> KVWorker<V> {
             next_ts: AtomicI32::new(0),
             shared,
             _customer: customer,
+            imm_slot,
             _v: PhantomData,
         })
     }
@@ -635,7 +653,28 @@ fn drive<V: Value>(
 fn on_rendezvous<V: Value>(shared: &Shared<V>, msg: Message) {
     let from = msg.meta.sender;
     let mut st = lock(&shared.rv);
-    let actions = if msg.meta.head == HEAD_RV_WRITE {
+    let actions = if msg.meta.command() == Some(Command::WriteImm) {
+        // An RDMA write landed in the destination itself: nothing to copy.
+        let imm = msg.meta.timestamp as u32;
+        let len: u64 = msg.meta.body.parse().unwrap_or(u64::MAX);
+        let crc = match (shared.po.config().data_validation, st.ops.get(&imm)) {
+            (true, Some(op)) if op.server == from => {
+                let (addr, cap) = match &op.target {
+                    Target::Owned(buf) => (buf.addr() as usize, buf.capacity_bytes()),
+                    Target::Borrowed { addr, cap, .. } => (*addr, *cap),
+                };
+                // SAFETY: the destination is ours while the request is outstanding (under this
+                // lock); `len` is checked against its capacity first.
+                (len as usize <= cap).then(|| {
+                    crc32c::crc32c(unsafe {
+                        std::slice::from_raw_parts(addr as *const u8, len as usize)
+                    })
+                })
+            }
+            _ => None,
+        };
+        st.machine.on_write(from, imm, len, crc)
+    } else if msg.meta.head == HEAD_RV_WRITE {
         let imm = msg
             .data
             .first()
@@ -697,7 +736,10 @@ fn unknown(ts: Timestamp) -> Error {
 }
 
 fn on_answer<V: Value>(shared: &Shared<V>, msg: Message) {
-    if msg.meta.head == HEAD_RV || msg.meta.head == HEAD_RV_WRITE {
+    if msg.meta.head == HEAD_RV
+        || msg.meta.head == HEAD_RV_WRITE
+        || msg.meta.command() == Some(Command::WriteImm)
+    {
         on_rendezvous(shared, msg);
         return;
     }

@@ -81,6 +81,8 @@ pub struct Postoffice {
     ranges: Vec<Range>,
     barrier_lock: Mutex<()>,
     pool: std::sync::OnceLock<MemoryPool>,
+    pool_init: Mutex<()>,
+    imm_slots: Mutex<HashMap<u8, Route>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -159,6 +161,8 @@ impl Postoffice {
             threads: Mutex::new(Vec::new()),
             barrier_lock: Mutex::new(()),
             pool: std::sync::OnceLock::new(),
+            pool_init: Mutex::new(()),
+            imm_slots: Mutex::new(HashMap::new()),
         });
         po.spawn("ps-receive", Postoffice::receive_loop)?;
         if let Err(e) = po.join_cluster(&me) {
@@ -289,11 +293,16 @@ impl Postoffice {
         &self.ranges
     }
 
-    /// This node's registered memory pool (`PS_POOL_BYTES`), reserved on first use.
+    /// This node's registered memory pool (`PS_POOL_BYTES`), reserved — and registered with
+    /// the van, which makes it a target of remote writes — on first use.
     ///
     /// # Errors
-    /// [`Error::Van`] if the memory cannot be reserved.
+    /// [`Error::Van`] if the memory cannot be reserved or registered.
     pub fn pool(&self) -> Result<&MemoryPool> {
+        if let Some(p) = self.pool.get() {
+            return Ok(p);
+        }
+        let _one = lock(&self.pool_init);
         if let Some(p) = self.pool.get() {
             return Ok(p);
         }
@@ -301,7 +310,50 @@ impl Postoffice {
             self.cfg.pool_bytes,
             0x5053_0000 | (self.my_id() as u32 & 0xffff),
         )?;
+        if let Some(rkey) = self.van.register_memory(p.base(), p.size())? {
+            p.set_rkey(rkey);
+        }
         Ok(self.pool.get_or_init(|| p))
+    }
+
+    /// Reserves an immediate slot for `route`: remote writes whose immediate has this slot in
+    /// its top 8 bits are delivered to `route` as [`Command::WriteImm`] events. Slots 0–254.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when all 255 slots are taken.
+    pub fn register_imm_slot(&self, route: Route) -> Result<u8> {
+        let mut slots = lock(&self.imm_slots);
+        let slot = (0..=254u8)
+            .find(|s| !slots.contains_key(s))
+            .ok_or_else(|| {
+                Error::InvalidArgument("all 255 immediate slots of this process are taken".into())
+            })?;
+        slots.insert(slot, route);
+        Ok(slot)
+    }
+
+    /// Frees an immediate slot.
+    pub fn release_imm_slot(&self, slot: u8) {
+        lock(&self.imm_slots).remove(&slot);
+    }
+
+    /// RDMA WRITE WITH IMMEDIATE through the van (see [`Van::write_imm`]); `Ok(false)` when the
+    /// van cannot write to `to`.
+    ///
+    /// # Errors
+    /// As [`Van::write_imm`].
+    pub fn write_imm(
+        &self,
+        to: NodeId,
+        data: crate::van::pool::PoolBuf<u8>,
+        addr: u64,
+        rkey: u32,
+        imm: u32,
+    ) -> Result<bool> {
+        if self.stopped.load(Ordering::Acquire) {
+            return Err(Error::Stopped);
+        }
+        self.van.write_imm(to, data, addr, rkey, imm)
     }
 
     /// The node table (scheduler, servers, workers) as the scheduler sent it.
@@ -523,6 +575,19 @@ impl Postoffice {
                 let _ = self.send(Message::new(meta));
             }
             (Command::Heartbeat, false, false) => {}
+            (Command::WriteImm, _, _) => {
+                let slot = (msg.meta.timestamp as u32 >> 24) as u8;
+                let route = lock(&self.imm_slots).get(&slot).copied();
+                match route.and_then(|r| lock(&self.routes).open.get(&r).cloned()) {
+                    Some(tx) => {
+                        let _ = tx.send(msg);
+                    }
+                    None => tracing::warn!(
+                        "dropped a remote write with immediate {:#x}: no customer",
+                        msg.meta.timestamp as u32
+                    ),
+                }
+            }
             (Command::Terminate, _, _) => {
                 self.stopped.store(true, Ordering::Release);
                 self.cv.notify_all();

@@ -79,6 +79,7 @@ pub struct Requester {
     validation: bool,
     cache: HashMap<(NodeId, Key), TensorMeta>,
     pending: HashMap<u32, Pending>,
+    prefix: Option<u32>,
     pub(super) next: u32,
     round_trips: HashMap<(NodeId, Key), u64>,
 }
@@ -92,9 +93,22 @@ impl Requester {
         }
     }
 
+    /// A requester whose request indices carry `slot` in their top 8 bits (slots 0–254), so
+    /// that a node's van can route a remote write's immediate to it.
+    pub fn with_slot(validation: bool, slot: u8) -> Requester {
+        Requester {
+            validation,
+            prefix: Some(u32::from(slot.min(254)) << 24),
+            ..Requester::default()
+        }
+    }
+
     fn fresh_index(&mut self) -> u32 {
         loop {
-            let i = self.next;
+            let i = match self.prefix {
+                None => self.next,
+                Some(p) => p | (self.next & 0x00FF_FFFF),
+            };
             self.next = self.next.wrapping_add(1);
             if i < RESERVED_IMM_ACK && !self.pending.contains_key(&i) {
                 return i;

@@ -301,6 +301,22 @@ fn reserved_immediates_are_never_request_indices() {
 }
 
 #[test]
+fn slotted_indices_keep_their_slot_and_skip_the_reserved_slot() {
+    let mut r = Requester::with_slot(false, 3);
+    r.next = 0x00FF_FFFF;
+    let (a, _) = r.start(SERVER, 1, 0, DType::U8);
+    let (b, _) = r.start(SERVER, 2, 0, DType::U8);
+    assert_eq!((a, b), (0x03FF_FFFF, 0x0300_0000), "wraps within the slot");
+    let mut last = Requester::with_slot(false, 255);
+    let (c, _) = last.start(SERVER, 1, 0, DType::U8);
+    assert_eq!(
+        c >> 24,
+        254,
+        "slot 255 would collide with the reserved immediates"
+    );
+}
+
+#[test]
 fn dtype_mismatch_is_refused_with_error_status() {
     let mut resp = Responder::new(DType::F32, false);
     let store: HashMap<u64, Vec<u8>> = HashMap::new();

@@ -50,6 +50,33 @@ pub trait Van: Send + Sync {
     /// peer). Vans that set up per-peer state (QPs) need it for their bootstrap messages.
     fn set_node_id(&self, _id: NodeId) {}
 
+    /// Registers `[addr, addr + len)` (this node's memory pool) for remote writes and returns
+    /// its rkey; `None` when this van has no memory registration (ZMQ).
+    ///
+    /// # Errors
+    /// [`crate::Error::Van`] if the device refuses the registration.
+    fn register_memory(&self, _addr: usize, _len: usize) -> Result<Option<u32>> {
+        Ok(None)
+    }
+
+    /// RDMA WRITE WITH IMMEDIATE of `data` (a buffer of the registered pool, kept until the
+    /// write completed) to `addr`/`rkey` on node `to`. The receiver's van raises a
+    /// [`crate::wire::Command::WriteImm`] event. `Ok(false)`: this van cannot write to that node
+    /// (the caller sends the content as a message instead).
+    ///
+    /// # Errors
+    /// [`crate::Error::Van`] when the write cannot be posted.
+    fn write_imm(
+        &self,
+        _to: NodeId,
+        _data: pool::PoolBuf<u8>,
+        _addr: u64,
+        _rkey: u32,
+        _imm: u32,
+    ) -> Result<bool> {
+        Ok(false)
+    }
+
     /// Closes every socket at once, dropping what is still queued (a failed start-up).
     fn abort(&self) {
         self.stop()

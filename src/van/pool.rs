@@ -18,7 +18,7 @@ pub const ALIGN: usize = 64;
 struct Inner {
     base: NonNull<u8>,
     layout: Layout,
-    rkey: u32,
+    rkey: std::sync::atomic::AtomicU32,
     /// Free chunks: offset → length.
     free: Mutex<BTreeMap<usize, usize>>,
 }
@@ -61,7 +61,7 @@ impl MemoryPool {
             inner: Arc::new(Inner {
                 base,
                 layout,
-                rkey,
+                rkey: rkey.into(),
                 free: Mutex::new(free),
             }),
         })
@@ -74,7 +74,19 @@ impl MemoryPool {
 
     /// The rkey of the pool's memory region (on the ZMQ van, an identifier only).
     pub fn rkey(&self) -> u32 {
-        self.inner.rkey
+        self.inner.rkey.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Sets the rkey once the van registered the block.
+    pub fn set_rkey(&self, rkey: u32) {
+        self.inner
+            .rkey
+            .store(rkey, std::sync::atomic::Ordering::Release);
+    }
+
+    /// Address of the block's first byte (what the van registers).
+    pub fn base(&self) -> usize {
+        self.inner.base.as_ptr() as usize
     }
 
     /// Bytes not handed out.
@@ -147,7 +159,7 @@ impl<V: bytemuck::Pod> PoolBuf<V> {
 
     /// The rkey of the pool it lives in.
     pub fn rkey(&self) -> u32 {
-        self.pool.rkey
+        self.pool.rkey.load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// Elements it can hold.

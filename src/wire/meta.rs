@@ -105,6 +105,9 @@ pub enum Command {
     Heartbeat,
     /// Van bootstrap between two peers (the RDMA van's QP exchange); frame 0 is van-specific.
     VanConnect,
+    /// A remote RDMA WRITE WITH IMMEDIATE landed in this node's registered memory (raised by the
+    /// van, never sent): `timestamp` holds the immediate, `body` the byte count.
+    WriteImm,
 }
 
 /// A control message's body.

@@ -21,6 +21,7 @@
 
 use super::{unavailable, RdmaConfig};
 use crate::error::{Error, Result};
+use crate::van::pool::PoolBuf;
 use crate::van::ring::{
     fragments, min_record, RingReceiver, RingSender, FLAG_MORE, FLAG_PAD, HEADER,
 };
@@ -281,9 +282,15 @@ struct ChanState {
     unsignaled: u32,
     outstanding: u32,
     reassembly: Vec<u8>,
+    /// Send WRs posted / known complete, counted from the start.
+    posted: u64,
+    completed: u64,
+    /// Pool buffers of content writes, with their WR's sequence number, kept until complete.
+    held: VecDeque<(u64, PoolBuf<u8>)>,
 }
 
 /// One RDMA WRITE (with immediate when `imm` is set) from registered local memory.
+#[derive(Clone, Copy)]
 struct Wr {
     local: u64,
     len: u32,
@@ -291,6 +298,8 @@ struct Wr {
     remote: u64,
     rkey: u32,
     imm: Option<u32>,
+    /// Always ask for a completion (its source buffer is released on it).
+    signal: bool,
 }
 
 /// One worker↔server pair.
@@ -325,7 +334,8 @@ impl Channel {
         for wr in wrs {
             st.outstanding += 1;
             st.unsignaled += 1;
-            let signal = st.unsignaled >= SIGNAL_EVERY || st.outstanding >= depth / 2;
+            st.posted += 1;
+            let signal = wr.signal || st.unsignaled >= SIGNAL_EVERY || st.outstanding >= depth / 2;
             let wr_id = ((self.peer as u64) << 32) | st.unsignaled as u64;
             if signal {
                 st.unsignaled = 0;
@@ -451,6 +461,8 @@ struct Inner {
     // Channels (QPs, MRs) before the device (PD, CQs): fields drop in order.
     chans: RwLock<HashMap<NodeId, Arc<Channel>>>,
     zmq: Arc<ZmqVan>,
+    /// The node's memory pool, registered once (its MR goes before the device).
+    pool_mr: Mutex<Option<Arc<MemoryRegion>>>,
     dev: Device,
     early: Mutex<HashMap<NodeId, Endpoint>>,
     me: AtomicI32,
@@ -503,6 +515,7 @@ impl RdmaVan {
         let (tx, rx) = crossbeam_channel::unbounded();
         let inner = Arc::new(Inner {
             zmq: Arc::new(ZmqVan::new(send_timeout)?),
+            pool_mr: Mutex::new(None),
             dev,
             chans: RwLock::new(HashMap::new()),
             early: Mutex::new(HashMap::new()),
@@ -582,6 +595,9 @@ impl Inner {
                 unsignaled: 0,
                 outstanding: 0,
                 reassembly: Vec::new(),
+                posted: 0,
+                completed: 0,
+                held: VecDeque::new(),
             }),
             cv: Condvar::new(),
         }))
@@ -754,6 +770,7 @@ impl Inner {
                     remote: remote.ring_addr + pad,
                     rkey: remote.ring_rkey,
                     imm: None,
+                    signal: false,
                 });
             }
             wrs.push(Wr {
@@ -763,6 +780,7 @@ impl Inner {
                 remote: remote.ring_addr + p.offset,
                 rkey: remote.ring_rkey,
                 imm: Some(IMM_RECORD),
+                signal: false,
             });
             while !c.try_post(&mut st, depth, &wrs)? {
                 if Instant::now() >= deadline {
@@ -803,7 +821,12 @@ impl Inner {
             let mut recvs = Vec::new();
             if let Ok(mut p) = self.dev.recv_cq.start_poll() {
                 for wc in p.by_ref() {
-                    recvs.push((wc.wr_id(), wc.status(), u32::from_be(wc.imm_data())));
+                    recvs.push((
+                        wc.wr_id(),
+                        wc.status(),
+                        u32::from_be(wc.imm_data()),
+                        wc.byte_len(),
+                    ));
                 }
             }
             let mut sends = Vec::new();
@@ -813,7 +836,7 @@ impl Inner {
                 }
             }
             let busy = !recvs.is_empty() || !sends.is_empty();
-            for (wr_id, status, imm) in recvs {
+            for (wr_id, status, imm, byte_len) in recvs {
                 let Some(c) = self.chan(wr_id as NodeId) else {
                     continue;
                 };
@@ -824,10 +847,20 @@ impl Inner {
                 if imm == IMM_RECORD {
                     self.take_record(&c);
                 } else {
-                    tracing::warn!(
-                        "unexpected immediate {imm:#x} from {}",
-                        Node::describe(c.peer)
-                    );
+                    // A write straight into registered memory (a rendezvous content write): the
+                    // postoffice routes it by the immediate's slot.
+                    let meta = Meta {
+                        sender: c.peer,
+                        recver: self.me.load(Ordering::Acquire),
+                        timestamp: imm as i32,
+                        body: byte_len.to_string(),
+                        control: Some(Control {
+                            cmd: Some(Command::WriteImm),
+                            ..Control::default()
+                        }),
+                        ..Meta::default()
+                    };
+                    let _ = self.tx.send(Ok(Message::new(meta)));
                 }
                 let reposted = {
                     let mut qp = lock(&c.qp);
@@ -844,7 +877,13 @@ impl Inner {
                     continue;
                 };
                 let mut st = lock(&c.st);
-                st.outstanding = st.outstanding.saturating_sub((wr_id & 0xFFFF_FFFF) as u32);
+                let n = wr_id & 0xFFFF_FFFF;
+                st.outstanding = st.outstanding.saturating_sub(n as u32);
+                st.completed += n;
+                // Content writes up to here have left: their pool buffers go back.
+                while st.held.front().is_some_and(|(seq, _)| *seq <= st.completed) {
+                    st.held.pop_front();
+                }
                 drop(st);
                 if status != 0 {
                     c.fail(format!("send {}", wc_status_text(status)));
@@ -892,6 +931,7 @@ impl Inner {
             remote: remote.credit_addr,
             rkey: remote.credit_rkey,
             imm: None,
+            signal: false,
         };
         match c.try_post(&mut st, depth, &[wr]) {
             Ok(true) => st.receiver.credit_sent(pos),
@@ -1053,6 +1093,72 @@ impl Van for RdmaVan {
     fn abort(&self) {
         self.inner.zmq.abort();
         self.stop();
+    }
+
+    fn register_memory(&self, addr: usize, len: usize) -> Result<Option<u32>> {
+        let acc = AccessFlags::LocalWrite | AccessFlags::RemoteWrite;
+        // SAFETY: the caller (the postoffice's pool) keeps the memory alive longer than the van.
+        let mr = unsafe { self.inner.dev.pd.reg_mr(addr, len, acc) }.map_err(|e| {
+            Error::Van(format!(
+                "cannot register the {len}-byte memory pool (PS_POOL_BYTES): {e}"
+            ))
+        })?;
+        let rkey = mr.rkey();
+        *lock(&self.inner.pool_mr) = Some(mr);
+        Ok(Some(rkey))
+    }
+
+    fn write_imm(
+        &self,
+        to: NodeId,
+        data: PoolBuf<u8>,
+        addr: u64,
+        rkey: u32,
+        imm: u32,
+    ) -> Result<bool> {
+        let inner = &self.inner;
+        let lkey = lock(&inner.pool_mr).as_ref().map(|m| m.lkey());
+        let (Some(c), Some(lkey)) = (inner.chan(to), lkey) else {
+            return Ok(false);
+        };
+        if data.is_empty() {
+            return Ok(false);
+        }
+        let mut st = lock(&c.st);
+        if st.sender.is_none() || !st.queued.is_empty() {
+            return Ok(false); // not connected yet: the message path keeps the order
+        }
+        let wr = Wr {
+            local: data.addr(),
+            len: data.len() as u32,
+            lkey,
+            remote: addr,
+            rkey,
+            imm: Some(imm),
+            signal: true,
+        };
+        let deadline = Instant::now() + inner.send_timeout;
+        let depth = inner.dev.cfg.queue_depth;
+        while !c.try_post(&mut st, depth, &[wr])? {
+            if Instant::now() >= deadline {
+                return Err(Error::Van(format!(
+                    "the send queue to {} stays full",
+                    Node::describe(to)
+                )));
+            }
+            st =
+                c.cv.wait_timeout(st, Duration::from_micros(200))
+                    .map_err(|_| Error::Stopped)?
+                    .0;
+        }
+        let seq = st.posted;
+        tracing::trace!(
+            "content write of {} bytes to {} (imm {imm:#x})",
+            data.len(),
+            Node::describe(to)
+        );
+        st.held.push_back((seq, data));
+        Ok(true)
     }
 }
 
