@@ -12,7 +12,7 @@
 
 use super::stats::{gbps, percentile};
 use crate::error::{Error, Result};
-use crate::kv::{KVPairs, KVWorker, Key};
+use crate::kv::{KVPairs, KVWorker, Key, SArray};
 use crate::postoffice::{Postoffice, WORKER_GROUP};
 use crate::van::pool::PoolBuf;
 use crossbeam_channel::unbounded;
@@ -139,7 +139,8 @@ pub fn run(po: &Arc<Postoffice>, a: &BenchArgs) -> Result<BenchReport> {
         .flat_map(|r| (0..a.keys_per_server as u64).map(move |j| r.begin + j))
         .collect();
     let patterns: Vec<Vec<u8>> = (0..keys.len()).map(|i| pattern(i, a.len)).collect();
-    let zeros = vec![0u8; a.len];
+    // Pushed from one shared buffer, as ps-lite's ZPush shares its SArray: no copy per request.
+    let zeros = SArray::from_vec(vec![0u8; a.len]);
     if po.my_rank() == 0 {
         for (k, p) in keys.iter().zip(&patterns) {
             let t = kv.push(&[*k], p, None)?;
@@ -177,7 +178,6 @@ pub fn run(po: &Arc<Postoffice>, a: &BenchArgs) -> Result<BenchReport> {
             let mut issued = Vec::with_capacity(keys.len());
             for (i, k) in keys.iter().enumerate() {
                 let tx = tx.clone();
-                let vals: &[u8] = if push { &zeros } else { &[] };
                 let t0 = Instant::now();
                 let buf = if pull {
                     bufs.get_mut(i).and_then(Option::take)
@@ -192,7 +192,19 @@ pub fn run(po: &Arc<Postoffice>, a: &BenchArgs) -> Result<BenchReport> {
                         let cb = move |r: Result<KVPairs<u8>>| {
                             let _ = tx.send((i, Instant::now(), r.map(Got::Pairs)));
                         };
-                        kv.request(&[*k], vals, &[], push, pull, 0, Some(Box::new(cb)))?;
+                        if push {
+                            kv.request_shared(
+                                &[*k],
+                                &zeros,
+                                &[],
+                                push,
+                                pull,
+                                0,
+                                Some(Box::new(cb)),
+                            )?;
+                        } else {
+                            kv.request(&[*k], &[], &[], push, pull, 0, Some(Box::new(cb)))?;
+                        }
                     }
                 }
                 issued.push(t0);

@@ -1,12 +1,14 @@
 //! The key-value layer: [`KVWorker`], [`KVServer`], request handlers, the slicer, timestamps.
 
 pub mod pairs;
+pub mod sarray;
 pub mod server;
 pub mod slicer;
 pub mod value;
 pub mod worker;
 
 pub use pairs::{KVPairs, KVRequest};
+pub use sarray::SArray;
 pub use server::{DefaultHandler, KVServer, ReqMeta, RequestHandler};
 pub use value::Value;
 pub use worker::{Callback, KVWorker};

@@ -1,7 +1,8 @@
 //! `KVWorker`: pushes and pulls, sliced by server key range and merged back (ps-lite's
 //! `KVWorker<Val>`).
 
-use super::pairs::{check_shape, encode, view, KVPairs};
+use super::pairs::{check_shape, view, KVPairs};
+use super::sarray::SArray;
 use super::slicer::slice;
 use super::value::Value;
 use super::{Key, Timestamp};
@@ -58,6 +59,25 @@ enum Target<V> {
     Owned(PoolBuf<V>),
     /// A caller's slice inside the pool, valid while the caller waits (`pull_into`).
     Borrowed { addr: usize, cap: usize, rkey: u32 },
+}
+
+/// The values of a request: borrowed (copied into the frames) or shared (sliced, no copy).
+enum Vals<'a, V> {
+    Borrowed(&'a [V]),
+    Shared(&'a SArray<V>),
+}
+
+impl<V: Value> Vals<'_, V> {
+    fn len(&self) -> usize {
+        match self {
+            Vals::Borrowed(v) => v.len(),
+            Vals::Shared(v) => v.len(),
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
 }
 
 /// What to do when a rendezvous pull ends.
@@ -229,6 +249,52 @@ impl<V: Value> KVWorker<V> {
         cmd: i32,
         callback: Option<Callback<V>>,
     ) -> Result<Timestamp> {
+        self.send_request(keys, Vals::Borrowed(vals), lens, push, pull, cmd, callback)
+    }
+
+    /// As [`request`](Self::request) with shared values (ps-lite's `ZPush`): the values are
+    /// sliced per server and handed to the van without a copy.
+    ///
+    /// # Errors
+    /// As [`request`](Self::request).
+    #[allow(clippy::too_many_arguments)]
+    pub fn request_shared(
+        &self,
+        keys: &[Key],
+        vals: &SArray<V>,
+        lens: &[u32],
+        push: bool,
+        pull: bool,
+        cmd: i32,
+        callback: Option<Callback<V>>,
+    ) -> Result<Timestamp> {
+        self.send_request(keys, Vals::Shared(vals), lens, push, pull, cmd, callback)
+    }
+
+    /// Pushes shared values without copying them (ps-lite's `ZPush`).
+    ///
+    /// # Errors
+    /// As [`push`](Self::push).
+    pub fn push_shared(
+        &self,
+        keys: &[Key],
+        vals: &SArray<V>,
+        lens: Option<&[u32]>,
+    ) -> Result<Timestamp> {
+        self.request_shared(keys, vals, lens.unwrap_or(&[]), true, false, 0, None)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn send_request(
+        &self,
+        keys: &[Key],
+        vals: Vals<'_, V>,
+        lens: &[u32],
+        push: bool,
+        pull: bool,
+        cmd: i32,
+        callback: Option<Callback<V>>,
+    ) -> Result<Timestamp> {
         if !push && !pull {
             return Err(Error::InvalidArgument(
                 "a request must push, pull, or both".into(),
@@ -281,11 +347,17 @@ impl<V: Value> KVWorker<V> {
         lock(&self.shared.pending).insert(ts, pending);
         for s in &slices {
             let k = &keys[s.keys.clone()];
-            let v = if push { &vals[s.vals.clone()] } else { &[][..] };
             let l = if lens.is_empty() {
                 &[][..]
             } else {
                 &lens[s.keys.clone()]
+            };
+            let v = match (&vals, push) {
+                (_, false) => Bytes::new(),
+                (Vals::Borrowed(v), true) => {
+                    Bytes::copy_from_slice(bytemuck::cast_slice::<V, u8>(&v[s.vals.clone()]))
+                }
+                (Vals::Shared(v), true) => v.frame(s.vals.clone()),
             };
             let meta = Meta {
                 head: cmd,
@@ -301,7 +373,11 @@ impl<V: Value> KVWorker<V> {
             };
             let msg = Message {
                 meta,
-                data: encode(k, v, l),
+                data: vec![
+                    Bytes::copy_from_slice(bytemuck::cast_slice::<Key, u8>(k)),
+                    v,
+                    Bytes::copy_from_slice(bytemuck::cast_slice::<u32, u8>(l)),
+                ],
             };
             if let Err(e) = self.po.send(msg) {
                 lock(&self.shared.pending).remove(&ts);
