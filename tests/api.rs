@@ -300,3 +300,25 @@ fn workers_pushing_the_same_keys_get_the_sum() {
     }
     c.finish();
 }
+
+#[test]
+fn shared_pushes_are_sliced_across_servers_without_changing_sums() {
+    let c = cluster(2, 1, 20.0);
+    let kv = KVWorker::<f32>::new(&c.workers[0], 0, 0).expect("worker");
+    let keys = [3, u64::MAX / 2 + 9, u64::MAX - 1];
+    let vals = pslite::kv::SArray::from_vec(vec![1.0f32, 2.0, 3.0, 4.0, 5.0]);
+    for _ in 0..3 {
+        kv.wait(
+            kv.push_shared(&keys, &vals, Some(&[2, 1, 2]))
+                .expect("push"),
+        )
+        .expect("wait");
+    }
+    let got = kv
+        .take_pulled(kv.pull(&keys).expect("pull"))
+        .expect("pulled");
+    assert_eq!(got.vals, vec![3.0, 6.0, 9.0, 12.0, 15.0]);
+    assert_eq!(got.lens, vec![2, 1, 2]);
+    drop(kv);
+    c.finish();
+}
