@@ -98,6 +98,19 @@ struct RvState<V> {
     ops: HashMap<u32, RvOp<V>>,
 }
 
+impl<V> RvState<V> {
+    /// Ends request `index` with `e`: the machine forgets it, and its op is handed back to be
+    /// reported. After this no write can reach its destination (writes are copied under the
+    /// same lock, for outstanding requests only).
+    fn abandon(&mut self, index: u32, e: Error) -> Option<Finished<V>> {
+        self.machine.cancel(index);
+        self.ops.remove(&index).map(|op| Finished {
+            done: op.done,
+            result: Err(e),
+        })
+    }
+}
+
 /// A finished rendezvous pull, to be reported outside the lock.
 struct Finished<V> {
     done: Done<V>,
@@ -562,10 +575,7 @@ impl<V: Value> KVWorker<V> {
     /// Meta-data round trips (META_DATA_RESPONSE) the rendezvous needed so far for `key`: 1
     /// after the first pull, +1 per change of the value's length.
     pub fn meta_round_trips(&self, key: Key) -> u64 {
-        let server = Node::server_id(crate::postoffice::range::server_of(
-            self.po.server_key_ranges(),
-            key,
-        ));
+        let server = self.server_for(key);
         lock(&self.shared.rv).machine.round_trips(server, key)
     }
 
@@ -575,6 +585,14 @@ impl<V: Value> KVWorker<V> {
         let timeout = self.po.config().timeout;
         rx.recv_timeout(timeout)
             .unwrap_or_else(|_| Err(self.zpull_timeout(key, index)))
+    }
+
+    /// The id of the server owning `key`.
+    fn server_for(&self, key: Key) -> NodeId {
+        Node::server_id(crate::postoffice::range::server_of(
+            self.po.server_key_ranges(),
+            key,
+        ))
     }
 
     fn zpull_timeout(&self, key: Key, index: u32) -> Error {
@@ -591,10 +609,7 @@ impl<V: Value> KVWorker<V> {
     }
 
     fn zpull_start(&self, key: Key, target: Target<V>, done: Done<V>) -> Result<u32> {
-        let server = Node::server_id(crate::postoffice::range::server_of(
-            self.po.server_key_ranges(),
-            key,
-        ));
+        let server = self.server_for(key);
         let step = self.next_ts.fetch_add(1, Ordering::Relaxed) as i64;
         let mut st = lock(&self.shared.rv);
         let (index, actions) = st.machine.start(server, key, step, V::DTYPE);
@@ -659,15 +674,7 @@ fn drive<V: Value>(
                 });
                 match dest {
                     Ok(d) => actions.extend(st.machine.allocated(index, d)),
-                    Err(e) => {
-                        st.machine.cancel(index);
-                        if let Some(op) = st.ops.remove(&index) {
-                            finished.push(Finished {
-                                done: op.done,
-                                result: Err(e),
-                            });
-                        }
-                    }
+                    Err(e) => finished.extend(st.abandon(index, e)),
                 }
             }
             ReqAction::Send { to, msg } => {
@@ -686,13 +693,7 @@ fn drive<V: Value>(
                     meta,
                     data: vec![Bytes::from(msg.encode())],
                 }) {
-                    st.machine.cancel(index);
-                    if let Some(op) = st.ops.remove(&index) {
-                        finished.push(Finished {
-                            done: op.done,
-                            result: Err(e),
-                        });
-                    }
+                    finished.extend(st.abandon(index, e));
                 }
             }
             ReqAction::Complete { index, meta } => {
