@@ -39,6 +39,9 @@ pub enum WireError {
         announced: u64,
         got: usize,
     },
+    /// A command only the local van may raise arrived from the network.
+    #[error("malformed message: {0} is raised by the local van, never sent")]
+    LocalOnly(&'static str),
     /// A payload frame exceeds [`MAX_FRAME_BYTES`].
     #[error("malformed message: data frame {index} of {len} bytes exceeds the limit of {MAX_FRAME_BYTES}")]
     FrameTooLarge { index: usize, len: u64 },
@@ -89,6 +92,9 @@ pub fn decode_frames(mut frames: Vec<Bytes>) -> Result<Message, WireError> {
         .map_err(|e| WireError::BadMeta(e.to_string()))?;
     if used != head.len() {
         return Err(WireError::TrailingBytes(head.len() - used));
+    }
+    if meta.command() == Some(super::Command::WriteImm) {
+        return Err(WireError::LocalOnly("WRITE_IMM"));
     }
     if meta.frame_lens.len() != data.len() {
         return Err(WireError::FrameCount {
@@ -246,6 +252,22 @@ mod tests {
                 index: 0,
                 len: MAX_FRAME_BYTES + 1
             }
+        );
+    }
+
+    #[test]
+    fn local_only_commands_are_refused_from_the_network() {
+        let mut msg = Message::new(Meta {
+            control: Some(Control {
+                cmd: Some(Command::WriteImm),
+                ..Control::default()
+            }),
+            ..Meta::default()
+        });
+        let frames = frames_of(&mut msg);
+        assert_eq!(
+            decode_frames(frames).unwrap_err().to_string(),
+            "malformed message: WRITE_IMM is raised by the local van, never sent"
         );
     }
 
