@@ -43,6 +43,8 @@
 //! # Ok(()) }
 //! ```
 
+#![deny(missing_docs)]
+
 pub mod apps;
 pub mod config;
 pub mod error;

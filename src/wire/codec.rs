@@ -31,12 +31,20 @@ pub enum WireError {
     TrailingBytes(usize),
     /// The number of payload frames differs from the meta's list.
     #[error("malformed message: meta announces {announced} data frames, {got} arrived")]
-    FrameCount { announced: usize, got: usize },
+    FrameCount {
+        /// Frames the meta lists.
+        announced: usize,
+        /// Frames that arrived.
+        got: usize,
+    },
     /// A payload frame's length differs from the meta's list.
     #[error("malformed message: data frame {index} is {got} bytes, meta announces {announced}")]
     FrameLength {
+        /// Payload frame index (0 is the first after the meta).
         index: usize,
+        /// Bytes the meta lists.
         announced: u64,
+        /// Bytes that arrived.
         got: usize,
     },
     /// A command only the local van may raise arrived from the network.
@@ -44,7 +52,12 @@ pub enum WireError {
     LocalOnly(&'static str),
     /// A payload frame exceeds [`MAX_FRAME_BYTES`].
     #[error("malformed message: data frame {index} of {len} bytes exceeds the limit of {MAX_FRAME_BYTES}")]
-    FrameTooLarge { index: usize, len: u64 },
+    FrameTooLarge {
+        /// Payload frame index.
+        index: usize,
+        /// Its length in bytes.
+        len: u64,
+    },
 }
 
 fn config() -> impl bincode::config::Config {

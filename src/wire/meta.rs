@@ -130,12 +130,19 @@ pub enum DType {
     /// No values (control messages).
     #[default]
     None,
+    /// `f32`, 4 bytes.
     F32,
+    /// `f64`, 8 bytes.
     F64,
+    /// `i32`, 4 bytes.
     I32,
+    /// `i64`, 8 bytes.
     I64,
+    /// `u8`, 1 byte.
     U8,
+    /// `u32`, 4 bytes.
     U32,
+    /// `u64`, 8 bytes.
     U64,
 }
 
