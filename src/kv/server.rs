@@ -203,6 +203,9 @@ impl<V: Value> KVServer<V> {
     }
 }
 
+/// Responses after which an unclaimed rendezvous clone is dropped.
+const CLONE_MAX_AGE: u64 = 4096;
+
 fn lookup<V: Value>(handler: &impl RequestHandler<V>, key: Key) -> Lookup<'_> {
     handler.value(key).map(|v| {
         (
@@ -237,6 +240,11 @@ fn serve_rendezvous<V: Value>(
     let actions = rv.on_message(m.sender, rvmsg, handler.serves_values(), |k| {
         lookup(handler, k)
     });
+    // A clone unclaimed after this many later responses belongs to a requester that gave up.
+    let dropped = rv.expire(CLONE_MAX_AGE);
+    if dropped > 0 {
+        tracing::debug!("dropped {dropped} rendezvous clones whose re-request never came");
+    }
     run_actions(po, m, handler, actions);
 }
 

@@ -71,7 +71,9 @@ pub struct Responder {
     validation: bool,
     dtype: DType,
     parked: HashMap<Key, Vec<Parked>>,
-    clones: HashMap<(NodeId, u32), Bytes>,
+    clones: HashMap<(NodeId, u32), (Bytes, u64)>,
+    /// Responses made so far: the age of a clone, in responses.
+    clock: u64,
     seen: HashSet<(NodeId, u32)>,
     seen_order: VecDeque<(NodeId, u32)>,
 }
@@ -156,7 +158,11 @@ impl Responder {
                 rkey,
                 ..
             } => {
-                match self.clones.remove(&(from, request_index)) {
+                match self
+                    .clones
+                    .remove(&(from, request_index))
+                    .map(|(data, _)| data)
+                {
                     Some(data) => vec![RespAction::WriteClone {
                         to: from,
                         data,
@@ -199,7 +205,9 @@ impl Responder {
         }
         let clone = Bytes::copy_from_slice(data);
         let checksum = self.validation.then(|| crc32c::crc32c(&clone));
-        self.clones.insert((from, request_index), clone);
+        self.clock += 1;
+        self.clones
+            .insert((from, request_index), (clone, self.clock));
         vec![RespAction::Send {
             to: from,
             msg: RvMessage::MetaDataResponse {
@@ -227,6 +235,16 @@ impl Responder {
             .iter()
             .flat_map(|p| self.respond(p.from, &p.msg, value))
             .collect()
+    }
+
+    /// Drops the clones kept for more than `max_age` later responses without a re-request (the
+    /// requester gave up: its wait timed out). Returns how many were dropped. The driver calls
+    /// it now and then; ages count responses, so the machine needs no clock.
+    pub fn expire(&mut self, max_age: u64) -> usize {
+        let before = self.clones.len();
+        let now = self.clock;
+        self.clones.retain(|_, (_, born)| now - *born <= max_age);
+        before - self.clones.len()
     }
 
     /// Requests waiting for a value, and clones waiting for a re-request.

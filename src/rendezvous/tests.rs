@@ -317,6 +317,30 @@ fn slotted_indices_keep_their_slot_and_skip_the_reserved_slot() {
 }
 
 #[test]
+fn clones_whose_re_request_never_comes_expire() {
+    let mut resp = Responder::new(DType::U8, false);
+    let mut store: HashMap<u64, Vec<u8>> = HashMap::new();
+    store.insert(1, vec![7; 10]);
+    let req = |i: u32| RvMessage::TensorRequest {
+        key: 1,
+        step: 0,
+        request_index: i,
+        remote_addr: 0,
+        rkey: 0,
+        dtype: DType::U8,
+        cached: None,
+    };
+    resp.on_message(WORKER, req(0), true, |k| Sim::lookup(&store, k));
+    assert_eq!(resp.waiting(), (0, 1));
+    assert_eq!(resp.expire(3), 0, "young clones stay");
+    for i in 1..=4 {
+        resp.on_message(WORKER, req(i), true, |k| Sim::lookup(&store, k));
+    }
+    assert_eq!(resp.expire(3), 1, "the first clone saw 4 later responses");
+    assert_eq!(resp.waiting(), (0, 4));
+}
+
+#[test]
 fn dtype_mismatch_is_refused_with_error_status() {
     let mut resp = Responder::new(DType::F32, false);
     let store: HashMap<u64, Vec<u8>> = HashMap::new();
