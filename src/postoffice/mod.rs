@@ -59,6 +59,8 @@ struct State {
     ready: bool,
     fatal: Option<Error>,
     barrier_result: Option<Result<()>>,
+    /// The group of the barrier this node waits in.
+    barrier_group: Option<i32>,
     last_from_scheduler: Option<Instant>,
     // Scheduler only.
     joining: Vec<Node>,
@@ -409,7 +411,11 @@ impl Postoffice {
 
     fn barrier_with(&self, group: i32, timeout: Option<Duration>) -> Result<()> {
         let _one = lock(&self.barrier_lock);
-        lock(&self.state).barrier_result = None;
+        {
+            let mut st = lock(&self.state);
+            st.barrier_result = None;
+            st.barrier_group = Some(group);
+        }
         let me = self.my_id();
         if me == SCHEDULER {
             self.scheduler_barrier(SCHEDULER, group, timeout);
@@ -559,13 +565,7 @@ impl Postoffice {
                 self.scheduler_barrier(msg.meta.sender, control.barrier_group, timeout);
             }
             (Command::Barrier, _, false) => {
-                let r = match msg.meta.error {
-                    None => Ok(()),
-                    Some(e) if e.contains("lost") => Err(Error::PeerLost(e)),
-                    Some(e) => Err(Error::Timeout(e)),
-                };
-                lock(&self.state).barrier_result = Some(r);
-                self.cv.notify_all();
+                self.barrier_done(control.barrier_group, msg.meta.error)
             }
             (Command::Heartbeat, true, true) => {
                 let from = msg.meta.sender;
@@ -841,6 +841,22 @@ impl Postoffice {
         }
     }
 
+    /// The barrier of `group` ended (with the scheduler's error text, if it failed). Only the
+    /// barrier this node waits in is released; a late answer to an older one is dropped.
+    fn barrier_done(&self, group: i32, error: Option<String>) {
+        let r = match error {
+            None => Ok(()),
+            Some(e) if e.contains("cannot complete: lost") => Err(Error::PeerLost(e)),
+            Some(e) => Err(Error::Timeout(e)),
+        };
+        let mut st = lock(&self.state);
+        if st.barrier_group == Some(group) {
+            st.barrier_result = Some(r);
+            st.barrier_group = None;
+            self.cv.notify_all();
+        }
+    }
+
     fn release(&self, o: Outcome) {
         if let Some(e) = &o.error {
             tracing::warn!("{e}");
@@ -850,13 +866,7 @@ impl Postoffice {
         ids.sort_by_key(|&id| id == SCHEDULER);
         for id in ids {
             if id == SCHEDULER {
-                let r = match &o.error {
-                    None => Ok(()),
-                    Some(e) if e.contains("lost") => Err(Error::PeerLost(e.clone())),
-                    Some(e) => Err(Error::Timeout(e.clone())),
-                };
-                lock(&self.state).barrier_result = Some(r);
-                self.cv.notify_all();
+                self.barrier_done(o.group, o.error.clone());
                 continue;
             }
             let meta = Meta {
