@@ -51,6 +51,7 @@ pub mod error;
 pub mod kv;
 pub mod postoffice;
 pub mod rendezvous;
+mod sync;
 pub mod van;
 pub mod wire;
 

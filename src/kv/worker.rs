@@ -9,6 +9,7 @@ use super::{Key, Timestamp};
 use crate::error::{Error, Result};
 use crate::postoffice::{Customer, Postoffice, Route};
 use crate::rendezvous::{Dest, ReqAction, Requester, RvMessage, HEAD_RV, HEAD_RV_WRITE};
+use crate::sync::lock;
 use crate::van::pool::PoolBuf;
 use crate::wire::{Command, Message, Meta, Node, NodeId};
 use bytes::Bytes;
@@ -130,10 +131,6 @@ impl<V: Value> Finished<V> {
             }
         }
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// The worker side of a key-value application.

@@ -18,6 +18,7 @@ pub use range::Range;
 
 use crate::config::{Config, VanType};
 use crate::error::{Error, Result};
+use crate::sync::lock;
 use crate::van::pool::MemoryPool;
 use crate::van::{zmq::ZmqVan, Van};
 use crate::wire::{Command, Control, Message, Meta, Node, NodeId, Role};
@@ -25,7 +26,7 @@ use barrier::{BarrierBook, Outcome};
 use crossbeam_channel::Sender;
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock, Weak};
+use std::sync::{Arc, Condvar, Mutex, RwLock, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -85,10 +86,6 @@ pub struct Postoffice {
     pool: std::sync::OnceLock<MemoryPool>,
     pool_init: Mutex<()>,
     imm_slots: Mutex<HashMap<u8, Route>>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 fn members_of(nodes: &[Node], group: i32) -> Vec<NodeId> {

@@ -21,6 +21,7 @@
 
 use super::{unavailable, RdmaConfig};
 use crate::error::{Error, Result};
+use crate::sync::lock;
 use crate::van::pool::PoolBuf;
 use crate::van::ring::{
     fragments, min_record, RingReceiver, RingSender, FLAG_MORE, FLAG_PAD, HEADER,
@@ -53,10 +54,6 @@ use std::time::{Duration, Instant};
 const IMM_RECORD: u32 = 0xFFFF_FFFF;
 /// One send WR in this many is signaled.
 const SIGNAL_EVERY: u32 = 16;
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
 
 /// What each side of a pair tells the other over ZMQ (VanConnect, bincode in frame 0).
 #[derive(Serialize, Deserialize, Clone, Debug)]
