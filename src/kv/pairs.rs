@@ -138,9 +138,18 @@ pub fn frame_of<T: bytemuck::Pod + Send + Sync>(v: Vec<T>) -> Bytes {
 
 /// The frames of borrowed `keys`, `vals`, `lens` (one copy each into a fresh buffer).
 pub fn encode<V: Value>(keys: &[Key], vals: &[V], lens: &[u32]) -> Vec<Bytes> {
+    frames(
+        keys,
+        Bytes::copy_from_slice(bytemuck::cast_slice::<V, u8>(vals)),
+        lens,
+    )
+}
+
+/// The frames of borrowed `keys` and `lens` (copied) around a values frame given as is.
+pub fn frames(keys: &[Key], vals: Bytes, lens: &[u32]) -> Vec<Bytes> {
     vec![
         Bytes::copy_from_slice(bytemuck::cast_slice::<Key, u8>(keys)),
-        Bytes::copy_from_slice(bytemuck::cast_slice::<V, u8>(vals)),
+        vals,
         Bytes::copy_from_slice(bytemuck::cast_slice::<u32, u8>(lens)),
     ]
 }

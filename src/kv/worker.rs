@@ -1,7 +1,7 @@
 //! `KVWorker`: pushes and pulls, sliced by server key range and merged back (ps-lite's
 //! `KVWorker<Val>`).
 
-use super::pairs::{check_shape, view, KVPairs};
+use super::pairs::{check_shape, frames, view, KVPairs};
 use super::sarray::SArray;
 use super::slicer::slice;
 use super::value::Value;
@@ -383,11 +383,7 @@ impl<V: Value> KVWorker<V> {
             };
             let msg = Message {
                 meta,
-                data: vec![
-                    Bytes::copy_from_slice(bytemuck::cast_slice::<Key, u8>(k)),
-                    v,
-                    Bytes::copy_from_slice(bytemuck::cast_slice::<u32, u8>(l)),
-                ],
+                data: frames(k, v, l),
             };
             if let Err(e) = self.po.send(msg) {
                 lock(&self.shared.pending).remove(&ts);
