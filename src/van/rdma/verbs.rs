@@ -813,6 +813,7 @@ impl Inner {
     /// credits returned) and the shared send CQ (send-queue room, WC errors).
     fn poll_loop(self: Arc<Self>) {
         let mut idle = 0u32;
+        let mut owed = false;
         let depth = self.dev.cfg.queue_depth;
         while !self.stop.load(Ordering::Acquire) {
             let mut recvs = Vec::new();
@@ -887,15 +888,20 @@ impl Inner {
                 }
                 c.cv.notify_all();
             }
-            // Return credits for everything consumed (the CQ is drained: forced), retrying the
-            // channels whose send queue was full last time.
-            let all: Vec<Arc<Channel>> = self
-                .chans
-                .read()
-                .map(|m| m.values().cloned().collect())
-                .unwrap_or_default();
-            for c in all {
-                self.return_credits(&c, depth);
+            // Return credits for everything consumed (the CQ is drained: forced). Credits only
+            // fall due when records were consumed, and a credit whose post found the send queue
+            // full can only go once send completions arrive: both make this round busy, so an
+            // idle round has nothing to do here.
+            if busy || owed {
+                let all: Vec<Arc<Channel>> = self
+                    .chans
+                    .read()
+                    .map(|m| m.values().cloned().collect())
+                    .unwrap_or_default();
+                owed = false;
+                for c in all {
+                    owed |= self.return_credits(&c, depth);
+                }
             }
             if busy {
                 idle = 0;
@@ -910,13 +916,15 @@ impl Inner {
         }
     }
 
-    fn return_credits(&self, c: &Channel, depth: u32) {
+    /// Posts the credit write of `c` if one is due; true when it is still owed (the send queue
+    /// was full).
+    fn return_credits(&self, c: &Channel, depth: u32) -> bool {
         let Some(remote) = lock(&c.remote).clone() else {
-            return;
+            return false;
         };
         let mut st = lock(&c.st);
         let Some(pos) = st.receiver.credit_due(true) else {
-            return;
+            return false;
         };
         // SAFETY: 8 aligned bytes of our registered credit source; a write still reading an
         // older value may see this newer one, which only returns more credit.
@@ -931,9 +939,12 @@ impl Inner {
             signal: false,
         };
         match c.try_post(&mut st, depth, &[wr]) {
-            Ok(true) => st.receiver.credit_sent(pos),
-            Ok(false) => {} // the send queue is full: next round
-            Err(_) => {}    // the channel failed; its senders see the error
+            Ok(true) => {
+                st.receiver.credit_sent(pos);
+                false
+            }
+            Ok(false) => true, // the send queue is full: after the next send completions
+            Err(_) => false,   // the channel failed; its senders see the error
         }
     }
 
