@@ -4,7 +4,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 EPOCHS=${1:-5}
-DATA=${2:-../shared/data/a8a}
+DATA=${2:-data/a8a}
+. scripts/need-debs.sh
+need_debs jq
 cargo build --release --quiet --bin pslite-launch
 echo "| S,W | epoch | test accuracy | log-loss | examples/s |"
 echo "| --- | --- | --- | --- | --- |"
@@ -13,10 +15,6 @@ for sw in "1 1" "2 2" "2 4"; do
     timeout 300 target/release/pslite-launch local --servers "$1" --workers "$2" -- \
         lr --train "$DATA/a8a.train" --test "$DATA/a8a.test" --epochs "$EPOCHS" --json |
         sed -n 's/^\[worker 0\] //p' |
-        python3 -c '
-import json, sys
-for line in sys.stdin:
-    r = json.loads(line)
-    print("| %d,%d | %d | %.4f | %.4f | %s |" % (r["servers"], r["workers"], r["epoch"], r["accuracy"], r["logloss"], format(round(r["examples_per_s"]), ",")))
-'
+        jq -r '[.servers, .workers, .epoch, .accuracy, .logloss, .examples_per_s] | @tsv' |
+        awk -F'\t' '{printf "| %d,%d | %d | %.4f | %.4f | %.0f |\n", $1, $2, $3, $4, $5, $6}'
 done

@@ -3,16 +3,45 @@
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
+use sha2::{Digest, Sha256};
+
+/// The repository's copy of a8a (`data/a8a/`, with its source, licence and SHA-256 sums).
+fn data_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("data/a8a")
+}
+
 fn data(name: &str) -> String {
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../shared/data/a8a")
-        .join(name);
+    let p = data_dir().join(name);
     assert!(
-        p.exists(),
-        "the a8a data set is missing at {} (shared/ beside the checkout)",
+        p.is_file(),
+        "the a8a data set is missing at {} (it is part of the repository: data/a8a/)",
         p.display()
     );
     p.display().to_string()
+}
+
+#[test]
+fn the_a8a_files_match_their_sha256_sums() {
+    let sums = std::fs::read_to_string(data_dir().join("SHA256SUMS")).expect("data/a8a/SHA256SUMS");
+    let mut checked = Vec::new();
+    for line in sums.lines().filter(|l| !l.trim().is_empty()) {
+        let (want, name) = line
+            .split_once("  ")
+            .unwrap_or_else(|| panic!("SHA256SUMS line {line:?}: expected `HEX  NAME`"));
+        let bytes = std::fs::read(data(name)).expect("read data file");
+        let got: String = Sha256::digest(&bytes)
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        assert_eq!(got, want, "sha256 of data/a8a/{name}");
+        checked.push(name.to_string());
+    }
+    checked.sort();
+    assert_eq!(
+        checked,
+        ["a8a.test", "a8a.train"],
+        "SHA256SUMS names both files"
+    );
 }
 
 fn lr(servers: usize, workers: usize, extra: &[&str]) -> Output {
