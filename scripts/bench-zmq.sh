@@ -10,13 +10,8 @@ cd "$(dirname "$0")/.."
 RUNS=${1:-5}
 SECS=${2:-5}
 
-if ! command -v iperf3 >/dev/null; then
-    if [ "$(id -u)" = 0 ]; then
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iperf3 >/dev/null
-    else
-        echo "iperf3 is missing: apt-get install iperf3" >&2; exit 1
-    fi
-fi
+. scripts/need-debs.sh
+need_debs iperf3
 cargo build --release --quiet --bin pslite-launch
 LAUNCH=target/release/pslite-launch
 

@@ -10,10 +10,11 @@
 # environment plus RDMA_DEVICE=rxe0, RDMA_GID_INDEX=<RoCE v2 IPv4 GID> and SOFTROCE_IP.
 # Exit status: COMMAND's; 124 on timeout; 125 if the guest could not be set up.
 #
-# Facts this relies on (see ../shared/softroce/NOTES.md): this host's KVM only runs PVM guests,
-# so qemu emulates (TCG, ~10-50x slower); rxe works on one device shared by many processes, not
-# across network namespaces; busybox insmod needs plain .ko files; the kernel's request_module
-# runs in PID 1's root, so PID 1 gets a modprobe that chroots into the real root.
+# Facts this relies on (from the team's Soft-RoCE notes; nothing here reads them): this host's
+# KVM only runs PVM guests, so qemu emulates (TCG, ~10-50x slower); rxe works on one device
+# shared by many processes, not across network namespaces; busybox insmod needs plain .ko files;
+# the kernel's request_module runs in PID 1's root, so PID 1 gets a modprobe that chroots into
+# the real root.
 #
 # Knobs: PSLITE_VM_TIMEOUT (s, default 1500), PSLITE_VM_MEM (MiB, 2048), PSLITE_VM_SMP (≤ 4),
 # PSLITE_VM_CACHE (/var/cache/pslite-softroce), PSLITE_VM_OUT (shared dir), PSLITE_VM_VERBOSE=1.
@@ -32,22 +33,13 @@ fail() { say "$*"; exit 125; }
 prepare_only=0
 [[ ${1:-} == --prepare ]] && { prepare_only=1; shift; }
 [[ ${1:-} == -- ]] && shift
-[[ $prepare_only == 1 || $# -gt 0 ]] || { sed -n '2,14p' "$0" >&2; exit 2; }
+[[ $prepare_only == 1 || $# -gt 0 ]] || { sed -n '2,11p' "$0" >&2; exit 2; }
 
 # --- host packages: the emulator, the initramfs tools, rdma-core for the guest to use ---------
-packages=(qemu-system-x86 busybox-static kmod cpio gzip xz-utils zstd iproute2
-          rdma-core ibverbs-providers ibverbs-utils libibverbs1 perftest)
-missing=()
-for p in "${packages[@]}"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
-done
-if (( ${#missing[@]} )); then
-    say "installing ${missing[*]}"
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2 \
-        || { apt-get update -qq >&2 && apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2; } \
-        || fail "cannot install ${missing[*]}"
-fi
+. "$(dirname "$0")/need-debs.sh"
+NEED_DEBS_STATUS=125   # "the guest could not be set up"
+need_debs qemu-system-x86 busybox-static kmod cpio gzip xz-utils zstd iproute2 \
+          rdma-core ibverbs-providers ibverbs-utils libibverbs1 perftest
 
 mkdir -p "$CACHE"
 exec 8>"$CACHE/lock"
