@@ -9,6 +9,9 @@
 # that on the wire, so the wire figure to set against ib_write_bw is 2 x goodput.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+# perftest (ib_write_bw): softroce-vm.sh installs it on the host, whose root the guest sees.
+. scripts/need-debs.sh
+need_debs perftest
 # Registering the pool pins its pages: keep it modest in the 2 GiB guest.
 export PS_POOL_BYTES=${PS_POOL_BYTES:-67108864}
 RUNS=${1:-3}
