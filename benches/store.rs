@@ -1,0 +1,123 @@
+//! Key store micro-benchmark: the index against `std`'s map (SipHash) and hashbrown with
+//! foldhash, and the store's push / pull paths, on N keys spread over the key space as `kv-app`
+//! spreads them. `cargo bench --bench store [-- N]` (default 10,000,000) prints ns per key and
+//! the time of one `memcpy` of the same bytes; it asserts nothing about speed.
+
+use pslite::kv::store::{Index, KeyStore, Lens};
+use std::collections::HashMap;
+use std::hint::black_box;
+use std::time::Instant;
+
+fn time(label: &str, n: usize, f: impl FnOnce() -> usize) {
+    let t0 = Instant::now();
+    let r = black_box(f());
+    let dt = t0.elapsed().as_secs_f64();
+    println!(
+        "{label:<52} {:>9.1} ms {:>8.1} ns/key  ({r})",
+        dt * 1e3,
+        dt * 1e9 / n as f64
+    );
+}
+
+fn main() {
+    let n: usize = std::env::args()
+        .skip(1)
+        .find_map(|a| a.parse().ok())
+        .unwrap_or(10_000_000);
+    let step = u64::MAX / n as u64;
+    let keys: Vec<u64> = (0..n as u64).map(|i| i * step).collect();
+    let vals: Vec<f32> = (0..n).map(|i| (i % 1000) as f32).collect();
+    println!("{n} keys spread over the key space, one f32 each");
+    let mut dst = vec![0u64; n];
+    time("reference: memcpy of the keys (8 B/key)", n, || {
+        dst.copy_from_slice(&keys);
+        dst[n / 2] as usize
+    });
+    let mut vdst = vec![0f32; n];
+    time("reference: memcpy of the values (4 B/key)", n, || {
+        vdst.copy_from_slice(&vals);
+        vdst[n / 2] as usize
+    });
+
+    let mut sip: HashMap<u64, u32> = HashMap::new();
+    time("std HashMap (SipHash): insert", n, || {
+        keys.iter().enumerate().for_each(|(i, &k)| {
+            sip.insert(k, i as u32);
+        });
+        sip.len()
+    });
+    time("std HashMap (SipHash): lookup", n, || {
+        keys.iter().map(|k| sip[k] as usize).sum()
+    });
+    drop(sip);
+    let mut fold: HashMap<u64, u32, foldhash::fast::RandomState> = HashMap::default();
+    time("hashbrown + foldhash: insert", n, || {
+        keys.iter().enumerate().for_each(|(i, &k)| {
+            fold.insert(k, i as u32);
+        });
+        fold.len()
+    });
+    time("hashbrown + foldhash: lookup", n, || {
+        keys.iter().map(|k| fold[k] as usize).sum()
+    });
+    drop(fold);
+    // The index maps keys to entry numbers; entry i here is keys[i] (the store's entries hold
+    // their keys the same way).
+    let mut ix = Index::default();
+    time("pslite Index: insert, growing from empty", n, || {
+        for (i, &k) in keys.iter().enumerate() {
+            ix.get_or_insert(k, i as u32, &keys[..i]);
+        }
+        ix.len()
+    });
+    drop(ix);
+    let mut ix = Index::with_capacity(n);
+    time(
+        "pslite Index: insert, sized, prefetching (as the store)",
+        n,
+        || {
+            for (i, &k) in keys.iter().enumerate() {
+                if let Some(&ahead) = keys.get(i + 16) {
+                    ix.prefetch(ahead);
+                }
+                ix.get_or_insert(k, i as u32, &keys[..i]);
+            }
+            ix.len()
+        },
+    );
+    time("pslite Index: lookup", n, || {
+        keys.iter()
+            .map(|&k| ix.get(k, &keys[..]).unwrap_or(0) as usize)
+            .sum()
+    });
+    drop(ix);
+
+    let mut store = KeyStore::<f32>::new();
+    time("KeyStore: first push (resolve_push + copy in)", n, || {
+        let r = store.resolve_push(&keys, Lens::Uniform(1)).expect("push");
+        store.push(&r, &vals);
+        r.runs()
+    });
+    let mut kept = None;
+    time("KeyStore: resolve_pull (one lookup per key)", n, || {
+        let r = store.resolve_pull(&keys).expect("pull");
+        let runs = r.runs();
+        kept = Some(r);
+        runs
+    });
+    let r = kept.expect("resolved");
+    time("KeyStore: push with a kept resolution (sum)", n, || {
+        store.push(&r, &vals);
+        r.values()
+    });
+    time(
+        "KeyStore: gather with a kept resolution (answer)",
+        n,
+        || store.gather(&r).len(),
+    );
+    time("KeyStore: push re-resolved (resolve_push + sum)", n, || {
+        let r = store.resolve_push(&keys, Lens::Uniform(1)).expect("push");
+        store.push(&r, &vals);
+        r.runs()
+    });
+}

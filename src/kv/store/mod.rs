@@ -1,0 +1,385 @@
+//! The key store behind [`crate::kv::DefaultHandler`]: values in an arena of never-moving chunks,
+//! an index from key to entry, and key lists *resolved* into runs of contiguous values — so a
+//! push is summed, and a pull answered, run by run (one vectorised loop or one `memcpy` per run)
+//! rather than key by key. No IO, no locks: the server's customer thread owns it.
+//!
+//! Semantics (ps-lite's `KVServerDefaultHandle`, stricter): a key's value length is fixed by its
+//! first push; a push of another length is an error naming the key and both lengths, and
+//! nothing of that request is applied. Pulling a key never pushed is an error naming the key.
+
+mod arena;
+mod index;
+
+pub use index::{Index, Keys};
+
+use self::arena::Arena;
+use super::value::Value;
+use super::Key;
+
+/// Asks the kernel to back `[addr, addr + bytes)` with huge pages where it can (Linux
+/// `MADV_HUGEPAGE`; only whole 2 MiB pages inside the range; a hint, errors ignored). For memory
+/// read at random (the index), before it is first touched.
+pub(crate) fn advise_huge_pages(addr: usize, bytes: usize) {
+    const HUGE: usize = 2 << 20;
+    let start = addr.div_ceil(HUGE) * HUGE;
+    let end = (addr + bytes) / HUGE * HUGE;
+    #[cfg(target_os = "linux")]
+    if end > start {
+        // SAFETY: advice only, on memory this process owns; it changes no contents.
+        unsafe {
+            libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_HUGEPAGE);
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = (start, end);
+}
+
+/// How many keys ahead the resolving loops prefetch index cells.
+const PREFETCH: usize = 16;
+
+/// A key and where its value lies.
+#[derive(Clone, Copy, Debug)]
+struct Entry {
+    key: Key,
+    off: usize,
+    chunk: u32,
+    len: u32,
+}
+
+impl Keys for [Entry] {
+    #[inline]
+    fn key_of(&self, e: u32) -> Key {
+        self[e as usize].key
+    }
+    fn count(&self) -> usize {
+        self.len()
+    }
+}
+
+/// The value lengths of a request's keys.
+#[derive(Clone, Copy, Debug)]
+pub enum Lens<'a> {
+    /// Every key has this many values.
+    Uniform(usize),
+    /// One length per key.
+    PerKey(&'a [u32]),
+}
+
+impl Lens<'_> {
+    #[inline]
+    fn of(&self, i: usize) -> usize {
+        match self {
+            Lens::Uniform(w) => *w,
+            Lens::PerKey(l) => l[i] as usize,
+        }
+    }
+}
+
+/// Contiguous values of consecutive keys of a resolved list.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Run {
+    chunk: u32,
+    /// Values of keys this request creates (copied in, not summed).
+    fresh: bool,
+    off: usize,
+    len: usize,
+}
+
+/// The lengths of a resolved list's keys.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum KeyLens {
+    Uniform(u32),
+    PerKey(Vec<u32>),
+}
+
+/// A key list resolved against a [`KeyStore`]: where its keys' values lie, in key order. Valid
+/// for the store's whole life (values never move); a list resolved by
+/// [`KeyStore::resolve_push`] marks the values it created until [`Resolved::settled`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Resolved {
+    runs: Vec<Run>,
+    values: usize,
+    lens: KeyLens,
+}
+
+impl Resolved {
+    fn new(lens: KeyLens) -> Resolved {
+        Resolved {
+            runs: Vec::new(),
+            values: 0,
+            lens,
+        }
+    }
+
+    #[inline]
+    fn add(&mut self, chunk: u32, fresh: bool, off: usize, len: usize) {
+        self.values += len;
+        if let Some(last) = self.runs.last_mut() {
+            if last.chunk == chunk && last.fresh == fresh && last.off + last.len == off {
+                last.len += len;
+                return;
+            }
+        }
+        self.runs.push(Run {
+            chunk,
+            fresh,
+            off,
+            len,
+        });
+    }
+
+    /// Values of all keys together.
+    pub fn values(&self) -> usize {
+        self.values
+    }
+
+    /// Runs of contiguous values (1 for a list first pushed in one request).
+    pub fn runs(&self) -> usize {
+        self.runs.len()
+    }
+
+    /// The lens frame of an answer: empty when every key has the same length, else one per key.
+    pub fn lens_frame(&self) -> Vec<u32> {
+        match &self.lens {
+            KeyLens::Uniform(_) => Vec::new(),
+            KeyLens::PerKey(l) => l.clone(),
+        }
+    }
+
+    /// Whether a request with `lens` (over the same keys) has the lengths this list has.
+    pub fn has_lens(&self, lens: Lens<'_>) -> bool {
+        match (&self.lens, lens) {
+            (KeyLens::Uniform(a), Lens::Uniform(b)) => *a as usize == b,
+            (KeyLens::PerKey(a), Lens::PerKey(b)) => a[..] == *b,
+            _ => false,
+        }
+    }
+
+    /// The same list once its push is applied: nothing fresh, adjacent runs joined — what to
+    /// keep for later requests over the same keys.
+    pub fn settled(&self) -> Resolved {
+        let mut out = Resolved::new(self.lens.clone());
+        for r in &self.runs {
+            out.add(r.chunk, false, r.off, r.len);
+        }
+        out
+    }
+}
+
+/// Values of type `V` by key.
+pub struct KeyStore<V> {
+    index: Index,
+    entries: Vec<Entry>,
+    arena: Arena<V>,
+}
+
+impl<V: Value> Default for KeyStore<V> {
+    fn default() -> Self {
+        KeyStore {
+            index: Index::default(),
+            entries: Vec::new(),
+            arena: Arena::default(),
+        }
+    }
+}
+
+fn never_pushed(key: Key) -> String {
+    format!("key {key} was never pushed, so it has no value to pull")
+}
+
+impl<V: Value> KeyStore<V> {
+    /// An empty store.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Keys held.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether it holds no key.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Bytes reserved for values.
+    pub fn reserved_bytes(&self) -> usize {
+        self.arena.reserved_bytes()
+    }
+
+    /// The value of `key`.
+    pub fn get(&self, key: Key) -> Option<&[V]> {
+        let e = self.entries[self.index.get(key, &self.entries[..])? as usize];
+        Some(self.arena.slice(e.chunk, e.off, e.len as usize))
+    }
+
+    /// Resolves the keys of a push (sorted, unique; `lens` as checked by the decoder), creating
+    /// the keys it does not hold yet with zeroed values. Apply the values with
+    /// [`push`](Self::push).
+    ///
+    /// # Errors
+    /// A text naming the first key whose length differs from its stored length (then nothing
+    /// is created), or naming a length or a count the store cannot hold.
+    pub fn resolve_push(&mut self, keys: &[Key], lens: Lens<'_>) -> Result<Resolved, String> {
+        let mut out = Resolved::new(match lens {
+            Lens::Uniform(w) => KeyLens::Uniform(
+                u32::try_from(w).map_err(|_| format!("{w} values per key is too many"))?,
+            ),
+            Lens::PerKey(l) => KeyLens::PerKey(l.to_vec()),
+        });
+        // One pass: find each key or enter it, new keys into one region (in order) whose place
+        // is set once its size is known. A wrong length undoes what the pass entered.
+        let first_new = self.entries.len();
+        let mut new_values = 0usize;
+        for (i, &key) in keys.iter().enumerate() {
+            if let Some(&ahead) = keys.get(i + PREFETCH) {
+                self.index.prefetch(ahead);
+            }
+            if self.index.is_full() {
+                // Grow once, for every key left in this request, not doubling by doubling.
+                self.index.reserve(keys.len() - i, &self.entries[..]);
+            }
+            let len = lens.of(i);
+            let next = self.entries.len();
+            if next >= u32::MAX as usize - 1 {
+                self.undo(first_new);
+                return Err(format!(
+                    "the store is full ({next} keys): cannot take key {key}"
+                ));
+            }
+            match self
+                .index
+                .get_or_insert(key, next as u32, &self.entries[..])
+            {
+                (e, false) => {
+                    let e = self.entries[e as usize];
+                    if e.len as usize != len {
+                        self.undo(first_new);
+                        return Err(format!(
+                            "length mismatch for key {key}: pushed {len} values, but its length is {} (fixed at its first push)",
+                            e.len
+                        ));
+                    }
+                    out.add(e.chunk, false, e.off, len);
+                }
+                (_, true) => {
+                    let Ok(len32) = u32::try_from(len) else {
+                        self.undo(first_new);
+                        return Err(format!("key {key}: {len} values is too many for one key"));
+                    };
+                    self.entries.push(Entry {
+                        key,
+                        off: new_values,
+                        chunk: u32::MAX,
+                        len: len32,
+                    });
+                    out.add(u32::MAX, true, new_values, len);
+                    new_values += len;
+                }
+            }
+        }
+        if self.entries.len() == first_new {
+            return Ok(out);
+        }
+        let (chunk, base) = match self.arena.alloc(new_values) {
+            Ok(at) => at,
+            Err(e) => {
+                self.undo(first_new);
+                return Err(e);
+            }
+        };
+        for e in &mut self.entries[first_new..] {
+            e.chunk = chunk;
+            e.off += base;
+        }
+        for r in out.runs.iter_mut().filter(|r| r.fresh) {
+            r.chunk = chunk;
+            r.off += base;
+        }
+        Ok(out)
+    }
+
+    /// Forgets the keys a failed [`resolve_push`](Self::resolve_push) entered: those whose
+    /// entries are `first_new..`.
+    fn undo(&mut self, first_new: usize) {
+        if self.entries.len() == first_new {
+            return;
+        }
+        // Newest first: each removal leaves the entries below it, which the index still holds.
+        for e in (first_new..self.entries.len()).rev() {
+            self.index.remove(self.entries[e].key, &self.entries[..]);
+        }
+        self.entries.truncate(first_new);
+    }
+
+    /// Resolves the keys of a pull (sorted, unique).
+    ///
+    /// # Errors
+    /// A text naming the first key that was never pushed.
+    pub fn resolve_pull(&self, keys: &[Key]) -> Result<Resolved, String> {
+        let mut out = Resolved::new(KeyLens::Uniform(0));
+        let mut per_key: Vec<u32> = Vec::with_capacity(keys.len());
+        let mut uniform = true;
+        for (i, &key) in keys.iter().enumerate() {
+            if let Some(&ahead) = keys.get(i + PREFETCH) {
+                self.index.prefetch(ahead);
+            }
+            let e = self
+                .index
+                .get(key, &self.entries[..])
+                .ok_or_else(|| never_pushed(key))?;
+            let e = self.entries[e as usize];
+            uniform &= per_key.first().is_none_or(|&w| w == e.len);
+            per_key.push(e.len);
+            out.add(e.chunk, false, e.off, e.len as usize);
+        }
+        out.lens = match (uniform, per_key.first()) {
+            (true, Some(&w)) => KeyLens::Uniform(w),
+            (true, None) => KeyLens::Uniform(0),
+            (false, _) => KeyLens::PerKey(per_key),
+        };
+        Ok(out)
+    }
+
+    /// Applies pushed `vals` (key order, `res.values()` of them) to a list resolved by
+    /// [`resolve_push`](Self::resolve_push) or settled: created values are copied in, the others
+    /// summed ([`Value::sum`]).
+    ///
+    /// # Panics
+    /// If `vals.len() != res.values()` (the decoder checked the shapes).
+    pub fn push(&mut self, res: &Resolved, vals: &[V]) {
+        assert_eq!(vals.len(), res.values, "pushed values vs resolved list");
+        let mut at = 0;
+        for r in &res.runs {
+            let src = &vals[at..at + r.len];
+            at += r.len;
+            let dst = self.arena.slice_mut(r.chunk, r.off, r.len);
+            if r.fresh {
+                dst.copy_from_slice(src);
+            } else {
+                sum_into(dst, src);
+            }
+        }
+    }
+
+    /// The values of a resolved list, in key order.
+    pub fn gather(&self, res: &Resolved) -> Vec<V> {
+        let mut out = Vec::with_capacity(res.values);
+        for r in &res.runs {
+            out.extend_from_slice(self.arena.slice(r.chunk, r.off, r.len));
+        }
+        out
+    }
+}
+
+/// `dst[i] = dst[i].sum(src[i])`: one loop the compiler vectorises for every value type.
+#[inline]
+fn sum_into<V: Value>(dst: &mut [V], src: &[V]) {
+    for (d, &s) in dst.iter_mut().zip(src) {
+        *d = d.sum(s);
+    }
+}
+
+#[cfg(test)]
+mod tests;
