@@ -16,6 +16,8 @@
 //! | `PS_HEARTBEAT_TIMEOUT` | silence after which the scheduler declares a node lost | seconds, > 0 | 10 |
 //! | `PS_DATA_VALIDATION` | rendezvous pulls carry and check a crc32c of the content | 0 or 1 | 0 |
 //! | `PS_POOL_BYTES` | size of the registered memory pool for zero-copy pulls | bytes | 268435456 |
+//! | `PS_KEY_CACHE` | workers send a digest instead of a key list the server already keeps (see [`crate::kv::keycache`]) | 0 or 1 | 1 |
+//! | `PS_KEY_CACHE_KEYS` | keys of the lists a server keeps per worker (the worker keeps the same) | whole number ≥ 1 | 16777216 |
 //! | `PSLITE_RANK` | rank this server/worker asks for (the launcher sets it) | whole number | registration order |
 //!
 //! The listening address is `DMLC_NODE_HOST` if set, else the IPv4 address of `DMLC_INTERFACE`,
@@ -27,6 +29,9 @@ use std::time::Duration;
 
 /// Default size of the registered memory pool: 256 MiB (reserved, touched only when used).
 pub const DEFAULT_POOL_BYTES: usize = 256 << 20;
+
+/// Default of `PS_KEY_CACHE_KEYS`: 16M keys (128 MiB of keys per worker on each server, at most).
+pub const DEFAULT_KEY_CACHE_KEYS: usize = 1 << 24;
 
 /// Which van moves the messages.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -68,6 +73,9 @@ pub struct Config {
     pub data_validation: bool,
     /// Bytes of the registered memory pool (`PS_POOL_BYTES`).
     pub pool_bytes: usize,
+    /// Key caching (`PS_KEY_CACHE`): keys of the lists cached per worker and server
+    /// (`PS_KEY_CACHE_KEYS`), 0 when it is off.
+    pub key_cache_keys: usize,
 }
 
 /// Values given as flags; each one, when `Some`, replaces its environment variable.
@@ -237,6 +245,27 @@ impl Config {
                 }
             },
         };
+        let key_cache = match lookup("PS_KEY_CACHE").as_deref().map(str::trim) {
+            None | Some("1") | Some("") => true,
+            Some("0") => false,
+            Some(other) => {
+                return Err(Error::Config(format!(
+                    "PS_KEY_CACHE is {other:?}: expected 0 (off) or 1 (on)"
+                )))
+            }
+        };
+        let key_cache_keys = match lookup("PS_KEY_CACHE_KEYS") {
+            None => DEFAULT_KEY_CACHE_KEYS,
+            Some(s) => match s.trim().parse::<usize>() {
+                Ok(n) if n >= 1 => n,
+                _ => {
+                    return Err(Error::Config(format!(
+                        "PS_KEY_CACHE_KEYS is {s:?}: expected a whole number of keys ≥ 1"
+                    )))
+                }
+            },
+        };
+        let key_cache_keys = if key_cache { key_cache_keys } else { 0 };
         let node_host = match get(&flags.node_host, "DMLC_NODE_HOST") {
             Some(h) if !h.trim().is_empty() => h.trim().to_string(),
             _ => match get(&flags.interface, "DMLC_INTERFACE") {
@@ -260,6 +289,7 @@ impl Config {
             rank_hint,
             data_validation,
             pool_bytes,
+            key_cache_keys,
         })
     }
 
@@ -340,6 +370,7 @@ impl Config {
             rank_hint: None,
             data_validation: false,
             pool_bytes: DEFAULT_POOL_BYTES,
+            key_cache_keys: DEFAULT_KEY_CACHE_KEYS,
         }
     }
 }
@@ -375,6 +406,16 @@ mod tests {
         assert_eq!(c.node_host, "127.0.0.1");
         assert_eq!(c.timeout, Duration::from_secs(60));
         assert_eq!(c.van, VanType::Zmq);
+        assert_eq!(c.key_cache_keys, DEFAULT_KEY_CACHE_KEYS);
+    }
+
+    #[test]
+    fn key_cache_off_or_sized() {
+        let mut pairs = BASE.to_vec();
+        pairs.push(("PS_KEY_CACHE_KEYS", "1000"));
+        assert_eq!(load(&pairs).expect("valid").key_cache_keys, 1000);
+        pairs.push(("PS_KEY_CACHE", "0"));
+        assert_eq!(load(&pairs).expect("valid").key_cache_keys, 0);
     }
 
     #[test]
@@ -407,6 +448,12 @@ mod tests {
             ("PS_TIMEOUT", "0", "expected a number of seconds > 0"),
             ("PS_DATA_VALIDATION", "yes", "expected 0 or 1"),
             ("PS_POOL_BYTES", "12", "expected a number of bytes ≥ 4096"),
+            ("PS_KEY_CACHE", "on", "expected 0 (off) or 1 (on)"),
+            (
+                "PS_KEY_CACHE_KEYS",
+                "0",
+                "expected a whole number of keys ≥ 1",
+            ),
             (
                 "DMLC_ROLE",
                 "server",

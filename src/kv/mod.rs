@@ -1,9 +1,11 @@
 //! The key-value layer: [`KVWorker`], [`KVServer`], request handlers, the slicer, timestamps.
 
+pub mod keycache;
 pub mod pairs;
 pub mod sarray;
 pub mod server;
 pub mod slicer;
+pub mod store;
 pub mod value;
 pub mod worker;
 

@@ -1,5 +1,7 @@
 //! Key-value pairs and their three payload frames: keys (`u64`), values (`V`), lengths (`u32`).
 
+use super::keycache::Memo;
+use super::store::Lens;
 use super::value::Value;
 use super::Key;
 use bytes::Bytes;
@@ -28,9 +30,21 @@ pub struct KVRequest<'a, V: Clone> {
     pub vals: Cow<'a, [V]>,
     /// Values per key; empty means `vals.len() / keys.len()` each.
     pub lens: Cow<'a, [u32]>,
+    /// When the key list is one the server keeps for this worker (key caching, see
+    /// [`super::keycache`]): the handler's scratch for that list, kept between requests.
+    pub memo: Option<&'a mut Memo>,
 }
 
 impl<V: Value> KVRequest<'_, V> {
+    /// The value lengths as the store reads them: uniform, or one per key.
+    pub fn lens(&self) -> Lens<'_> {
+        if self.lens.is_empty() {
+            Lens::Uniform(self.vals.len().checked_div(self.keys.len()).unwrap_or(0))
+        } else {
+            Lens::PerKey(&self.lens)
+        }
+    }
+
     /// The length of each key's value: `lens`, or the even split of `vals` over the keys.
     pub fn key_lens(&self) -> Vec<usize> {
         if self.lens.is_empty() {
@@ -116,7 +130,12 @@ pub fn decode<V: Value>(frames: &[Bytes]) -> Result<KVRequest<'_, V>, String> {
     let vals = view::<V>(frame(1), "values")?;
     let lens = view::<u32>(frame(2), "lens")?;
     check_shape(&keys, vals.len(), &lens)?;
-    Ok(KVRequest { keys, vals, lens })
+    Ok(KVRequest {
+        keys,
+        vals,
+        lens,
+        memo: None,
+    })
 }
 
 /// A typed vector seen as bytes, so it can back a frame without a copy.

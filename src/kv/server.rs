@@ -1,14 +1,16 @@
 //! `KVServer`: answers the requests of one application for one value type, through a
 //! [`RequestHandler`] (ps-lite's `KVServer<Val>` and `KVServerDefaultHandle`).
 
+use super::keycache::{Kept, Memo};
 use super::pairs::{decode, encode_owned, KVPairs, KVRequest};
+use super::store::{KeyStore, Resolved};
 use super::value::Value;
 use super::Key;
 use crate::error::Result;
 use crate::postoffice::{reply_meta, Customer, Postoffice, Route};
 use crate::rendezvous::responder::Lookup;
 use crate::rendezvous::{RespAction, Responder, RvMessage, TensorMeta, HEAD_RV, HEAD_RV_WRITE};
-use crate::wire::{Message, Node, NodeId};
+use crate::wire::{KeyRef, Message, Node, NodeId};
 use bytes::Bytes;
 use std::collections::HashMap;
 use std::marker::PhantomData;
@@ -56,23 +58,37 @@ pub trait RequestHandler<V: Value>: Send + 'static {
 ///
 /// A key's length is fixed by its first push; a push of another length is refused with an error
 /// naming the key and both lengths, and nothing of that request is applied. Pulling a key that
-/// was never pushed is an error naming the key.
-#[derive(Default)]
+/// was never pushed is an error naming the key. Values live in a [`KeyStore`]: a request's keys
+/// are resolved into runs of contiguous values (one hash lookup per key), and a key list the
+/// server keeps for the worker (key caching) keeps its resolution, so repeating it costs one
+/// summing loop or one copy per run, nothing per key. Pull answers carry no keys (the worker
+/// has them) and no lengths when all are equal.
 pub struct DefaultHandler<V> {
-    store: HashMap<Key, Vec<V>>,
+    store: KeyStore<V>,
+}
+
+impl<V: Value> Default for DefaultHandler<V> {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 impl<V: Value> DefaultHandler<V> {
     /// An empty store.
     pub fn new() -> Self {
         DefaultHandler {
-            store: HashMap::new(),
+            store: KeyStore::new(),
         }
     }
 
     /// The stored value of `key`.
     pub fn get(&self, key: Key) -> Option<&[V]> {
-        self.store.get(&key).map(|v| v.as_slice())
+        self.store.get(key)
+    }
+
+    /// The store.
+    pub fn store(&self) -> &KeyStore<V> {
+        &self.store
     }
 }
 
@@ -86,48 +102,48 @@ impl<V: Value> RequestHandler<V> for DefaultHandler<V> {
     }
 
     fn handle(&mut self, meta: &ReqMeta, req: KVRequest<'_, V>) -> Result<KVPairs<V>, String> {
+        let mut req = req;
+        let mut memo = req.memo.take();
+        let lens = req.lens();
         if meta.push {
-            let lens = req.key_lens();
-            // Check every key before changing anything.
-            for (key, &len) in req.keys.iter().zip(&lens) {
-                if let Some(have) = self.store.get(key) {
-                    if have.len() != len {
-                        return Err(format!(
-                            "length mismatch for key {key}: pushed {len} values, but its length is {} (fixed at its first push)",
-                            have.len()
-                        ));
-                    }
+            if resolved(&memo).is_some_and(|r| r.has_lens(lens)) {
+                if let Some(r) = resolved(&memo) {
+                    self.store.push(r, &req.vals);
                 }
-            }
-            let mut at = 0;
-            for (key, &len) in req.keys.iter().zip(&lens) {
-                let src = &req.vals[at..at + len];
-                at += len;
-                match self.store.get_mut(key) {
-                    Some(dst) => dst.iter_mut().zip(src).for_each(|(d, &s)| *d = d.sum(s)),
-                    None => {
-                        self.store.insert(*key, src.to_vec());
-                    }
+            } else {
+                let r = self.store.resolve_push(&req.keys, lens)?;
+                self.store.push(&r, &req.vals);
+                if let Some(m) = memo.as_deref_mut() {
+                    m.set(r.settled());
                 }
             }
         }
         if !meta.pull {
             return Ok(KVPairs::default());
         }
-        let mut out = KVPairs {
-            keys: req.keys.to_vec(),
-            vals: Vec::new(),
-            lens: Vec::with_capacity(req.keys.len()),
-        };
-        for key in req.keys.iter() {
-            let v = self
-                .store
-                .get(key)
-                .ok_or_else(|| format!("key {key} was never pushed, so it has no value to pull"))?;
-            out.vals.extend_from_slice(v);
-            out.lens.push(v.len() as u32);
+        if resolved(&memo).is_none() {
+            let r = self.store.resolve_pull(&req.keys)?;
+            match memo.as_deref_mut() {
+                Some(m) => m.set(r),
+                None => return Ok(answer(&self.store, &r)),
+            }
         }
-        Ok(out)
+        let r = resolved(&memo).ok_or("internal: a kept key list lost its resolution")?;
+        Ok(answer(&self.store, r))
+    }
+}
+
+/// The resolution kept with a cached key list.
+fn resolved<'m>(memo: &'m Option<&mut Memo>) -> Option<&'m Resolved> {
+    memo.as_deref().and_then(|m| m.get::<Resolved>())
+}
+
+/// A pull answer for the request's keys (empty `keys`: "as requested").
+fn answer<V: Value>(store: &KeyStore<V>, r: &Resolved) -> KVPairs<V> {
+    KVPairs {
+        keys: Vec::new(),
+        vals: store.gather(r),
+        lens: r.lens_frame(),
     }
 }
 
@@ -151,6 +167,7 @@ impl<V: Value> KVServer<V> {
     ) -> Result<KVServer<V>> {
         let po2 = po.clone();
         let mut rv = Responder::new(V::DTYPE, po.config().data_validation);
+        let mut lists = KeptLists::new(po.config().key_cache_keys);
         let customer = Customer::new(
             po,
             Route::Server {
@@ -162,37 +179,13 @@ impl<V: Value> KVServer<V> {
                     serve_rendezvous(&po2, &mut rv, &handler, msg);
                     return;
                 }
-                let m = &msg.meta;
-                let rm = ReqMeta {
-                    cmd: m.head,
-                    push: m.push,
-                    pull: m.pull,
-                    sender: m.sender,
-                    timestamp: m.timestamp,
-                };
-                let mut pushed = Vec::new();
-                let result = decode::<V>(&msg.data).and_then(|req| {
-                    if m.push && req.vals.is_empty() && !req.keys.is_empty() {
-                        return Err("push without values".to_string());
-                    }
-                    if m.push && rv.has_parked() {
-                        pushed = req.keys.to_vec();
-                    }
-                    handler.handle(&rm, req)
-                });
-                let mut reply = Message::new(reply_meta(m));
-                match result {
-                    Ok(res) if m.pull => reply.data = encode_owned(res),
-                    Ok(_) => {}
-                    Err(e) => reply.meta.error = Some(e),
-                }
-                if let Err(e) = po2.send(reply) {
-                    tracing::warn!("cannot answer {}: {e}", Node::describe(m.sender));
-                }
+                let pushed = serve_request(&po2, &mut handler, &mut lists, rv.has_parked(), msg);
                 // Rendezvous pulls that waited for these keys (tag matching).
-                for key in pushed {
-                    let actions = rv.on_value_ready(key, |k| lookup(&handler, k));
-                    run_actions(&po2, m, &handler, actions);
+                if let Some((m, keys)) = pushed {
+                    for key in keys {
+                        let actions = rv.on_value_ready(key, |k| lookup(&handler, k));
+                        run_actions(&po2, &m, &handler, actions);
+                    }
                 }
             },
         )?;
@@ -200,6 +193,104 @@ impl<V: Value> KVServer<V> {
             _customer: customer,
             _v: PhantomData,
         })
+    }
+}
+
+/// The key lists a server keeps, per worker customer (key caching, see [`super::keycache`]).
+struct KeptLists {
+    capacity: usize,
+    by_worker: HashMap<(NodeId, i32), Kept>,
+}
+
+impl KeptLists {
+    fn new(capacity: usize) -> KeptLists {
+        KeptLists {
+            capacity,
+            by_worker: HashMap::new(),
+        }
+    }
+
+    fn of(&mut self, worker: NodeId, customer: i32) -> &mut Kept {
+        let cap = self.capacity;
+        self.by_worker
+            .entry((worker, customer))
+            .or_insert_with(|| Kept::new(cap))
+    }
+}
+
+/// Handles one key-value request and answers it. Returns the request's meta and pushed keys
+/// when rendezvous pulls are parked (`parked`), so they can be served once the keys have values.
+fn serve_request<V: Value>(
+    po: &Postoffice,
+    handler: &mut impl RequestHandler<V>,
+    lists: &mut KeptLists,
+    parked: bool,
+    msg: Message,
+) -> Option<(crate::wire::Meta, Vec<Key>)> {
+    let Message { meta: m, mut data } = msg;
+    let rm = ReqMeta {
+        cmd: m.head,
+        push: m.push,
+        pull: m.pull,
+        sender: m.sender,
+        timestamp: m.timestamp,
+    };
+    let kept = lists.of(m.sender, m.customer_id);
+    let mut reply = Message::new(reply_meta(&m));
+    // A cached key list: its keys take the place of the empty keys frame.
+    if let Some(KeyRef::Cached { digest }) = &m.keys {
+        match (kept.get(*digest), data.first_mut()) {
+            (Some(list), Some(frame)) if frame.is_empty() => *frame = list.keys.clone(),
+            (None, _) => {
+                reply.meta.keys = Some(KeyRef::Unknown { digest: *digest });
+                send_answer(po, reply);
+                return None;
+            }
+            _ => {
+                reply.meta.error = Some("malformed request: a cached key list with keys".into());
+                send_answer(po, reply);
+                return None;
+            }
+        }
+    }
+    let mut pushed = None;
+    let result = decode::<V>(&data).and_then(|mut req| {
+        if m.push && req.vals.is_empty() && !req.keys.is_empty() {
+            return Err("push without values".to_string());
+        }
+        if m.push && parked {
+            pushed = Some(req.keys.to_vec());
+        }
+        let digest = match &m.keys {
+            Some(KeyRef::Register { digest, evict }) => {
+                kept.register(*digest, evict, data[0].clone());
+                Some(*digest)
+            }
+            Some(KeyRef::Cached { digest }) => Some(*digest),
+            _ => None,
+        };
+        req.memo = digest.and_then(|d| kept.get(d)).map(|l| &mut l.memo);
+        let asked = !req.keys.is_empty();
+        handler.handle(&rm, req).map(|res| (res, asked))
+    });
+    match result {
+        Ok((res, asked)) if m.pull => {
+            if res.keys.is_empty() && asked {
+                reply.meta.keys = Some(KeyRef::AsRequested);
+            }
+            reply.data = encode_owned(res);
+        }
+        Ok(_) => {}
+        Err(e) => reply.meta.error = Some(e),
+    }
+    send_answer(po, reply);
+    pushed.map(|keys| (m, keys))
+}
+
+fn send_answer(po: &Postoffice, reply: Message) {
+    let to = reply.meta.recver;
+    if let Err(e) = po.send(reply) {
+        tracing::warn!("cannot answer {}: {e}", Node::describe(to));
     }
 }
 

@@ -1,7 +1,8 @@
 //! `KVWorker`: pushes and pulls, sliced by server key range and merged back (ps-lite's
 //! `KVWorker<Val>`).
 
-use super::pairs::{check_shape, frames, view, KVPairs};
+use super::keycache::Mirror;
+use super::pairs::{check_shape, frame_of, view, KVPairs};
 use super::sarray::SArray;
 use super::slicer::slice;
 use super::value::Value;
@@ -11,7 +12,7 @@ use crate::postoffice::{Customer, Postoffice, Route};
 use crate::rendezvous::{Dest, ReqAction, Requester, RvMessage, HEAD_RV, HEAD_RV_WRITE};
 use crate::sync::lock;
 use crate::van::pool::PoolBuf;
-use crate::wire::{Command, Message, Meta, Node, NodeId};
+use crate::wire::{Command, KeyRef, Message, Meta, Node, NodeId};
 use bytes::Bytes;
 use std::collections::HashMap;
 use std::marker::PhantomData;
@@ -30,10 +31,19 @@ struct Part {
     lens: Bytes,
 }
 
+/// What was asked of one server: the keys (for the answer, which carries none when they are
+/// the request's), and the request itself while it names a cached key list (sent again, with
+/// its keys, if the server does not keep the list).
+struct Asked {
+    keys: Bytes,
+    resend: Option<Message>,
+}
+
 struct Pending<V> {
     what: String,
     servers: Vec<usize>,
     answered: Vec<bool>,
+    asked: Vec<Asked>,
     parts: Vec<Part>,
     error: Option<Error>,
     callback: Option<Callback<V>>,
@@ -46,6 +56,10 @@ impl<V> Pending<V> {
 }
 
 struct Shared<V> {
+    /// Key caching: what each server keeps for this worker, by server rank. Lock order: this,
+    /// then `pending`; requests are sent under this lock, so each server sees them in the
+    /// order the mirror recorded them.
+    mirrors: Mutex<Vec<Mirror>>,
     pending: Mutex<HashMap<Timestamp, Pending<V>>>,
     cv: Condvar,
     rv: Mutex<RvState<V>>,
@@ -177,7 +191,9 @@ impl<V: Value> KVWorker<V> {
             app_id,
             customer_id,
         })?;
+        let cache = po.config().key_cache_keys;
         let shared = Arc::new(Shared {
+            mirrors: Mutex::new((0..po.num_servers()).map(|_| Mirror::new(cache)).collect()),
             pending: Mutex::new(HashMap::new()),
             cv: Condvar::new(),
             rv: Mutex::new(RvState {
@@ -337,10 +353,11 @@ impl<V: Value> KVWorker<V> {
             keys.len()
         );
         let servers: Vec<usize> = slices.iter().map(|s| s.server).collect();
-        let pending = Pending {
+        let mut pending = Pending {
             what,
             answered: vec![false; servers.len()],
             servers,
+            asked: Vec::with_capacity(slices.len()),
             parts: Vec::new(),
             error: None,
             callback,
@@ -354,9 +371,9 @@ impl<V: Value> KVWorker<V> {
             }
             return Ok(ts);
         }
-        lock(&self.shared.pending).insert(ts, pending);
+        let mut mirrors = lock(&self.shared.mirrors);
+        let mut msgs = Vec::with_capacity(slices.len());
         for s in &slices {
-            let k = &keys[s.keys.clone()];
             let l = if lens.is_empty() {
                 &[][..]
             } else {
@@ -381,10 +398,18 @@ impl<V: Value> KVWorker<V> {
                 dtype: V::DTYPE,
                 ..Meta::default()
             };
-            let msg = Message {
+            let (msg, asked) = prepare(
+                &mut mirrors[s.server],
+                &keys[s.keys.clone()],
                 meta,
-                data: frames(k, v, l),
-            };
+                v,
+                frame_of(l.to_vec()),
+            );
+            pending.asked.push(asked);
+            msgs.push(msg);
+        }
+        lock(&self.shared.pending).insert(ts, pending);
+        for msg in msgs {
             if let Err(e) = self.po.send(msg) {
                 lock(&self.shared.pending).remove(&ts);
                 return Err(e);
@@ -799,6 +824,65 @@ fn on_rendezvous<V: Value>(shared: &Shared<V>, msg: Message) {
     }
 }
 
+/// A request to one server with its keys as `mirror` decides (the keys, or a digest of a list
+/// the server keeps), and what to remember of it until the answer.
+fn prepare(
+    mirror: &mut Mirror,
+    keys: &[Key],
+    mut meta: Meta,
+    vals: Bytes,
+    lens: Bytes,
+) -> (Message, Asked) {
+    let p = mirror.prepare(keys);
+    let cached = !p.send;
+    meta.keys = p.key_ref;
+    let keys_frame = if p.send { p.keys.clone() } else { Bytes::new() };
+    let msg = Message {
+        meta,
+        data: vec![keys_frame, vals, lens],
+    };
+    let resend = cached.then(|| msg.clone());
+    (
+        msg,
+        Asked {
+            keys: p.keys,
+            resend,
+        },
+    )
+}
+
+/// The server does not keep the key list `msg` named: send it again with `keys`.
+fn resend_with_keys<V: Value>(
+    shared: &Shared<V>,
+    server: usize,
+    digest: u64,
+    keys: &[u8],
+    msg: Message,
+) {
+    let mut mirrors = lock(&shared.mirrors);
+    let Some(mirror) = mirrors.get_mut(server) else {
+        return;
+    };
+    mirror.forget(digest);
+    let keys = view::<Key>(keys, "keys");
+    let (Ok(keys), Some(vals), Some(lens)) = (keys, msg.data.get(1), msg.data.get(2)) else {
+        return;
+    };
+    let (msg, asked) = prepare(mirror, &keys, msg.meta, vals.clone(), lens.clone());
+    let ts = msg.meta.timestamp;
+    if let Some(p) = lock(&shared.pending).get_mut(&ts) {
+        if let Some(slot) = p.servers.iter().position(|&s| s == server) {
+            p.asked[slot] = asked;
+        }
+    }
+    if let Err(e) = shared.po.send(msg) {
+        tracing::warn!(
+            "cannot send a request again to {}: {e}",
+            Node::describe(Node::server_id(server))
+        );
+    }
+}
+
 fn unknown(ts: Timestamp) -> Error {
     Error::InvalidArgument(format!(
         "timestamp {ts} is not outstanding (already waited for, or it had a callback)"
@@ -836,19 +920,40 @@ fn on_answer<V: Value>(shared: &Shared<V>, msg: Message) {
         if p.answered[slot] {
             return;
         }
+        if let Some(KeyRef::Unknown { digest }) = m.keys {
+            // The server keeps no such list: nothing was applied; ask again with the keys.
+            let asked = &mut p.asked[slot];
+            let (keys, resend) = (asked.keys.clone(), asked.resend.take());
+            drop(map);
+            match resend {
+                Some(req) => resend_with_keys(shared, server, digest, &keys, req),
+                None => tracing::warn!(
+                    "{} says it keeps no key list {digest:#x}, which was not asked of it",
+                    Node::describe(m.sender)
+                ),
+            }
+            return;
+        }
         p.answered[slot] = true;
+        p.asked[slot].resend = None;
         if let Some(e) = &m.error {
             p.error.get_or_insert(Error::Remote {
                 node: Node::describe(m.sender),
                 message: e.clone(),
             });
         } else if m.pull {
+            let as_requested = m.keys == Some(KeyRef::AsRequested);
             let mut it = msg.data.into_iter();
             let (keys, vals, lens) = (
                 it.next().unwrap_or_default(),
                 it.next().unwrap_or_default(),
                 it.next().unwrap_or_default(),
             );
+            let keys = if as_requested {
+                p.asked[slot].keys.clone()
+            } else {
+                keys
+            };
             p.parts.push(Part {
                 server,
                 keys,

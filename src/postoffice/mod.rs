@@ -86,6 +86,9 @@ pub struct Postoffice {
     pool: std::sync::OnceLock<MemoryPool>,
     pool_init: Mutex<()>,
     imm_slots: Mutex<HashMap<u8, Route>>,
+    /// Payload bytes (data frames, not headers) sent and received through the van.
+    sent_bytes: std::sync::atomic::AtomicU64,
+    received_bytes: std::sync::atomic::AtomicU64,
 }
 
 fn members_of(nodes: &[Node], group: i32) -> Vec<NodeId> {
@@ -162,6 +165,8 @@ impl Postoffice {
             pool: std::sync::OnceLock::new(),
             pool_init: Mutex::new(()),
             imm_slots: Mutex::new(HashMap::new()),
+            sent_bytes: 0.into(),
+            received_bytes: 0.into(),
         });
         po.spawn("ps-receive", Postoffice::receive_loop)?;
         if let Err(e) = po.join_cluster(&me) {
@@ -369,7 +374,19 @@ impl Postoffice {
             return Err(Error::Stopped);
         }
         msg.meta.sender = self.my_id();
-        self.van.send(msg)
+        let payload = msg.data_bytes() as u64;
+        let n = self.van.send(msg)?;
+        self.sent_bytes.fetch_add(payload, Ordering::Relaxed);
+        Ok(n)
+    }
+
+    /// Payload bytes (data frames; headers not counted) this node sent and received so far:
+    /// `(sent, received)`.
+    pub fn payload_bytes(&self) -> (u64, u64) {
+        (
+            self.sent_bytes.load(Ordering::Relaxed),
+            self.received_bytes.load(Ordering::Relaxed),
+        )
     }
 
     pub(crate) fn register(&self, route: Route, tx: Sender<Message>) -> Result<()> {
@@ -500,7 +517,11 @@ impl Postoffice {
                 return;
             }
             match po.van.recv(TICK) {
-                Ok(Some(msg)) => po.process(msg),
+                Ok(Some(msg)) => {
+                    po.received_bytes
+                        .fetch_add(msg.data_bytes() as u64, Ordering::Relaxed);
+                    po.process(msg)
+                }
                 Ok(None) => {}
                 Err(Error::Wire(e)) => tracing::warn!("dropped a message: {e}"),
                 Err(Error::Stopped) => return,

@@ -153,6 +153,10 @@ mod tests {
                 dtype: DType::F32,
                 body: "hello".into(),
                 error: None,
+                keys: Some(crate::wire::KeyRef::Register {
+                    digest: 0xfeed,
+                    evict: vec![1, 2],
+                }),
                 control: Some(Control {
                     cmd: Some(Command::AddNode),
                     nodes: vec![Node {

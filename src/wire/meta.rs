@@ -178,6 +178,33 @@ impl fmt::Display for DType {
     }
 }
 
+/// Key caching (see `crate::kv::keycache`): how a key-value message refers to its key list.
+/// Absent, frame 0 carries the keys as in ps-lite.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub enum KeyRef {
+    /// Request: frame 0 carries the keys; the server keeps them under `digest` for this worker
+    /// (replacing a list kept under the same digest), after forgetting the lists `evict`.
+    Register {
+        /// 64-bit digest of the key bytes (xxh3).
+        digest: u64,
+        /// Digests of lists the worker no longer expects the server to keep.
+        evict: Vec<u64>,
+    },
+    /// Request: frame 0 is empty; the keys are the list the server keeps under `digest`.
+    Cached {
+        /// Digest of a list registered earlier by the same worker.
+        digest: u64,
+    },
+    /// Answer: the request named a list the server does not keep; nothing was applied, and the
+    /// worker sends the request again with its keys.
+    Unknown {
+        /// The digest the server does not know.
+        digest: u64,
+    },
+    /// Answer: frame 0 is empty; the answer's keys are the request's keys, in order.
+    AsRequested,
+}
+
 /// The message header (ps-lite `Meta`). Bincode-encoded as frame 0.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 pub struct Meta {
@@ -207,6 +234,8 @@ pub struct Meta {
     pub error: Option<String>,
     /// Set on control messages.
     pub control: Option<Control>,
+    /// Key caching: how the keys frame refers to the key list; `None`: frame 0 holds the keys.
+    pub keys: Option<KeyRef>,
     /// Byte length of each payload frame that follows.
     pub frame_lens: Vec<u64>,
 }

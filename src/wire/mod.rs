@@ -11,7 +11,7 @@ mod codec;
 mod meta;
 
 pub use codec::{decode_frames, encode_meta, WireError, MAX_FRAME_BYTES, MAX_META_BYTES};
-pub use meta::{Command, Control, DType, Meta, Node, NodeId, Role};
+pub use meta::{Command, Control, DType, KeyRef, Meta, Node, NodeId, Role};
 
 use bytes::Bytes;
 

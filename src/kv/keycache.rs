@@ -1,0 +1,280 @@
+//! Key caching, as in the OSDI'14 parameter server (Li et al., "Scaling Distributed Machine
+//! Learning with the Parameter Server", section 4.2 "Key caching"), which neither ps-lite has:
+//! a worker that sends a server the same key list again sends a 64-bit digest of it instead of
+//! the keys. For single-`f32` keys the keys are 2/3 of a push's bytes.
+//!
+//! Sans-IO: [`Mirror`] (worker side, one per server) decides how each request refers to its
+//! keys; [`Kept`] (server side, one per worker customer) holds the lists. The protocol, on
+//! [`KeyRef`] in the request's meta:
+//!
+//! - `Register { digest, evict }`: the keys travel; the server keeps them under `digest` for
+//!   this worker (replacing any list of that digest), after dropping the lists in `evict`.
+//! - `Cached { digest }`: no keys travel; the server uses the list kept under `digest`. If it
+//!   keeps none (it restarted, or its `PS_KEY_CACHE_KEYS` is smaller), it applies nothing and
+//!   answers `Unknown`; the worker sends the request again with its keys (one extra round trip,
+//!   never a wrong answer). The re-sent request may then be applied after requests the worker
+//!   sent later; sums do not depend on that order.
+//!
+//! **Collisions.** The worker keeps every list it registered, and sends `Cached { digest }` only
+//! after comparing the request's keys byte for byte with the list it registered under that
+//! digest. Different keys with an equal digest are sent with `Register`, which replaces the
+//! server's list. Since a worker's requests reach a server in order (one connection, one
+//! customer thread), the list the server holds under a digest is always the last one the worker
+//! registered under it: a collision costs the keys' bytes, never a push to the wrong keys.
+//!
+//! The worker's LRU decides what is kept: it evicts least recently used lists once their keys
+//! exceed `PS_KEY_CACHE_KEYS`, and tells the server in the next `Register`; the server follows,
+//! so both hold the same lists and `Unknown` does not happen in a steady cluster. The server
+//! also bounds each worker to its own `PS_KEY_CACHE_KEYS` (oldest registration dropped first).
+
+use super::Key;
+use crate::wire::KeyRef;
+use bytes::Bytes;
+use std::any::Any;
+use std::collections::{BTreeMap, HashMap, VecDeque};
+
+/// Lists shorter than this are sent as keys: their bytes cost less than the bookkeeping.
+pub const MIN_KEYS: usize = 32;
+
+/// The digest of a key list: xxh3 (64-bit) of its bytes.
+pub fn digest(keys: &[Key]) -> u64 {
+    xxhash_rust::xxh3::xxh3_64(bytemuck::cast_slice(keys))
+}
+
+/// How one request refers to its keys.
+#[derive(Clone, Debug)]
+pub struct Prepared {
+    /// What goes in the request's meta (`None`: plain keys, no caching).
+    pub key_ref: Option<KeyRef>,
+    /// The keys, as bytes: sent when `send` is true, kept for the answer either way.
+    pub keys: Bytes,
+    /// Whether frame 0 carries the keys.
+    pub send: bool,
+}
+
+struct Listed {
+    keys: Bytes,
+    used: u64,
+}
+
+/// A worker's record of the lists one server keeps for it: an LRU bounded in keys.
+pub struct Mirror {
+    capacity: usize,
+    held: usize,
+    tick: u64,
+    lists: HashMap<u64, Listed>,
+    /// Last use → digest.
+    order: BTreeMap<u64, u64>,
+    digest: fn(&[Key]) -> u64,
+}
+
+impl Mirror {
+    /// A mirror of lists totalling at most `capacity` keys (0: caching off).
+    pub fn new(capacity: usize) -> Mirror {
+        Mirror::with_digest(capacity, digest)
+    }
+
+    /// As [`new`](Self::new) with another digest function (tests force collisions with it).
+    pub fn with_digest(capacity: usize, digest: fn(&[Key]) -> u64) -> Mirror {
+        Mirror {
+            capacity,
+            held: 0,
+            tick: 0,
+            lists: HashMap::new(),
+            order: BTreeMap::new(),
+            digest,
+        }
+    }
+
+    /// Keys of the lists held.
+    pub fn held_keys(&self) -> usize {
+        self.held
+    }
+
+    /// Decides how a request with `keys` refers to them, and records what the server will
+    /// hold once it has the request.
+    pub fn prepare(&mut self, keys: &[Key]) -> Prepared {
+        let bytes: &[u8] = bytemuck::cast_slice(keys);
+        if self.capacity == 0 || keys.len() < MIN_KEYS || keys.len() > self.capacity {
+            return Prepared {
+                key_ref: None,
+                keys: Bytes::copy_from_slice(bytes),
+                send: true,
+            };
+        }
+        let d = (self.digest)(keys);
+        self.tick += 1;
+        let tick = self.tick;
+        if let Some(l) = self.lists.get_mut(&d) {
+            self.order.remove(&l.used);
+            self.order.insert(tick, d);
+            l.used = tick;
+            if l.keys[..] == *bytes {
+                return Prepared {
+                    key_ref: Some(KeyRef::Cached { digest: d }),
+                    keys: l.keys.clone(),
+                    send: false,
+                };
+            }
+            // Same digest, other keys: register these in its place.
+            self.held -= l.keys.len() / 8;
+            l.keys = Bytes::copy_from_slice(bytes);
+        } else {
+            self.lists.insert(
+                d,
+                Listed {
+                    keys: Bytes::copy_from_slice(bytes),
+                    used: tick,
+                },
+            );
+            self.order.insert(tick, d);
+        }
+        self.held += keys.len();
+        let mut evict = Vec::new();
+        while self.held > self.capacity {
+            let Some((&t, &old)) = self.order.iter().next() else {
+                break;
+            };
+            if old == d {
+                break; // unreachable: a list never exceeds the capacity alone
+            }
+            self.order.remove(&t);
+            if let Some(l) = self.lists.remove(&old) {
+                self.held -= l.keys.len() / 8;
+            }
+            evict.push(old);
+        }
+        Prepared {
+            key_ref: Some(KeyRef::Register { digest: d, evict }),
+            keys: self.lists[&d].keys.clone(),
+            send: true,
+        }
+    }
+
+    /// The server does not keep `digest` (it answered `Unknown`): forget it, so the request
+    /// is sent again with its keys.
+    pub fn forget(&mut self, digest: u64) {
+        if let Some(l) = self.lists.remove(&digest) {
+            self.order.remove(&l.used);
+            self.held -= l.keys.len() / 8;
+        }
+    }
+}
+
+/// Scratch a request handler keeps with a cached key list (the default handler keeps where the
+/// list's values lie); dropped with the list.
+#[derive(Default)]
+pub struct Memo(Option<Box<dyn Any + Send>>);
+
+impl Memo {
+    /// The value kept, if it is a `T`.
+    pub fn get<T: Any>(&self) -> Option<&T> {
+        self.0.as_ref().and_then(|b| b.downcast_ref())
+    }
+
+    /// Keeps `v` (replacing what was kept).
+    pub fn set<T: Any + Send>(&mut self, v: T) {
+        self.0 = Some(Box::new(v));
+    }
+}
+
+impl std::fmt::Debug for Memo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "Memo(kept)"
+        } else {
+            "Memo(empty)"
+        })
+    }
+}
+
+/// A list a server keeps for a worker.
+#[derive(Debug)]
+pub struct KeptList {
+    /// The keys (the registering request's keys frame, sorted and unique).
+    pub keys: Bytes,
+    /// The handler's scratch for this list.
+    pub memo: Memo,
+    seq: u64,
+}
+
+/// The lists a server keeps for one worker customer, at most `capacity` keys in all.
+pub struct Kept {
+    capacity: usize,
+    held: usize,
+    seq: u64,
+    lists: HashMap<u64, KeptList>,
+    /// Registrations, oldest first: (sequence number, digest); stale ones are skipped.
+    order: VecDeque<(u64, u64)>,
+}
+
+impl Kept {
+    /// Room for lists of `capacity` keys in all.
+    pub fn new(capacity: usize) -> Kept {
+        Kept {
+            capacity,
+            held: 0,
+            seq: 0,
+            lists: HashMap::new(),
+            order: VecDeque::new(),
+        }
+    }
+
+    /// Keys of the lists held.
+    pub fn held_keys(&self) -> usize {
+        self.held
+    }
+
+    fn drop_list(&mut self, digest: u64) {
+        if let Some(l) = self.lists.remove(&digest) {
+            self.held -= l.keys.len() / 8;
+        }
+    }
+
+    /// A `Register`: drops `evict`, then keeps `keys` (bytes of sorted, unique keys) under
+    /// `digest`. Past the capacity, the oldest registrations are dropped (never this one; a
+    /// list larger than the capacity is not kept).
+    pub fn register(&mut self, digest: u64, evict: &[u64], keys: Bytes) {
+        for &e in evict {
+            self.drop_list(e);
+        }
+        self.drop_list(digest);
+        let n = keys.len() / 8;
+        if n > self.capacity {
+            return;
+        }
+        self.seq += 1;
+        self.held += n;
+        self.lists.insert(
+            digest,
+            KeptList {
+                keys,
+                memo: Memo::default(),
+                seq: self.seq,
+            },
+        );
+        self.order.push_back((self.seq, digest));
+        while self.held > self.capacity {
+            let Some((seq, d)) = self.order.pop_front() else {
+                break;
+            };
+            if self.lists.get(&d).is_some_and(|l| l.seq == seq) {
+                self.drop_list(d);
+            }
+        }
+        // Stale registrations (evicted or replaced) are dropped once they outnumber live ones.
+        if self.order.len() > 2 * self.lists.len() + 16 {
+            let lists = &self.lists;
+            self.order
+                .retain(|&(seq, d)| lists.get(&d).is_some_and(|l| l.seq == seq));
+        }
+    }
+
+    /// The list kept under `digest`.
+    pub fn get(&mut self, digest: u64) -> Option<&mut KeptList> {
+        self.lists.get_mut(&digest)
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,161 @@
+use super::*;
+use proptest::prelude::*;
+
+/// A digest that collides all the time: the key count and the first key's low bits.
+fn weak(keys: &[Key]) -> u64 {
+    keys.len() as u64 * 4 + keys.first().map_or(0, |k| k % 4)
+}
+
+fn list(seed: u64, n: usize) -> Vec<Key> {
+    (0..n as u64).map(|i| i * 10 + seed % 7).collect()
+}
+
+/// One worker and one server exchanging requests in order; returns the keys the server used
+/// for each request and how many `Unknown` answers there were.
+fn exchange(
+    requests: &[(u64, usize)],
+    worker_cap: usize,
+    server_cap: usize,
+    digest: fn(&[Key]) -> u64,
+) -> (Vec<Vec<Key>>, usize) {
+    let mut mirror = Mirror::with_digest(worker_cap, digest);
+    let mut kept = Kept::new(server_cap);
+    let mut used = Vec::new();
+    let mut unknowns = 0;
+    for &(seed, n) in requests {
+        let keys = list(seed, n);
+        let mut p = mirror.prepare(&keys);
+        let resolved = loop {
+            let frame = if p.send { p.keys.clone() } else { Bytes::new() };
+            match &p.key_ref {
+                None => break frame,
+                Some(KeyRef::Register { digest, evict }) => {
+                    kept.register(*digest, evict, frame.clone());
+                    break frame;
+                }
+                Some(KeyRef::Cached { digest }) => match kept.get(*digest) {
+                    Some(l) => break l.keys.clone(),
+                    None => {
+                        // The server answers Unknown; the worker sends the keys again.
+                        unknowns += 1;
+                        mirror.forget(*digest);
+                        p = mirror.prepare(&keys);
+                    }
+                },
+                Some(other) => panic!("a request never carries {other:?}"),
+            }
+        };
+        assert_eq!(
+            p.keys[..],
+            *bytemuck::cast_slice::<Key, u8>(&keys),
+            "keys kept for the answer"
+        );
+        used.push(bytemuck::pod_collect_to_vec(&resolved));
+        assert!(mirror.held_keys() <= worker_cap);
+        assert!(kept.held_keys() <= server_cap);
+    }
+    (used, unknowns)
+}
+
+fn requests() -> impl Strategy<Value = Vec<(u64, usize)>> {
+    proptest::collection::vec(
+        (
+            0u64..12,
+            prop_oneof![Just(1usize), 32usize..40, 60usize..70],
+        ),
+        1..80,
+    )
+}
+
+proptest! {
+    /// With a digest that collides constantly, the server still always uses the keys the worker
+    /// meant, and a server as large as the worker's mirror never has to ask for keys.
+    #[test]
+    fn the_server_always_uses_the_keys_meant(reqs in requests(), cap in 32usize..200) {
+        for digest in [weak as fn(&[Key]) -> u64, super::digest] {
+            let (used, unknowns) = exchange(&reqs, cap, cap, digest);
+            for ((seed, n), got) in reqs.iter().zip(&used) {
+                prop_assert_eq!(got, &list(*seed, *n));
+            }
+            prop_assert_eq!(unknowns, 0);
+        }
+    }
+
+    /// A server keeping less than the worker thinks answers Unknown sometimes; every request
+    /// still gets exactly its keys.
+    #[test]
+    fn a_smaller_server_costs_round_trips_not_correctness(reqs in requests(), cap in 64usize..200) {
+        let (used, _) = exchange(&reqs, cap, 40, weak);
+        for ((seed, n), got) in reqs.iter().zip(&used) {
+            prop_assert_eq!(got, &list(*seed, *n));
+        }
+    }
+}
+
+#[test]
+fn repeats_send_a_digest_and_short_lists_send_keys() {
+    let mut m = Mirror::new(1000);
+    let keys = list(1, 100);
+    let first = m.prepare(&keys);
+    assert!(first.send);
+    assert!(matches!(first.key_ref, Some(KeyRef::Register { ref evict, .. }) if evict.is_empty()));
+    let again = m.prepare(&keys);
+    assert!(!again.send);
+    assert_eq!(
+        again.key_ref,
+        Some(KeyRef::Cached {
+            digest: digest(&keys)
+        })
+    );
+    let short = m.prepare(&keys[..MIN_KEYS - 1]);
+    assert!(short.send && short.key_ref.is_none());
+    assert!(
+        Mirror::new(0).prepare(&keys).key_ref.is_none(),
+        "PS_KEY_CACHE=0"
+    );
+}
+
+#[test]
+fn the_least_recently_used_list_is_evicted_and_the_server_told() {
+    let mut m = Mirror::new(100);
+    let (a, b, c) = (list(1, 40), list(2, 40), list(3, 40));
+    m.prepare(&a);
+    m.prepare(&b);
+    m.prepare(&a); // a is now more recent than b
+    let p = m.prepare(&c);
+    assert_eq!(
+        p.key_ref,
+        Some(KeyRef::Register {
+            digest: digest(&c),
+            evict: vec![digest(&b)]
+        })
+    );
+    assert_eq!(m.held_keys(), 80);
+    let mut k = Kept::new(100);
+    k.register(
+        digest(&a),
+        &[],
+        Bytes::from(bytemuck::cast_slice::<Key, u8>(&a).to_vec()),
+    );
+    k.register(
+        digest(&b),
+        &[],
+        Bytes::from(bytemuck::cast_slice::<Key, u8>(&b).to_vec()),
+    );
+    k.register(
+        digest(&c),
+        &[digest(&b)],
+        Bytes::from(bytemuck::cast_slice::<Key, u8>(&c).to_vec()),
+    );
+    assert!(k.get(digest(&b)).is_none());
+    assert!(k.get(digest(&a)).is_some() && k.get(digest(&c)).is_some());
+}
+
+#[test]
+fn the_memo_keeps_one_value_of_any_type() {
+    let mut memo = Memo::default();
+    assert!(memo.get::<u32>().is_none());
+    memo.set(7u32);
+    assert_eq!(memo.get::<u32>(), Some(&7));
+    assert!(memo.get::<u64>().is_none());
+}
