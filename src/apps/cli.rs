@@ -87,6 +87,7 @@ pub fn run_worker(cli: &WorkerCli) -> Result<()> {
     let po = Postoffice::start(cfg)?;
     let result = match &cli.app {
         WorkerApp::KvApp(a) => kv_app::run(&po, a).and_then(|rep| {
+            println!("worker {}: {}", po.my_rank(), rep.timing());
             println!(
                 "worker {}: error: {}, {}",
                 po.my_rank(),

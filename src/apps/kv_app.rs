@@ -8,6 +8,7 @@ use crate::kv::{KVWorker, Key, Value};
 use crate::postoffice::{Postoffice, WORKER_GROUP};
 use crate::wire::DType;
 use std::sync::Arc;
+use std::time::Instant;
 
 /// Options of `kv-app`.
 #[derive(Clone, Debug, clap::Args)]
@@ -53,13 +54,45 @@ pub fn parse_dtype(s: &str) -> std::result::Result<DType, String> {
     })
 }
 
-/// Mismatch counts of the two checks (ps-lite prints them as `error: a, b`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// Mismatch counts of the two checks (ps-lite prints them as `error: a, b`), and where the
+/// time went.
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub struct KvAppReport {
     /// Values differing from vals × R × W after the pushes.
     pub push_errors: usize,
     /// Values differing from vals × 2R × W after the push-pulls.
     pub push_pull_errors: usize,
+    /// Keys per request.
+    pub keys: usize,
+    /// Pushes, and push-pulls, per worker.
+    pub repeat: usize,
+    /// Seconds of the push phase (R pushes, `--outstanding` in flight).
+    pub push_s: f64,
+    /// Seconds of the first pull.
+    pub pull_s: f64,
+    /// Seconds of the push-pull phase (R push-pulls, one at a time).
+    pub push_pull_s: f64,
+    /// Payload bytes this worker sent and received over the whole run.
+    pub sent_bytes: u64,
+    /// See `sent_bytes`.
+    pub received_bytes: u64,
+}
+
+impl KvAppReport {
+    /// One line: the phases' times and the bytes moved.
+    pub fn timing(&self) -> String {
+        format!(
+            "{} keys: push {:.3} s ({} x), pull {:.3} s, push-pull {:.3} s ({} x); payload sent {:.1} MB, received {:.1} MB",
+            self.keys,
+            self.push_s,
+            self.repeat,
+            self.pull_s,
+            self.push_pull_s,
+            self.repeat,
+            self.sent_bytes as f64 / 1e6,
+            self.received_bytes as f64 / 1e6
+        )
+    }
 }
 
 /// Runs `kv-app` on this worker for the configured type.
@@ -147,6 +180,7 @@ fn run_typed<V: Value>(po: &Arc<Postoffice>, a: &KvAppArgs) -> Result<KvAppRepor
         .map(|i| V::from_u32((i % 1000) as u32 + 1))
         .collect();
 
+    let t0 = Instant::now();
     let mut ts = Vec::with_capacity(a.repeat);
     for i in 0..a.repeat {
         ts.push(kv.push(&keys, &vals, None)?);
@@ -157,17 +191,22 @@ fn run_typed<V: Value>(po: &Arc<Postoffice>, a: &KvAppArgs) -> Result<KvAppRepor
     for &t in &ts[ts.len().saturating_sub(a.outstanding)..] {
         kv.wait(t)?;
     }
+    let push_s = t0.elapsed().as_secs_f64();
     po.barrier(WORKER_GROUP)?;
     let mut rets = vec![V::default(); vals.len()];
+    let t0 = Instant::now();
     pull_all(&kv, &keys, a.len, a.zero_copy, &mut rets)?;
+    let pull_s = t0.elapsed().as_secs_f64();
     let push_errors = mismatches(&rets, &vals, a.repeat * w);
     po.barrier(WORKER_GROUP)?;
 
+    let t0 = Instant::now();
     let mut last = Vec::new();
     for _ in 0..a.repeat {
         let t = kv.push_pull(&keys, &vals, None)?;
         last = kv.take_pulled(t)?.vals;
     }
+    let push_pull_s = t0.elapsed().as_secs_f64();
     let mut push_pull_errors = if w == 1 {
         mismatches(&last, &vals, 2 * a.repeat)
     } else {
@@ -176,8 +215,16 @@ fn run_typed<V: Value>(po: &Arc<Postoffice>, a: &KvAppArgs) -> Result<KvAppRepor
     po.barrier(WORKER_GROUP)?;
     pull_all(&kv, &keys, a.len, a.zero_copy, &mut rets)?;
     push_pull_errors += mismatches(&rets, &vals, 2 * a.repeat * w);
+    let (sent_bytes, received_bytes) = po.payload_bytes();
     Ok(KvAppReport {
         push_errors,
         push_pull_errors,
+        keys: a.keys,
+        repeat: a.repeat,
+        push_s,
+        pull_s,
+        push_pull_s,
+        sent_bytes,
+        received_bytes,
     })
 }
