@@ -67,6 +67,13 @@ fn kv_app_two_servers_four_workers() {
 }
 
 #[test]
+fn kv_app_a_million_keys_three_rounds_two_servers_two_workers() {
+    // Key caching on (the default): pushes after the first, the pulls and push-pulls send
+    // digests; every value is checked exactly.
+    kv_app_ok(2, 2, &["--keys", "1000000", "--repeat", "3"]);
+}
+
+#[test]
 fn kv_app_every_value_type() {
     for dtype in ["f64", "i32", "i64", "u8", "u32", "u64"] {
         kv_app_ok(

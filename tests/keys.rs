@@ -1,0 +1,196 @@
+//! Many keys per request: key caching end to end, and the worker's slicing and merging checked
+//! against a naive model over 1–4 servers.
+
+mod common;
+
+use common::{cluster, cluster_cfg, Cluster};
+use pslite::{Config, DefaultHandler, KVServer, KVWorker, Key, Role};
+use std::collections::BTreeMap;
+
+fn serve_f32(po: &std::sync::Arc<pslite::Postoffice>) -> pslite::Result<Box<dyn std::any::Any>> {
+    Ok(Box::new(KVServer::<f32>::new(
+        po,
+        0,
+        DefaultHandler::new(),
+    )?))
+}
+
+/// `n` keys spread over the key space (so every server gets some).
+fn spread(n: u64, salt: u64) -> Vec<Key> {
+    (0..n).map(|i| i * (u64::MAX / n) + salt).collect()
+}
+
+fn sent(c: &Cluster) -> u64 {
+    c.workers[0].payload_bytes().0
+}
+
+#[test]
+fn a_repeated_key_list_travels_as_a_digest() {
+    let c = cluster(2, 1, 20.0);
+    let kv = KVWorker::<f32>::new(&c.workers[0], 0, 0).expect("worker");
+    let keys = spread(1000, 3);
+    let vals: Vec<f32> = (0..1000).map(|i| i as f32).collect();
+    let before = sent(&c);
+    kv.wait(kv.push(&keys, &vals, None).expect("push"))
+        .expect("first push");
+    let first = sent(&c) - before;
+    assert_eq!(first, 1000 * (8 + 4), "first push: keys and values");
+    for _ in 0..2 {
+        kv.wait(kv.push(&keys, &vals, None).expect("push"))
+            .expect("push");
+    }
+    let repeats = sent(&c) - before - first;
+    assert_eq!(repeats, 2 * 1000 * 4, "repeats: values only");
+    let mut out = vec![0f32; 1000];
+    kv.pull_into(&keys, &mut out).expect("pull");
+    assert_eq!(out, vals.iter().map(|v| v * 3.0).collect::<Vec<_>>());
+    let pairs = kv
+        .take_pulled(kv.pull(&keys).expect("pull"))
+        .expect("pulled");
+    assert_eq!(
+        pairs.keys, keys,
+        "keys come back although the answer carried none"
+    );
+    c.finish();
+}
+
+#[test]
+fn a_server_keeping_less_asks_for_the_keys_and_sums_stay_exact() {
+    // The worker thinks the server keeps 100,000 keys; the server keeps 100. Lists of 64 keys
+    // evict one another on the server, so cached requests meet Unknown and go again with keys.
+    let small_server = |c: &mut Config| {
+        if c.role == Role::Server {
+            c.key_cache_keys = 100;
+        } else {
+            c.key_cache_keys = 100_000;
+        }
+    };
+    let c = cluster_cfg(1, 1, 20.0, small_server, serve_f32);
+    let kv = KVWorker::<f32>::new(&c.workers[0], 0, 0).expect("worker");
+    let lists: Vec<Vec<Key>> = (0..3).map(|s| spread(64, s)).collect();
+    let ones = vec![1f32; 64];
+    let before = sent(&c);
+    for _round in 0..4 {
+        for keys in &lists {
+            kv.wait(kv.push(&keys[..], &ones, None).expect("push"))
+                .expect("push applied once, even when resent");
+        }
+    }
+    // 12 pushes; without re-sending, 3 carry keys and 9 do not.
+    let floor = 12 * 64 * 4 + 3 * 64 * 8;
+    assert!(
+        sent(&c) - before > floor,
+        "the server asked for keys again ({} bytes sent, {floor} without)",
+        sent(&c) - before
+    );
+    for keys in &lists {
+        let mut out = vec![0f32; 64];
+        kv.pull_into(keys, &mut out).expect("pull");
+        assert_eq!(
+            out,
+            vec![4f32; 64],
+            "each list pushed 4 times, applied 4 times"
+        );
+    }
+    c.finish();
+}
+
+#[test]
+fn with_key_caching_off_keys_always_travel() {
+    let off = |c: &mut Config| c.key_cache_keys = 0;
+    let c = cluster_cfg(1, 1, 20.0, off, serve_f32);
+    let kv = KVWorker::<f32>::new(&c.workers[0], 0, 0).expect("worker");
+    let keys = spread(500, 1);
+    let before = sent(&c);
+    for _ in 0..3 {
+        kv.wait(kv.push(&keys, &vec![2f32; 500], None).expect("push"))
+            .expect("push");
+    }
+    assert_eq!(sent(&c) - before, 3 * 500 * 12);
+    let mut out = vec![0f32; 500];
+    kv.pull_into(&keys, &mut out).expect("pull");
+    assert_eq!(out, vec![6f32; 500]);
+    c.finish();
+}
+
+/// A key's length in the merge test: fixed per key, 1–3 values.
+fn len_of(k: Key) -> usize {
+    1 + (k % 3) as usize
+}
+
+/// Runs `cases` random requests against a cluster of `servers` servers and compares every
+/// pulled answer with the naive merge of a model.
+fn merged_answers_equal_the_model(servers: usize, cases: &[(Vec<Key>, bool)]) {
+    let c = cluster(servers, 1, 20.0);
+    let kv = KVWorker::<f32>::new(&c.workers[0], 0, 0).expect("worker");
+    let mut model: BTreeMap<Key, Vec<f32>> = BTreeMap::new();
+    for (n, (keys, uniform)) in cases.iter().enumerate() {
+        // Uniform requests use one length for every key; keys whose stored length differs would
+        // be refused, so they take keys of length 1 only (k % 3 == 0).
+        let keys: Vec<Key> = if *uniform {
+            keys.iter()
+                .map(|k| k - k % 3)
+                .collect::<std::collections::BTreeSet<_>>()
+                .into_iter()
+                .collect()
+        } else {
+            keys.clone()
+        };
+        let lens: Vec<u32> = keys.iter().map(|&k| len_of(k) as u32).collect();
+        let vals: Vec<f32> = (0..lens.iter().sum::<u32>())
+            .map(|i| (n * 100 + i as usize) as f32)
+            .collect();
+        let l = if *uniform { None } else { Some(&lens[..]) };
+        kv.wait(kv.push(&keys, &vals, l).expect("push"))
+            .expect("push");
+        let mut at = 0;
+        for (&k, &len) in keys.iter().zip(&lens) {
+            let v = model.entry(k).or_insert_with(|| vec![0.0; len as usize]);
+            for (d, s) in v.iter_mut().zip(&vals[at..at + len as usize]) {
+                *d += s;
+            }
+            at += len as usize;
+        }
+        // Pull what was pushed so far in this case and one earlier case's keys.
+        let got = kv
+            .take_pulled(kv.pull(&keys).expect("pull"))
+            .expect("pulled");
+        let want_vals: Vec<f32> = keys.iter().flat_map(|k| model[k].clone()).collect();
+        assert_eq!(got.keys, keys, "{servers} servers, case {n}: keys");
+        assert_eq!(got.vals, want_vals, "{servers} servers, case {n}: values");
+        let got_lens: Vec<u32> = if got.lens.is_empty() {
+            vec![(got.vals.len() / keys.len().max(1)) as u32; keys.len()]
+        } else {
+            got.lens.clone()
+        };
+        assert_eq!(got_lens, lens, "{servers} servers, case {n}: lengths");
+        let mut into = vec![0f32; want_vals.len()];
+        kv.pull_into(&keys, &mut into).expect("pull_into");
+        assert_eq!(into, want_vals, "{servers} servers, case {n}: pull_into");
+    }
+    c.finish();
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::test_runner::Config { cases: 4, ..Default::default() })]
+    /// For random key sets (some repeated, so that key caching engages) over 1–4 servers, the
+    /// worker's merged answers equal the naive merge.
+    #[test]
+    fn the_merged_answer_equals_the_naive_merge(
+        servers in 1usize..=4,
+        sets in proptest::collection::vec(
+            (proptest::collection::btree_set(
+                proptest::prop_oneof![0u64..200, proptest::num::u64::ANY], 1..80),
+             proptest::bool::ANY),
+            1..6),
+        repeat in 1usize..3,
+    ) {
+        let sets: Vec<(Vec<Key>, bool)> = sets
+            .into_iter()
+            .map(|(s, u)| (s.into_iter().collect(), u))
+            .collect();
+        let cases: Vec<(Vec<Key>, bool)> =
+            sets.iter().cycle().take(sets.len() * repeat).cloned().collect();
+        merged_answers_equal_the_model(servers, &cases);
+    }
+}
