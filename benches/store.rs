@@ -1,7 +1,8 @@
 //! Key store micro-benchmark: the index against `std`'s map (SipHash) and hashbrown with
-//! foldhash, and the store's push / pull paths, on N keys spread over the key space as `kv-app`
-//! spreads them. `cargo bench --bench store [-- N]` (default 10,000,000) prints ns per key and
-//! the time of one `memcpy` of the same bytes; it asserts nothing about speed.
+//! foldhash, the store's push / pull paths, and where rayon pays, on N keys spread over the key
+//! space as `kv-app` spreads them. `cargo bench --bench store [-- N]` (default 10,000,000)
+//! prints ns per key and the time of one `memcpy` of the same bytes; it asserts nothing about
+//! speed.
 
 use pslite::kv::store::{Index, KeyStore, Lens};
 use std::collections::HashMap;
@@ -16,6 +17,23 @@ fn time(label: &str, n: usize, f: impl FnOnce() -> usize) {
         "{label:<52} {:>9.1} ms {:>8.1} ns/key  ({r})",
         dt * 1e3,
         dt * 1e9 / n as f64
+    );
+}
+
+/// As [`time`], the median of 5 runs of `f` (for the comparisons that decide thresholds).
+fn median5(label: &str, n: usize, mut f: impl FnMut() -> usize) {
+    let mut t: Vec<f64> = (0..5)
+        .map(|_| {
+            let t0 = Instant::now();
+            black_box(f());
+            t0.elapsed().as_secs_f64()
+        })
+        .collect();
+    t.sort_by(f64::total_cmp);
+    println!(
+        "{label:<52} {:>9.2} ms {:>8.2} ns/key  (median of 5)",
+        t[2] * 1e3,
+        t[2] * 1e9 / n as f64
     );
 }
 
@@ -105,6 +123,71 @@ fn main() {
         kept = Some(r);
         runs
     });
+    // Rayon: the store's own code on a pool of one thread against the default pool (the
+    // thresholds in src/kv/store/parallel.rs come from these lines).
+    let one = rayon::ThreadPoolBuilder::new()
+        .num_threads(1)
+        .build()
+        .expect("a one-thread pool");
+    rayon::join(|| (), || ()); // start the default pool
+    let t0 = Instant::now();
+    for _ in 0..10_000 {
+        rayon::join(|| black_box(1), || black_box(2));
+    }
+    println!(
+        "rayon: one fork-join of two empty closures {:>27.1} us",
+        t0.elapsed().as_secs_f64() * 1e6 / 1e4
+    );
+    for m in [10_000usize, 30_000, 100_000, 1_000_000, n] {
+        let k = &keys[..m.min(n)];
+        median5(
+            &format!("rayon: resolve_pull {} keys, 1 thread", k.len()),
+            k.len(),
+            || one.install(|| store.resolve_pull(k).expect("pull").runs()),
+        );
+        median5(
+            &format!("rayon: resolve_pull {} keys, pool", k.len()),
+            k.len(),
+            || store.resolve_pull(k).expect("pull").runs(),
+        );
+    }
+    for m in [100_000usize, 300_000, 1_000_000, 10_000_000, 40_000_000] {
+        let src: Vec<f32> = vec![1.0; m];
+        let mut acc: Vec<f32> = vec![2.0; m];
+        acc.iter_mut().zip(&src).for_each(|(d, s)| *d += s); // touch every page
+        median5(&format!("rayon: sum {m} values, 1 thread"), m, || {
+            acc.iter_mut().zip(&src).for_each(|(d, s)| *d += s);
+            m
+        });
+        median5(&format!("rayon: sum {m} values, 2 halves"), m, || {
+            let (a, b) = acc.split_at_mut(m / 2);
+            rayon::join(
+                || a.iter_mut().zip(&src[..m / 2]).for_each(|(d, s)| *d += s),
+                || b.iter_mut().zip(&src[m / 2..]).for_each(|(d, s)| *d += s),
+            );
+            m
+        });
+        median5(
+            &format!("rayon: copy {m} values (an answer), 1 thread"),
+            m,
+            || {
+                acc.copy_from_slice(&src);
+                m
+            },
+        );
+        median5(
+            &format!("rayon: copy {m} values (an answer), 2 halves"),
+            m,
+            || {
+                let (a, b) = acc.split_at_mut(m / 2);
+                rayon::join(
+                    || a.copy_from_slice(&src[..m / 2]),
+                    || b.copy_from_slice(&src[m / 2..]),
+                );
+                m
+            },
+        );
+    }
     let r = kept.expect("resolved");
     time("KeyStore: push with a kept resolution (sum)", n, || {
         store.push(&r, &vals);

@@ -83,6 +83,15 @@ pub fn view<'a, T: bytemuck::Pod>(bytes: &'a [u8], what: &str) -> Result<Cow<'a,
 /// # Errors
 /// A text naming the first problem.
 pub fn check_shape(keys: &[Key], nvals: usize, lens: &[u32]) -> Result<(), String> {
+    check_sorted(keys)?;
+    check_lens(keys.len(), nvals, lens)
+}
+
+/// Checks that keys are sorted and unique.
+///
+/// # Errors
+/// A text naming the first key out of order.
+pub fn check_sorted(keys: &[Key]) -> Result<(), String> {
     if let Some(i) = keys.windows(2).position(|w| w[0] >= w[1]) {
         return Err(format!(
             "keys must be sorted and unique: keys[{}] = {} follows keys[{i}] = {}",
@@ -91,12 +100,19 @@ pub fn check_shape(keys: &[Key], nvals: usize, lens: &[u32]) -> Result<(), Strin
             keys[i]
         ));
     }
+    Ok(())
+}
+
+/// Checks that `nvals` values split over `nkeys` keys as `lens` says (or evenly, without lens).
+///
+/// # Errors
+/// A text naming the mismatch.
+pub fn check_lens(nkeys: usize, nvals: usize, lens: &[u32]) -> Result<(), String> {
     if !lens.is_empty() {
-        if lens.len() != keys.len() {
+        if lens.len() != nkeys {
             return Err(format!(
-                "{} lens for {} keys: expected one length per key",
+                "{} lens for {nkeys} keys: expected one length per key",
                 lens.len(),
-                keys.len()
             ));
         }
         let total: u64 = lens.iter().map(|&l| l as u64).sum();
@@ -105,10 +121,9 @@ pub fn check_shape(keys: &[Key], nvals: usize, lens: &[u32]) -> Result<(), Strin
                 "lens add up to {total} values but {nvals} values were given"
             ));
         }
-    } else if nvals > 0 && (keys.is_empty() || !nvals.is_multiple_of(keys.len())) {
+    } else if nvals > 0 && (nkeys == 0 || !nvals.is_multiple_of(nkeys)) {
         return Err(format!(
-            "{nvals} values do not split evenly over {} keys: give lens, or a multiple of the key count",
-            keys.len()
+            "{nvals} values do not split evenly over {nkeys} keys: give lens, or a multiple of the key count",
         ));
     }
     Ok(())
@@ -119,6 +134,18 @@ pub fn check_shape(keys: &[Key], nvals: usize, lens: &[u32]) -> Result<(), Strin
 /// # Errors
 /// A text naming the malformed frame or shape.
 pub fn decode<V: Value>(frames: &[Bytes]) -> Result<KVRequest<'_, V>, String> {
+    decode_checked(frames, false)
+}
+
+/// As [`decode`]; with `keys_checked` the keys are known sorted and unique (a key list the
+/// server keeps, checked when it was registered) and are not checked again.
+///
+/// # Errors
+/// As [`decode`].
+pub fn decode_checked<V: Value>(
+    frames: &[Bytes],
+    keys_checked: bool,
+) -> Result<KVRequest<'_, V>, String> {
     let frame = |i: usize| -> &[u8] { frames.get(i).map_or(&[], |b| &b[..]) };
     if frames.len() > 3 {
         return Err(format!(
@@ -129,7 +156,10 @@ pub fn decode<V: Value>(frames: &[Bytes]) -> Result<KVRequest<'_, V>, String> {
     let keys = view::<Key>(frame(0), "keys")?;
     let vals = view::<V>(frame(1), "values")?;
     let lens = view::<u32>(frame(2), "lens")?;
-    check_shape(&keys, vals.len(), &lens)?;
+    if !keys_checked {
+        check_sorted(&keys)?;
+    }
+    check_lens(keys.len(), vals.len(), &lens)?;
     Ok(KVRequest {
         keys,
         vals,

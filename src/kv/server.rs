@@ -2,7 +2,7 @@
 //! [`RequestHandler`] (ps-lite's `KVServer<Val>` and `KVServerDefaultHandle`).
 
 use super::keycache::{Kept, Memo};
-use super::pairs::{decode, encode_owned, KVPairs, KVRequest};
+use super::pairs::{decode_checked, encode_owned, KVPairs, KVRequest};
 use super::store::{KeyStore, Resolved};
 use super::value::Value;
 use super::Key;
@@ -105,6 +105,8 @@ impl<V: Value> RequestHandler<V> for DefaultHandler<V> {
         let mut req = req;
         let mut memo = req.memo.take();
         let lens = req.lens();
+        // Without a memo, a push-pull answers from the push's own resolution.
+        let mut resolved_here = None;
         if meta.push {
             if resolved(&memo).is_some_and(|r| r.has_lens(lens)) {
                 if let Some(r) = resolved(&memo) {
@@ -113,23 +115,24 @@ impl<V: Value> RequestHandler<V> for DefaultHandler<V> {
             } else {
                 let r = self.store.resolve_push(&req.keys, lens)?;
                 self.store.push(&r, &req.vals);
-                if let Some(m) = memo.as_deref_mut() {
-                    m.set(r.settled());
+                match memo.as_deref_mut() {
+                    Some(m) => m.set(r.settled()),
+                    None => resolved_here = Some(r),
                 }
             }
         }
         if !meta.pull {
             return Ok(KVPairs::default());
         }
-        if resolved(&memo).is_none() {
-            let r = self.store.resolve_pull(&req.keys)?;
-            match memo.as_deref_mut() {
-                Some(m) => m.set(r),
-                None => return Ok(answer(&self.store, &r)),
-            }
+        if let Some(r) = resolved(&memo).or(resolved_here.as_ref()) {
+            return Ok(answer(&self.store, r));
         }
-        let r = resolved(&memo).ok_or("internal: a kept key list lost its resolution")?;
-        Ok(answer(&self.store, r))
+        let r = self.store.resolve_pull(&req.keys)?;
+        let out = answer(&self.store, &r);
+        if let Some(m) = memo {
+            m.set(r);
+        }
+        Ok(out)
     }
 }
 
@@ -254,7 +257,9 @@ fn serve_request<V: Value>(
         }
     }
     let mut pushed = None;
-    let result = decode::<V>(&data).and_then(|mut req| {
+    // A cached list's keys were checked (sorted, unique) when it was registered.
+    let keys_checked = matches!(m.keys, Some(KeyRef::Cached { .. }));
+    let result = decode_checked::<V>(&data, keys_checked).and_then(|mut req| {
         if m.push && req.vals.is_empty() && !req.keys.is_empty() {
             return Err("push without values".to_string());
         }

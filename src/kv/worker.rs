@@ -475,25 +475,42 @@ impl<V: Value> KVWorker<V> {
             return Ok(());
         }
         let ts = self.pull(keys)?;
+        self.wait_into(ts, keys.len(), out)
+    }
+
+    /// Pushes `vals` and pulls the result of the update into `out`, then waits (ps-lite's
+    /// `ZPushPull` with its output array): `out.len()` must equal the total pulled length.
+    ///
+    /// # Errors
+    /// As [`push`](Self::push) and [`pull_into`](Self::pull_into).
+    pub fn push_pull_into(
+        &self,
+        keys: &[Key],
+        vals: &[V],
+        lens: Option<&[u32]>,
+        out: &mut [V],
+    ) -> Result<()> {
+        let ts = self.push_pull(keys, vals, lens)?;
+        self.wait_into(ts, keys.len(), out)
+    }
+
+    /// Waits for pull `ts` (of `nkeys` keys) and copies its values, in key order, into `out`.
+    fn wait_into(&self, ts: Timestamp, nkeys: usize, out: &mut [V]) -> Result<()> {
         let mut map = self.wait_done(ts)?;
         let p = map.remove(&ts).ok_or_else(|| unknown(ts))?;
         drop(map);
         if let Some(e) = p.error {
             return Err(e);
         }
-        let total: usize = p
-            .parts
-            .iter()
-            .map(|x| x.vals.len() / std::mem::size_of::<V>())
-            .sum();
-        if total != out.len() {
+        let total: usize = p.parts.iter().map(|x| x.vals.len()).sum();
+        let dst: &mut [u8] = bytemuck::cast_slice_mut(out);
+        if total != dst.len() {
             return Err(Error::InvalidArgument(format!(
-                "pulled {total} values for {} keys but the buffer holds {}",
-                keys.len(),
+                "pulled {} values for {nkeys} keys but the buffer holds {}",
+                total as f64 / std::mem::size_of::<V>() as f64,
                 out.len()
             )));
         }
-        let dst: &mut [u8] = bytemuck::cast_slice_mut(out);
         let mut at = 0;
         for part in &p.parts {
             dst[at..at + part.vals.len()].copy_from_slice(&part.vals);

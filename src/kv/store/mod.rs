@@ -9,6 +9,7 @@
 
 mod arena;
 mod index;
+mod parallel;
 
 pub use index::{Index, Keys};
 
@@ -65,7 +66,15 @@ pub enum Lens<'a> {
     PerKey(&'a [u32]),
 }
 
-impl Lens<'_> {
+impl<'a> Lens<'a> {
+    /// The lengths of keys `start..start + n`.
+    fn slice(self, start: usize, n: usize) -> Lens<'a> {
+        match self {
+            Lens::Uniform(w) => Lens::Uniform(w),
+            Lens::PerKey(l) => Lens::PerKey(&l[start..start + n]),
+        }
+    }
+
     #[inline]
     fn of(&self, i: usize) -> usize {
         match self {
@@ -92,12 +101,24 @@ enum KeyLens {
     PerKey(Vec<u32>),
 }
 
+impl KeyLens {
+    fn of(l: Lens<'_>) -> Result<KeyLens, String> {
+        Ok(match l {
+            Lens::Uniform(w) => KeyLens::Uniform(
+                u32::try_from(w).map_err(|_| format!("{w} values per key is too many"))?,
+            ),
+            Lens::PerKey(l) => KeyLens::PerKey(l.to_vec()),
+        })
+    }
+}
+
 /// A key list resolved against a [`KeyStore`]: where its keys' values lie, in key order. Valid
 /// for the store's whole life (values never move); a list resolved by
 /// [`KeyStore::resolve_push`] marks the values it created until [`Resolved::settled`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Resolved {
     runs: Vec<Run>,
+    keys: usize,
     values: usize,
     lens: KeyLens,
 }
@@ -106,11 +127,43 @@ impl Resolved {
     fn new(lens: KeyLens) -> Resolved {
         Resolved {
             runs: Vec::new(),
+            keys: 0,
             values: 0,
             lens,
         }
     }
 
+    /// Appends `next`, the resolution of the keys that follow this list's.
+    fn append(&mut self, next: Resolved) {
+        let expand = |l: KeyLens, keys: usize| match l {
+            KeyLens::Uniform(w) => vec![w; keys],
+            KeyLens::PerKey(v) => v,
+        };
+        self.lens = match (
+            std::mem::replace(&mut self.lens, KeyLens::Uniform(0)),
+            next.lens,
+        ) {
+            (a, b) if self.keys == 0 => {
+                drop(a);
+                b
+            }
+            (a, _) if next.keys == 0 => a,
+            (KeyLens::Uniform(a), KeyLens::Uniform(b)) if a == b => KeyLens::Uniform(a),
+            (a, b) => {
+                let mut v = expand(a, self.keys);
+                v.extend(expand(b, next.keys));
+                KeyLens::PerKey(v)
+            }
+        };
+        self.keys += next.keys;
+        let values = self.values;
+        for r in next.runs {
+            self.add(r.chunk, r.fresh, r.off, r.len);
+        }
+        self.values = values + next.values;
+    }
+
+    /// Adds the next key's values (a key count is kept by the callers that need it).
     #[inline]
     fn add(&mut self, chunk: u32, fresh: bool, off: usize, len: usize) {
         self.values += len;
@@ -159,6 +212,7 @@ impl Resolved {
     /// keep for later requests over the same keys.
     pub fn settled(&self) -> Resolved {
         let mut out = Resolved::new(self.lens.clone());
+        out.keys = self.keys;
         for r in &self.runs {
             out.add(r.chunk, false, r.off, r.len);
         }
@@ -181,6 +235,12 @@ impl<V: Value> Default for KeyStore<V> {
             arena: Arena::default(),
         }
     }
+}
+
+fn mismatch(key: Key, pushed: usize, stored: u32) -> String {
+    format!(
+        "length mismatch for key {key}: pushed {pushed} values, but its length is {stored} (fixed at its first push)"
+    )
 }
 
 fn never_pushed(key: Key) -> String {
@@ -222,12 +282,12 @@ impl<V: Value> KeyStore<V> {
     /// A text naming the first key whose length differs from its stored length (then nothing
     /// is created), or naming a length or a count the store cannot hold.
     pub fn resolve_push(&mut self, keys: &[Key], lens: Lens<'_>) -> Result<Resolved, String> {
-        let mut out = Resolved::new(match lens {
-            Lens::Uniform(w) => KeyLens::Uniform(
-                u32::try_from(w).map_err(|_| format!("{w} values per key is too many"))?,
-            ),
-            Lens::PerKey(l) => KeyLens::PerKey(l.to_vec()),
-        });
+        // Every key held already (a repeated list): a lookup, in parallel when large.
+        if let Some(found) = self.find_push(keys, lens)? {
+            return Ok(found);
+        }
+        let mut out = Resolved::new(KeyLens::of(lens)?);
+        out.keys = keys.len();
         // One pass: find each key or enter it, new keys into one region (in order) whose place
         // is set once its size is known. A wrong length undoes what the pass entered.
         let first_new = self.entries.len();
@@ -256,10 +316,7 @@ impl<V: Value> KeyStore<V> {
                     let e = self.entries[e as usize];
                     if e.len as usize != len {
                         self.undo(first_new);
-                        return Err(format!(
-                            "length mismatch for key {key}: pushed {len} values, but its length is {} (fixed at its first push)",
-                            e.len
-                        ));
+                        return Err(mismatch(key, len, e.len));
                     }
                     out.add(e.chunk, false, e.off, len);
                 }
@@ -313,33 +370,48 @@ impl<V: Value> KeyStore<V> {
         self.entries.truncate(first_new);
     }
 
-    /// Resolves the keys of a pull (sorted, unique).
-    ///
-    /// # Errors
-    /// A text naming the first key that was never pushed.
-    pub fn resolve_pull(&self, keys: &[Key]) -> Result<Resolved, String> {
+    /// Finds every key of `keys` (sorted, unique). For a pull (`want` is `None`) the lengths
+    /// are the stored ones and a missing key is an error; for a push (`want` the request's
+    /// lengths) a missing key ends the search with `None` (the caller enters the keys) and a
+    /// stored length other than the request's is an error.
+    fn find_all(&self, keys: &[Key], want: Option<Lens<'_>>) -> Result<Option<Resolved>, String> {
         let mut out = Resolved::new(KeyLens::Uniform(0));
-        let mut per_key: Vec<u32> = Vec::with_capacity(keys.len());
+        let mut per_key: Vec<u32> = Vec::new();
+        if want.is_none() {
+            per_key.reserve(keys.len());
+        }
         let mut uniform = true;
         for (i, &key) in keys.iter().enumerate() {
             if let Some(&ahead) = keys.get(i + PREFETCH) {
                 self.index.prefetch(ahead);
             }
-            let e = self
-                .index
-                .get(key, &self.entries[..])
-                .ok_or_else(|| never_pushed(key))?;
+            let Some(e) = self.index.get(key, &self.entries[..]) else {
+                return match want {
+                    None => Err(never_pushed(key)),
+                    Some(_) => Ok(None),
+                };
+            };
             let e = self.entries[e as usize];
-            uniform &= per_key.first().is_none_or(|&w| w == e.len);
-            per_key.push(e.len);
+            match want {
+                Some(l) if l.of(i) != e.len as usize => {
+                    return Err(mismatch(key, l.of(i), e.len));
+                }
+                Some(_) => {}
+                None => {
+                    uniform &= per_key.first().is_none_or(|&w| w == e.len);
+                    per_key.push(e.len);
+                }
+            }
             out.add(e.chunk, false, e.off, e.len as usize);
         }
-        out.lens = match (uniform, per_key.first()) {
-            (true, Some(&w)) => KeyLens::Uniform(w),
-            (true, None) => KeyLens::Uniform(0),
-            (false, _) => KeyLens::PerKey(per_key),
+        out.keys = keys.len();
+        out.lens = match (want, uniform, per_key.first()) {
+            (Some(l), _, _) => KeyLens::of(l)?,
+            (None, true, Some(&w)) => KeyLens::Uniform(w),
+            (None, true, None) => KeyLens::Uniform(0),
+            (None, false, _) => KeyLens::PerKey(per_key),
         };
-        Ok(out)
+        Ok(Some(out))
     }
 
     /// Applies pushed `vals` (key order, `res.values()` of them) to a list resolved by
@@ -358,7 +430,7 @@ impl<V: Value> KeyStore<V> {
             if r.fresh {
                 dst.copy_from_slice(src);
             } else {
-                sum_into(dst, src);
+                parallel::sum_into(dst, src);
             }
         }
     }
@@ -367,7 +439,7 @@ impl<V: Value> KeyStore<V> {
     pub fn gather(&self, res: &Resolved) -> Vec<V> {
         let mut out = Vec::with_capacity(res.values);
         for r in &res.runs {
-            out.extend_from_slice(self.arena.slice(r.chunk, r.off, r.len));
+            parallel::extend(&mut out, self.arena.slice(r.chunk, r.off, r.len));
         }
         out
     }

@@ -195,3 +195,52 @@ fn values_keep_their_place_as_chunks_are_added() {
     }
     assert!(s.reserved_bytes() >= 200 * 8192);
 }
+
+#[test]
+fn large_requests_resolve_in_parallel_as_they_would_one_key_at_a_time() {
+    let n = 3 * super::parallel::PAR_MIN_KEYS; // several chunks
+    let keys: Vec<Key> = (0..n as u64).map(|i| i * 1_000_003).collect();
+    let lens: Vec<u32> = (0..n).map(|i| 1 + (i % 3) as u32).collect();
+    let total: usize = lens.iter().map(|&l| l as usize).sum();
+    let vals: Vec<i64> = (0..total as i64).collect();
+    let mut s = KeyStore::<i64>::new();
+    let first = s
+        .resolve_push(&keys, Lens::PerKey(&lens))
+        .expect("first push");
+    s.push(&first, &vals);
+
+    // Pull: the parallel resolution is the sequential one.
+    let par = s.resolve_pull(&keys).expect("pull");
+    let seq = s.find_all(&keys, None).expect("pull").expect("all held");
+    assert_eq!(par, seq);
+    assert_eq!(par, first.settled());
+    assert_eq!(s.gather(&par), vals);
+
+    // A repeated push is found in parallel (nothing fresh) and sums.
+    let again = s.resolve_push(&keys, Lens::PerKey(&lens)).expect("repeat");
+    assert_eq!(again, first.settled());
+    s.push(&again, &vals);
+    assert_eq!(
+        s.gather(&par),
+        vals.iter().map(|v| 2 * v).collect::<Vec<_>>()
+    );
+
+    // Errors name the first bad key in key order, across chunks; nothing is created.
+    let mut bad = lens.clone();
+    bad[n - 10] += 1;
+    bad[n / 2] += 1;
+    let mut with_new = keys.clone();
+    with_new[7] += 1; // a new key before both mismatches
+    assert_eq!(
+        s.resolve_push(&with_new, Lens::PerKey(&bad)).unwrap_err(),
+        mismatch(keys[n / 2], bad[n / 2] as usize, lens[n / 2])
+    );
+    assert_eq!(s.len(), n, "the new key was not kept");
+    let mut missing = keys.clone();
+    missing[n - 5] += 1;
+    missing[n / 3] += 1;
+    assert_eq!(
+        s.resolve_pull(&missing).unwrap_err(),
+        never_pushed(missing[n / 3])
+    );
+}

@@ -6,9 +6,14 @@
 //! wire); push-then-pull counts its push and its pull. Latency is per request, from the call to
 //! its completion callback.
 //!
+//! With `--keys-per-request N` each request carries N keys instead (see [`many`]), and the
+//! report adds keys/s and the `memcpy` reference.
+//!
 //! Checking: worker rank 0 first pushes a known pattern for every key; later pushes carry zeros,
 //! so the servers' sums stay equal to the pattern, and every pulled value is compared with it
 //! byte for byte. Any difference fails the run.
+
+pub mod many;
 
 use super::stats::{gbps, percentile};
 use crate::error::{Error, Result};
@@ -63,6 +68,10 @@ pub struct BenchArgs {
     /// Pulls go through the zero-copy rendezvous into pool buffers (pull and push-then-pull).
     #[arg(long)]
     pub zero_copy: bool,
+    /// Many keys per request: N keys spread over the key space, --len bytes each, one request
+    /// per phase and round (dmlc's test_kv_app_benchmark); reports keys/s and a memcpy reference.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=(u32::MAX as u64)))]
+    pub keys_per_request: Option<u64>,
 }
 
 /// Figures of one run.
@@ -100,6 +109,12 @@ pub struct BenchReport {
     pub meta_round_trips_first: Option<f64>,
     /// Meta-data round trips per pull after the first round (rendezvous only; 0 expected).
     pub meta_round_trips_after: Option<f64>,
+    /// Keys per request (`--keys-per-request`; `None`: one key per request).
+    pub keys_per_request: Option<usize>,
+    /// Keys of completed requests per second (`--keys-per-request` only).
+    pub keys_per_s: Option<f64>,
+    /// Keys per second of one `memcpy` of the same key and value bytes, measured in this run.
+    pub memcpy_keys_per_s: Option<f64>,
 }
 
 fn pattern(key_index: usize, len: usize) -> Vec<u8> {
@@ -126,6 +141,9 @@ pub fn run(po: &Arc<Postoffice>, a: &BenchArgs) -> Result<BenchReport> {
         return Err(Error::InvalidArgument(
             "--len and --keys-per-server must be at least 1".into(),
         ));
+    }
+    if let Some(n) = a.keys_per_request {
+        return many::run(po, a, n as usize);
     }
     if a.zero_copy && !matches!(a.mode, Mode::Pull | Mode::PushThenPull) {
         return Err(Error::InvalidArgument(
@@ -283,6 +301,9 @@ pub fn run(po: &Arc<Postoffice>, a: &BenchArgs) -> Result<BenchReport> {
         zero_copy: a.zero_copy,
         meta_round_trips_first,
         meta_round_trips_after,
+        keys_per_request: None,
+        keys_per_s: None,
+        memcpy_keys_per_s: None,
     })
 }
 
@@ -311,8 +332,17 @@ impl BenchReport {
             (Some(f), None) => format!(", zero-copy: meta-data round trips per key {f:.2} in round 1"),
             _ => String::new(),
         };
+        let many = match (self.keys_per_s, self.memcpy_keys_per_s) {
+            (Some(k), Some(m)) => format!(
+                ", {:.2} M keys/s (memcpy of the same bytes: {:.1} M keys/s, ratio {:.3})",
+                k / 1e6,
+                m / 1e6,
+                k / m
+            ),
+            _ => String::new(),
+        };
         format!(
-            "bench {:?} worker {}: {} B x {} keys, {} rounds, {} requests in {:.2} s: goodput {:.2} Gbit/s, latency p50 {:.3} ms p99 {:.3} ms, pulled bytes verified{rv}",
+            "bench {:?} worker {}: {} B x {} keys, {} rounds, {} requests in {:.2} s: goodput {:.2} Gbit/s, latency p50 {:.3} ms p99 {:.3} ms{many}, pulled bytes verified{rv}",
             self.mode, self.worker, self.len, self.keys, self.rounds, self.requests, self.seconds,
             self.goodput_gbps, self.p50_ms, self.p99_ms
         )

@@ -1,0 +1,143 @@
+//! `bench --keys-per-request N`: many keys in one request, as dmlc's `test_kv_app_benchmark` —
+//! the sparse-model path. N keys spread over the key space (every server gets a share), `--len`
+//! bytes each; each round sends one request of all N keys per phase and waits for it.
+//!
+//! Figures: keys/s (keys of completed requests per second), value goodput (as the one-key
+//! modes count it), latency per request, and the reference: the keys/s of one `memcpy` of the
+//! same key and value bytes (N × (8 + len)) on this machine, measured in the same run.
+
+use super::{progress_bar, BenchArgs, BenchReport, Mode};
+use crate::apps::stats::{gbps, percentile};
+use crate::error::{Error, Result};
+use crate::kv::{KVWorker, Key, SArray};
+use crate::postoffice::{Postoffice, WORKER_GROUP};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Keys per second of copying `n` keys and their `len`-byte values once with `memcpy` (the best
+/// of three warm copies): the rate no request of these bytes can beat on this machine.
+pub fn memcpy_keys_per_s(n: usize, len: usize) -> f64 {
+    let bytes = n.saturating_mul(8 + len).max(1);
+    let src = vec![1u8; bytes];
+    let mut dst = vec![0u8; bytes];
+    dst.copy_from_slice(&src); // touch every page first
+    let best = (0..3)
+        .map(|_| {
+            let t0 = Instant::now();
+            dst.copy_from_slice(std::hint::black_box(&src));
+            std::hint::black_box(&dst);
+            t0.elapsed()
+        })
+        .min()
+        .unwrap_or(Duration::ZERO);
+    n as f64 / best.as_secs_f64().max(1e-9)
+}
+
+/// The bytes rank 0 pushes first: value byte `i` of the request.
+fn pattern(n: usize, len: usize) -> Vec<u8> {
+    (0..n * len)
+        .map(|i| (i.wrapping_mul(7) ^ (i / len).wrapping_mul(131)) as u8)
+        .collect()
+}
+
+/// Runs the many-keys benchmark with `n` keys per request.
+///
+/// # Errors
+/// Transport or server errors; [`Error::InvalidArgument`] for `--zero-copy` (one key per
+/// request) and for pulled bytes that differ from the pattern.
+pub fn run(po: &Arc<Postoffice>, a: &BenchArgs, n: usize) -> Result<BenchReport> {
+    if a.zero_copy {
+        return Err(Error::InvalidArgument(
+            "--zero-copy pulls one key per request: it does not combine with --keys-per-request"
+                .into(),
+        ));
+    }
+    let len = a.len;
+    let kv = KVWorker::<u8>::new(po, 0, 0)?;
+    let step = u64::MAX / n as u64;
+    let keys: Vec<Key> = (0..n as u64).map(|i| i * step).collect();
+    let want = pattern(n, len);
+    // Later pushes add zeros (one shared buffer, no copy per request): the sums stay `want`.
+    let zeros = SArray::from_vec(vec![0u8; n * len]);
+    if po.my_rank() == 0 {
+        kv.wait(kv.push(&keys, &want, None)?)?;
+    }
+    po.barrier(WORKER_GROUP)?;
+    let memcpy = memcpy_keys_per_s(n, len);
+
+    let phases: &[(bool, bool)] = match a.mode {
+        Mode::Push => &[(true, false)],
+        Mode::Pull => &[(false, true)],
+        Mode::PushPull => &[(true, true)],
+        Mode::PushThenPull => &[(true, false), (false, true)],
+    };
+    let limit_time = Duration::from_secs_f64(a.seconds.unwrap_or(10.0).max(0.0));
+    let bar = progress_bar(a.repeat, limit_time);
+    let mut out = vec![0u8; n * len];
+    let (mut lat, mut rounds, mut pushed, mut pulled) = (Vec::new(), 0usize, 0u64, 0u64);
+    let start = Instant::now();
+    while a
+        .repeat
+        .map_or(start.elapsed() < limit_time, |r| rounds < r)
+    {
+        for &(push, pull) in phases {
+            let t0 = Instant::now();
+            match (push, pull) {
+                (true, false) => {
+                    kv.wait(kv.request_shared(&keys, &zeros, &[], true, false, 0, None)?)?
+                }
+                (false, true) => kv.pull_into(&keys, &mut out)?,
+                _ => kv.push_pull_into(&keys, &zeros[..], None, &mut out)?,
+            }
+            lat.push(t0.elapsed());
+            if push {
+                pushed += (n * len) as u64;
+            }
+            if pull {
+                if out != want {
+                    let i = out.iter().zip(&want).position(|(a, b)| a != b).unwrap_or(0);
+                    return Err(Error::InvalidArgument(format!(
+                        "bench: key {} came back with wrong bytes",
+                        keys[i / len]
+                    )));
+                }
+                pulled += (n * len) as u64;
+                out.fill(0);
+            }
+        }
+        rounds += 1;
+        bar.set_position(match a.repeat {
+            Some(_) => rounds as u64,
+            None => start.elapsed().as_millis() as u64,
+        });
+    }
+    let elapsed = start.elapsed();
+    bar.finish_and_clear();
+    let requests = lat.len();
+    let counted = match a.mode {
+        Mode::PushPull => pushed,
+        _ => pushed + pulled,
+    };
+    let keys_per_s = (requests * n) as f64 / elapsed.as_secs_f64().max(1e-9);
+    Ok(BenchReport {
+        mode: a.mode,
+        worker: po.my_rank(),
+        len,
+        keys: n,
+        rounds,
+        requests,
+        bytes_pushed: pushed,
+        bytes_pulled: pulled,
+        seconds: elapsed.as_secs_f64(),
+        goodput_gbps: gbps(counted, elapsed),
+        p50_ms: percentile(&mut lat, 0.5).as_secs_f64() * 1e3,
+        p99_ms: percentile(&mut lat, 0.99).as_secs_f64() * 1e3,
+        verified: true,
+        zero_copy: false,
+        meta_round_trips_first: None,
+        meta_round_trips_after: None,
+        keys_per_request: Some(n),
+        keys_per_s: Some(keys_per_s),
+        memcpy_keys_per_s: Some(memcpy),
+    })
+}
