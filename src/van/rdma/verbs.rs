@@ -311,6 +311,10 @@ struct Channel {
     ring_bytes: u64,
     min_record: u64,
     remote: Mutex<Option<Endpoint>>,
+    /// Held for the whole of one message's records: a sender waiting for credits mid-message
+    /// releases `st`, and another message's records must not come between its fragments (the
+    /// receiver reassembles them in order). Lock order: `send`, then `st`.
+    send: Mutex<()>,
     st: Mutex<ChanState>,
     cv: Condvar,
 }
@@ -584,6 +588,7 @@ impl Inner {
             ring_bytes,
             min_record: min_rec,
             remote: Mutex::new(None),
+            send: Mutex::new(()),
             st: Mutex::new(ChanState {
                 sender: None,
                 receiver: RingReceiver::with_min_record(ring_bytes, min_rec),
@@ -650,6 +655,7 @@ impl Inner {
                 .setup_max_read_atomic(1);
             qp.modify(&attr).map_err(|e| fail("RTS", &e))?;
         }
+        let _whole = lock(&c.send);
         let mut st = lock(&c.st);
         st.sender = Some(RingSender::with_min_record(
             remote.ring_bytes,
@@ -797,6 +803,7 @@ impl Inner {
 
     fn send(&self, c: &Arc<Channel>, msg: Message) -> Result<usize> {
         let n = msg.data_bytes();
+        let _whole = lock(&c.send);
         let mut st = lock(&c.st);
         if let Some(f) = &st.failed {
             return Err(Error::Van(f.clone()));
