@@ -19,13 +19,18 @@ step() {
         echo "FAIL $name (status $rc, $((SECONDS - t0)) s)"; echo "$out" | grep -vE " (INFO|DEBUG|TRACE) " | tail -20
         failed=$((failed + 1))
     fi
-    echo "$out" | grep -E "error: 0, 0|goodput" | sed 's/^/     /'
+    echo "$out" | grep -E "error: 0, 0|goodput|keys: push" | sed 's/^/     /'
 }
 # Sums and bytes, several shapes of cluster.
 step "kv-app S=2 W=2" $L local --van rdma --servers 2 --workers 2 -- kv-app --keys 1000 --repeat 10
 step "kv-app S=2 W=4 (4 workers, 2 servers, exact sums)" $L local --van rdma --servers 2 --workers 4 -- kv-app --keys 1000 --repeat 10
 step "kv-app many outstanding (50 pushes in flight)" $L local --van rdma --servers 1 --workers 1 -- kv-app --keys 2000 --repeat 60 --outstanding 50
 step "kv-app f64, 3 values per key" $L local --van rdma --servers 2 --workers 2 -- kv-app --dtype f64 --len 3 --keys 500 --repeat 5
+# Many keys per request: 1M keys through the rings (fragmented records), with key caching and
+# without; the keys-per-request bench checks every pulled byte.
+step "kv-app 1M keys x 2 rounds (key caching)" $L local --van rdma --servers 2 --workers 2 -- kv-app --keys 1000000 --repeat 2
+step "kv-app 1M keys x 2 rounds, PS_KEY_CACHE=0" env PS_KEY_CACHE=0 $L local --van rdma --servers 1 --workers 1 -- kv-app --keys 1000000 --repeat 2
+step "bench push-pull, 100K keys per request" $L local --van rdma --servers 2 --workers 1 -- bench --mode push-pull --keys-per-request 100000 --len 4 --repeat 5
 # Every bench mode; every pulled byte is checked against what was pushed.
 for m in push pull push-pull push-then-pull; do
     step "bench $m" $L local --van rdma --servers 1 --workers 1 -- bench --mode $m --len 65536 --keys-per-server 8 --seconds 3

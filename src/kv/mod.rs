@@ -8,6 +8,7 @@ pub mod slicer;
 pub mod store;
 pub mod value;
 pub mod worker;
+mod zero_copy;
 
 pub use pairs::{KVPairs, KVRequest};
 pub use sarray::SArray;

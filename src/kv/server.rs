@@ -5,15 +5,15 @@ use super::keycache::{Kept, Memo};
 use super::pairs::{decode_checked, encode_owned, KVPairs, KVRequest};
 use super::store::{KeyStore, Resolved};
 use super::value::Value;
+use super::zero_copy::ServerRv;
 use super::Key;
 use crate::error::Result;
 use crate::postoffice::{reply_meta, Customer, Postoffice, Route};
-use crate::rendezvous::responder::Lookup;
-use crate::rendezvous::{RespAction, Responder, RvMessage, TensorMeta, HEAD_RV, HEAD_RV_WRITE};
+use crate::rendezvous::HEAD_RV;
 use crate::wire::{KeyRef, Message, Node, NodeId};
-use bytes::Bytes;
 use std::collections::HashMap;
 use std::marker::PhantomData;
+use std::mem::ManuallyDrop;
 use std::sync::Arc;
 
 /// What a handler learns about a request besides its pairs.
@@ -51,6 +51,15 @@ pub trait RequestHandler<V: Value>: Send + 'static {
     /// the first push of the key: tag matching).
     fn value(&self, _key: Key) -> Option<&[V]> {
         None
+    }
+
+    /// The memory regions, `(address, bytes)`, that hold the values [`value`](Self::value)
+    /// shows, so that a zero-copy pull is one RDMA WRITE from the value itself (the server
+    /// registers each region once, on the first zero-copy pull). They must stay allocated and in
+    /// place while the handler lives. Default: none (values are copied into a registered
+    /// buffer first).
+    fn value_regions(&self) -> Vec<(usize, usize)> {
+        Vec::new()
     }
 }
 
@@ -99,6 +108,10 @@ impl<V: Value> RequestHandler<V> for DefaultHandler<V> {
 
     fn value(&self, key: Key) -> Option<&[V]> {
         self.get(key)
+    }
+
+    fn value_regions(&self) -> Vec<(usize, usize)> {
+        self.store.regions()
     }
 
     fn handle(&mut self, meta: &ReqMeta, req: KVRequest<'_, V>) -> Result<KVPairs<V>, String> {
@@ -166,10 +179,14 @@ impl<V: Value> KVServer<V> {
     pub fn new(
         po: &Arc<Postoffice>,
         app_id: i32,
-        mut handler: impl RequestHandler<V>,
+        handler: impl RequestHandler<V>,
     ) -> Result<KVServer<V>> {
         let po2 = po.clone();
-        let mut rv = Responder::new(V::DTYPE, po.config().data_validation);
+        let mut served = Served {
+            handler: ManuallyDrop::new(handler),
+            rv: ServerRv::new(po, V::DTYPE),
+            timeout: po.config().timeout,
+        };
         let mut lists = KeptLists::new(po.config().key_cache_keys);
         let customer = Customer::new(
             po,
@@ -178,17 +195,32 @@ impl<V: Value> KVServer<V> {
                 dtype: V::DTYPE,
             },
             move |msg: Message| {
+                let Served {
+                    handler,
+                    rv,
+                    timeout,
+                } = &mut served;
                 if msg.meta.head == HEAD_RV {
-                    serve_rendezvous(&po2, &mut rv, &handler, msg);
+                    rv.serve(&po2, &**handler, msg);
                     return;
                 }
-                let pushed = serve_request(&po2, &mut handler, &mut lists, rv.has_parked(), msg);
-                // Rendezvous pulls that waited for these keys (tag matching).
-                if let Some((m, keys)) = pushed {
-                    for key in keys {
-                        let actions = rv.on_value_ready(key, |k| lookup(&handler, k));
-                        run_actions(&po2, &m, &handler, actions);
-                    }
+                // A push waits for the zero-copy writes of stored values still in flight.
+                let gate = if msg.meta.push && !rv.in_flight.wait_idle(*timeout) {
+                    Err(format!(
+                        "zero-copy pulls of this server's values were still being written after {:.0} s (PS_TIMEOUT); the push was not applied",
+                        timeout.as_secs_f64()
+                    ))
+                } else {
+                    Ok(())
+                };
+                let req = Incoming {
+                    msg,
+                    gate,
+                    parked: rv.has_parked(),
+                };
+                if let Some((m, keys)) = serve_request(&po2, &mut **handler, &mut lists, req) {
+                    // Rendezvous pulls that waited for these keys (tag matching).
+                    rv.pushed(&po2, &m, &**handler, keys);
                 }
             },
         )?;
@@ -221,15 +253,24 @@ impl KeptLists {
     }
 }
 
+/// A key-value request as the customer thread hands it on.
+struct Incoming {
+    msg: Message,
+    /// `Err`: refuse the request with this text, applying nothing.
+    gate: Result<(), String>,
+    /// Rendezvous pulls wait for keys' first pushes (the pushed keys are wanted back).
+    parked: bool,
+}
+
 /// Handles one key-value request and answers it. Returns the request's meta and pushed keys
-/// when rendezvous pulls are parked (`parked`), so they can be served once the keys have values.
+/// when rendezvous pulls are parked, so they can be served once the keys have values.
 fn serve_request<V: Value>(
     po: &Postoffice,
     handler: &mut impl RequestHandler<V>,
     lists: &mut KeptLists,
-    parked: bool,
-    msg: Message,
+    req: Incoming,
 ) -> Option<(crate::wire::Meta, Vec<Key>)> {
+    let Incoming { msg, gate, parked } = req;
     let Message { meta: m, mut data } = msg;
     let rm = ReqMeta {
         cmd: m.head,
@@ -240,6 +281,11 @@ fn serve_request<V: Value>(
     };
     let kept = lists.of(m.sender, m.customer_id);
     let mut reply = Message::new(reply_meta(&m));
+    if let Err(e) = gate {
+        reply.meta.error = Some(e);
+        send_answer(po, reply);
+        return None;
+    }
     // A cached key list: its keys take the place of the empty keys frame.
     if let Some(KeyRef::Cached { digest }) = &m.keys {
         match (kept.get(*digest), data.first_mut()) {
@@ -299,132 +345,25 @@ fn send_answer(po: &Postoffice, reply: Message) {
     }
 }
 
-/// Responses after which an unclaimed rendezvous clone is dropped.
-const CLONE_MAX_AGE: u64 = 4096;
-
-fn lookup<V: Value>(handler: &impl RequestHandler<V>, key: Key) -> Lookup<'_> {
-    handler.value(key).map(|v| {
-        (
-            TensorMeta::of(V::DTYPE, v.len() as u64),
-            bytemuck::cast_slice::<V, u8>(v),
-        )
-    })
+/// A handler with the rendezvous state that may still be writing from its memory. Dropping it
+/// waits for those writes (at most `PS_TIMEOUT`); if some never complete, the handler is leaked
+/// rather than freeing memory a NIC may still read.
+struct Served<H> {
+    handler: ManuallyDrop<H>,
+    rv: ServerRv,
+    timeout: std::time::Duration,
 }
 
-fn serve_rendezvous<V: Value>(
-    po: &Postoffice,
-    rv: &mut Responder,
-    handler: &impl RequestHandler<V>,
-    msg: Message,
-) {
-    let m = &msg.meta;
-    let decoded = msg
-        .data
-        .first()
-        .ok_or_else(|| "rendezvous message without a body".to_string())
-        .and_then(|b| RvMessage::decode(b));
-    let rvmsg = match decoded {
-        Ok(x) => x,
-        Err(e) => {
+impl<H> Drop for Served<H> {
+    fn drop(&mut self) {
+        if self.rv.in_flight.wait_idle(self.timeout) {
+            // SAFETY: dropped once, here; nothing reads it afterwards.
+            unsafe { ManuallyDrop::drop(&mut self.handler) }
+        } else {
             tracing::warn!(
-                "dropped a rendezvous message from {}: {e}",
-                Node::describe(m.sender)
+                "zero-copy writes from a key-value server's values did not complete within {:.0} s: its memory is kept",
+                self.timeout.as_secs_f64()
             );
-            return;
-        }
-    };
-    let actions = rv.on_message(m.sender, rvmsg, handler.serves_values(), |k| {
-        lookup(handler, k)
-    });
-    // A clone unclaimed after this many later responses belongs to a requester that gave up.
-    let dropped = rv.expire(CLONE_MAX_AGE);
-    if dropped > 0 {
-        tracing::debug!("dropped {dropped} rendezvous clones whose re-request never came");
-    }
-    run_actions(po, m, handler, actions);
-}
-
-/// Writes `content` straight into the requester's destination when the van can (RDMA WRITE WITH
-/// IMMEDIATE from a registered pool buffer: one copy here, none on the worker). False: the caller
-/// sends the content as a message instead (ZMQ van, pool exhausted, or the write failed — then
-/// the requester still gets its content, by the slower path).
-fn rdma_write(po: &Postoffice, to: NodeId, content: &[u8], addr: u64, rkey: u32, imm: u32) -> bool {
-    if po.config().van != crate::config::VanType::Rdma {
-        return false;
-    }
-    let Ok(mut buf) = po.pool().and_then(|p| p.alloc::<u8>(content.len())) else {
-        return false;
-    };
-    buf.copy_from_slice(content);
-    match po.write_imm(to, buf, addr, rkey, imm) {
-        Ok(done) => done,
-        Err(e) => {
-            tracing::warn!(
-                "RDMA write to {} failed ({e}); sending the content as a message",
-                Node::describe(to)
-            );
-            false
-        }
-    }
-}
-
-/// Carries out the responder's actions on the ZMQ van: control messages as `HEAD_RV` answers,
-/// writes as `HEAD_RV_WRITE` answers holding the immediate and the content.
-fn run_actions<V: Value>(
-    po: &Postoffice,
-    req: &crate::wire::Meta,
-    handler: &impl RequestHandler<V>,
-    actions: Vec<RespAction>,
-) {
-    for a in actions {
-        let mut meta = reply_meta(req);
-        let (to, data) = match a {
-            RespAction::Send { to, msg } => {
-                meta.head = HEAD_RV;
-                (to, vec![Bytes::from(msg.encode())])
-            }
-            RespAction::WriteStored {
-                to,
-                key,
-                addr,
-                rkey,
-                imm,
-            } => {
-                let content = handler
-                    .value(key)
-                    .map(bytemuck::cast_slice::<V, u8>)
-                    .unwrap_or(&[]);
-                if rdma_write(po, to, content, addr, rkey, imm) {
-                    continue;
-                }
-                meta.head = HEAD_RV_WRITE;
-                (
-                    to,
-                    vec![
-                        Bytes::copy_from_slice(&imm.to_le_bytes()),
-                        Bytes::copy_from_slice(content),
-                    ],
-                )
-            }
-            RespAction::WriteClone {
-                to,
-                data,
-                addr,
-                rkey,
-                imm,
-            } => {
-                if rdma_write(po, to, &data, addr, rkey, imm) {
-                    continue;
-                }
-                meta.head = HEAD_RV_WRITE;
-                (to, vec![Bytes::copy_from_slice(&imm.to_le_bytes()), data])
-            }
-        };
-        meta.recver = to;
-        meta.pull = true;
-        meta.push = false;
-        if let Err(e) = po.send(Message { meta, data }) {
-            tracing::warn!("cannot answer {}: {e}", Node::describe(to));
         }
     }
 }

@@ -314,8 +314,8 @@ impl Postoffice {
             self.cfg.pool_bytes,
             0x5053_0000 | (self.my_id() as u32 & 0xffff),
         )?;
-        if let Some(rkey) = self.van.register_memory(p.base(), p.size())? {
-            p.set_rkey(rkey);
+        if let Some(keys) = self.van.register_memory(p.base(), p.size())? {
+            p.set_keys(keys);
         }
         Ok(self.pool.get_or_init(|| p))
     }
@@ -349,7 +349,7 @@ impl Postoffice {
     pub fn write_imm(
         &self,
         to: NodeId,
-        data: crate::van::pool::PoolBuf<u8>,
+        src: crate::van::WriteSource,
         addr: u64,
         rkey: u32,
         imm: u32,
@@ -357,7 +357,20 @@ impl Postoffice {
         if self.stopped.load(Ordering::Acquire) {
             return Err(Error::Stopped);
         }
-        self.van.write_imm(to, data, addr, rkey, imm)
+        self.van.write_imm(to, src, addr, rkey, imm)
+    }
+
+    /// Registers `[addr, addr + len)` with the van for RDMA (see [`Van::register_memory`]):
+    /// its keys, or `None` when the van registers nothing (ZMQ).
+    ///
+    /// # Errors
+    /// As [`Van::register_memory`].
+    pub fn register_memory(
+        &self,
+        addr: usize,
+        len: usize,
+    ) -> Result<Option<crate::van::Registration>> {
+        self.van.register_memory(addr, len)
     }
 
     /// The node table (scheduler, servers, workers) as the scheduler sent it.

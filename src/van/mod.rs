@@ -50,26 +50,29 @@ pub trait Van: Send + Sync {
     /// peer). Vans that set up per-peer state (QPs) need it for their bootstrap messages.
     fn set_node_id(&self, _id: NodeId) {}
 
-    /// Registers `[addr, addr + len)` (this node's memory pool) for remote writes and returns
-    /// its rkey; `None` when this van has no memory registration (ZMQ).
+    /// Registers `[addr, addr + len)` for RDMA: as a write target (the memory pool) or a write
+    /// source (a key store's chunks). The van keeps the registration (an MR) until it stops;
+    /// the caller keeps the memory alive that long. `None` when this van registers nothing
+    /// (ZMQ).
     ///
     /// # Errors
     /// [`crate::Error::Van`] if the device refuses the registration.
-    fn register_memory(&self, _addr: usize, _len: usize) -> Result<Option<u32>> {
+    fn register_memory(&self, _addr: usize, _len: usize) -> Result<Option<Registration>> {
         Ok(None)
     }
 
-    /// RDMA WRITE WITH IMMEDIATE of `data` (a buffer of the registered pool, kept until the
-    /// write completed) to `addr`/`rkey` on node `to`. The receiver's van raises a
-    /// [`crate::wire::Command::WriteImm`] event. `Ok(false)`: this van cannot write to that node
-    /// (the caller sends the content as a message instead).
+    /// RDMA WRITE WITH IMMEDIATE of `src` to `addr`/`rkey` on node `to` (TF contrib/verbs'
+    /// content write; the immediate names the request). The van drops `src.hold` once the write
+    /// completed (or was flushed), not before. The receiver's van raises a
+    /// [`crate::wire::Command::WriteImm`] event. `Ok(false)`: this van cannot write to that
+    /// node (the caller sends the content as a message instead).
     ///
     /// # Errors
     /// [`crate::Error::Van`] when the write cannot be posted.
     fn write_imm(
         &self,
         _to: NodeId,
-        _data: pool::PoolBuf<u8>,
+        _src: WriteSource,
         _addr: u64,
         _rkey: u32,
         _imm: u32,
@@ -81,4 +84,28 @@ pub trait Van: Send + Sync {
     fn abort(&self) {
         self.stop()
     }
+}
+
+/// The keys of registered memory (an RDMA memory region): `lkey` for local access (a write's
+/// source), `rkey` for remote access (a write's target).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Registration {
+    /// Local key.
+    pub lkey: u32,
+    /// Remote key.
+    pub rkey: u32,
+}
+
+/// The source of an RDMA WRITE: `len` bytes at `addr` in memory registered with `lkey`, and
+/// `hold`, which keeps that memory alive and unchanged until the van drops it on the write's
+/// completion (a pool buffer; a key store's in-flight counter).
+pub struct WriteSource {
+    /// Address of the first byte.
+    pub addr: u64,
+    /// Bytes.
+    pub len: usize,
+    /// Local key of the registration covering the bytes.
+    pub lkey: u32,
+    /// Dropped by the van once the write completed.
+    pub hold: Box<dyn Send>,
 }

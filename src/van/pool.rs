@@ -19,6 +19,7 @@ struct Inner {
     base: NonNull<u8>,
     layout: Layout,
     rkey: std::sync::atomic::AtomicU32,
+    lkey: std::sync::atomic::AtomicU32,
     /// Free chunks: offset → length.
     free: Mutex<BTreeMap<usize, usize>>,
 }
@@ -62,6 +63,7 @@ impl MemoryPool {
                 base,
                 layout,
                 rkey: rkey.into(),
+                lkey: 0.into(),
                 free: Mutex::new(free),
             }),
         })
@@ -77,11 +79,11 @@ impl MemoryPool {
         self.inner.rkey.load(std::sync::atomic::Ordering::Acquire)
     }
 
-    /// Sets the rkey once the van registered the block.
-    pub fn set_rkey(&self, rkey: u32) {
-        self.inner
-            .rkey
-            .store(rkey, std::sync::atomic::Ordering::Release);
+    /// Sets the keys once the van registered the block.
+    pub fn set_keys(&self, keys: crate::van::Registration) {
+        use std::sync::atomic::Ordering::Release;
+        self.inner.lkey.store(keys.lkey, Release);
+        self.inner.rkey.store(keys.rkey, Release);
     }
 
     /// Address of the block's first byte (what the van registers).
@@ -170,6 +172,20 @@ impl<V: bytemuck::Pod> PoolBuf<V> {
     /// Bytes it can hold.
     pub fn capacity_bytes(&self) -> usize {
         self.chunk
+    }
+
+    /// This buffer as the source of an RDMA WRITE of its first `len` elements (clamped to its
+    /// length); the van keeps the buffer until the write completed.
+    pub fn into_write_source(self) -> crate::van::WriteSource
+    where
+        V: Send + 'static,
+    {
+        crate::van::WriteSource {
+            addr: self.addr(),
+            len: std::mem::size_of_val::<[V]>(&self),
+            lkey: self.pool.lkey.load(std::sync::atomic::Ordering::Acquire),
+            hold: Box::new(self),
+        }
     }
 
     /// Sets the length (elements in use).

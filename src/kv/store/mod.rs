@@ -268,6 +268,16 @@ impl<V: Value> KeyStore<V> {
         self.arena.reserved_bytes()
     }
 
+    /// The memory holding the values: `(address, bytes)` of each chunk, oldest first. Chunks
+    /// never move or shrink while the store lives; new ones are appended.
+    pub fn regions(&self) -> Vec<(usize, usize)> {
+        self.arena
+            .chunks
+            .iter()
+            .map(|c| (c.data.as_ptr() as usize, std::mem::size_of_val(&*c.data)))
+            .collect()
+    }
+
     /// The value of `key`.
     pub fn get(&self, key: Key) -> Option<&[V]> {
         let e = self.entries[self.index.get(key, &self.entries[..])? as usize];

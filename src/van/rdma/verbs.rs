@@ -22,11 +22,10 @@
 use super::{unavailable, RdmaConfig};
 use crate::error::{Error, Result};
 use crate::sync::lock;
-use crate::van::pool::PoolBuf;
 use crate::van::ring::{
     fragments, min_record, RingReceiver, RingSender, FLAG_MORE, FLAG_PAD, HEADER,
 };
-use crate::van::{zmq::ZmqVan, Van};
+use crate::van::{zmq::ZmqVan, Registration, Van, WriteSource};
 use crate::wire::{
     decode_frames, encode_meta, Command, Control, Message, Meta, Node, NodeId, MAX_META_BYTES,
 };
@@ -282,8 +281,9 @@ struct ChanState {
     /// Send WRs posted / known complete, counted from the start.
     posted: u64,
     completed: u64,
-    /// Pool buffers of content writes, with their WR's sequence number, kept until complete.
-    held: VecDeque<(u64, PoolBuf<u8>)>,
+    /// What keeps the sources of content writes alive and unchanged, with their WR's sequence
+    /// number, until the write completed.
+    held: VecDeque<(u64, Box<dyn Send>)>,
 }
 
 /// One RDMA WRITE (with immediate when `imm` is set) from registered local memory.
@@ -462,8 +462,9 @@ struct Inner {
     // Channels (QPs, MRs) before the device (PD, CQs): fields drop in order.
     chans: RwLock<HashMap<NodeId, Arc<Channel>>>,
     zmq: Arc<ZmqVan>,
-    /// The node's memory pool, registered once (its MR goes before the device).
-    pool_mr: Mutex<Option<Arc<MemoryRegion>>>,
+    /// Registered memory: the node's pool and key-store chunks, each registered once (the MRs
+    /// go before the device).
+    mrs: Mutex<Vec<Arc<MemoryRegion>>>,
     dev: Device,
     early: Mutex<HashMap<NodeId, Endpoint>>,
     me: AtomicI32,
@@ -516,7 +517,7 @@ impl RdmaVan {
         let (tx, rx) = crossbeam_channel::unbounded();
         let inner = Arc::new(Inner {
             zmq: Arc::new(ZmqVan::new(send_timeout)?),
-            pool_mr: Mutex::new(None),
+            mrs: Mutex::new(Vec::new()),
             dev,
             chans: RwLock::new(HashMap::new()),
             early: Mutex::new(HashMap::new()),
@@ -1110,33 +1111,38 @@ impl Van for RdmaVan {
         self.stop();
     }
 
-    fn register_memory(&self, addr: usize, len: usize) -> Result<Option<u32>> {
+    fn register_memory(&self, addr: usize, len: usize) -> Result<Option<Registration>> {
         let acc = AccessFlags::LocalWrite | AccessFlags::RemoteWrite;
-        // SAFETY: the caller (the postoffice's pool) keeps the memory alive longer than the van.
+        // SAFETY: the caller (the pool, a key store) keeps the memory alive longer than the van.
         let mr = unsafe { self.inner.dev.pd.reg_mr(addr, len, acc) }.map_err(|e| {
             Error::Van(format!(
-                "cannot register the {len}-byte memory pool (PS_POOL_BYTES): {e}"
+                "cannot register {len} bytes of memory for RDMA (PS_POOL_BYTES, or a key store's chunk): {e}"
             ))
         })?;
-        let rkey = mr.rkey();
-        *lock(&self.inner.pool_mr) = Some(mr);
-        Ok(Some(rkey))
+        let keys = Registration {
+            lkey: mr.lkey(),
+            rkey: mr.rkey(),
+        };
+        lock(&self.inner.mrs).push(mr);
+        Ok(Some(keys))
     }
 
     fn write_imm(
         &self,
         to: NodeId,
-        data: PoolBuf<u8>,
+        src: WriteSource,
         addr: u64,
         rkey: u32,
         imm: u32,
     ) -> Result<bool> {
         let inner = &self.inner;
-        let lkey = lock(&inner.pool_mr).as_ref().map(|m| m.lkey());
-        let (Some(c), Some(lkey)) = (inner.chan(to), lkey) else {
+        let Some(c) = inner.chan(to) else {
             return Ok(false);
         };
-        if data.is_empty() {
+        let Ok(len) = u32::try_from(src.len) else {
+            return Ok(false); // over one WR's reach: the message path fragments it
+        };
+        if len == 0 {
             return Ok(false);
         }
         let mut st = lock(&c.st);
@@ -1144,9 +1150,9 @@ impl Van for RdmaVan {
             return Ok(false); // not connected yet: the message path keeps the order
         }
         let wr = Wr {
-            local: data.addr(),
-            len: data.len() as u32,
-            lkey,
+            local: src.addr,
+            len,
+            lkey: src.lkey,
             remote: addr,
             rkey,
             imm: Some(imm),
@@ -1168,11 +1174,10 @@ impl Van for RdmaVan {
         }
         let seq = st.posted;
         tracing::trace!(
-            "content write of {} bytes to {} (imm {imm:#x})",
-            data.len(),
+            "content write of {len} bytes to {} (imm {imm:#x})",
             Node::describe(to)
         );
-        st.held.push_back((seq, data));
+        st.held.push_back((seq, src.hold));
         Ok(true)
     }
 }

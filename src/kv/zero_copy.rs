@@ -1,0 +1,372 @@
+//! The server side of zero-copy (rendezvous) pulls: TF contrib/verbs' responder
+//! ([`crate::rendezvous::Responder`]) driven on a `KVServer`'s customer thread.
+//!
+//! On the RDMA van a value goes to the worker as one RDMA WRITE WITH IMMEDIATE straight from
+//! where the handler keeps it — TF verbs' first requirement, a write from the source tensor —
+//! when the handler shows its memory ([`RequestHandler::value_regions`]; the default handler's
+//! key store does): each region is registered once, on the first write from it, as TF's
+//! allocator visitor registers each region its allocator adds. Otherwise (another handler, a
+//! value outside the regions, a registration the device refused) the value is copied into a
+//! registered pool buffer and written from there; on the ZMQ van it travels as a message.
+//!
+//! **A push while a write is in flight.** The NIC reads a value while its write is in flight;
+//! a push summed into it meanwhile could send the worker half-old, half-new values. So every
+//! write from the store holds a count of in-flight writes, released on its completion, and the
+//! server applies a push only once this count is zero: the push waits for the writes before it
+//! (at most `PS_TIMEOUT`; then it is refused with an error naming the wait, and nothing of it is
+//! applied). Writes from pool copies and messages need no wait.
+
+use super::server::RequestHandler;
+use super::value::Value;
+use super::Key;
+use crate::postoffice::{reply_meta, Postoffice};
+use crate::rendezvous::responder::Lookup;
+use crate::rendezvous::{RespAction, Responder, RvMessage, TensorMeta, HEAD_RV, HEAD_RV_WRITE};
+use crate::sync::lock;
+use crate::van::WriteSource;
+use crate::wire::{Message, Meta, Node, NodeId};
+use bytes::Bytes;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+/// Responses after which an unclaimed rendezvous clone is dropped.
+const CLONE_MAX_AGE: u64 = 4096;
+
+/// Where a content write goes: node, remote address and rkey, and its immediate.
+#[derive(Clone, Copy)]
+struct WriteTo {
+    to: NodeId,
+    addr: u64,
+    rkey: u32,
+    imm: u32,
+}
+
+/// Writes in flight from a handler's memory.
+#[derive(Default)]
+pub(super) struct InFlight {
+    count: Mutex<usize>,
+    cv: Condvar,
+}
+
+/// One write in flight: counted while it lives (the van drops it on the write's completion).
+struct Writing(Arc<InFlight>);
+
+impl Writing {
+    fn new(f: &Arc<InFlight>) -> Writing {
+        *lock(&f.count) += 1;
+        Writing(f.clone())
+    }
+}
+
+impl Drop for Writing {
+    fn drop(&mut self) {
+        *lock(&self.0.count) -= 1;
+        self.0.cv.notify_all();
+    }
+}
+
+impl InFlight {
+    /// Waits until no write is in flight; `false` if some still are after `timeout`.
+    pub(super) fn wait_idle(&self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        let mut n = lock(&self.count);
+        while *n > 0 {
+            let now = Instant::now();
+            if now >= deadline {
+                return false;
+            }
+            n = self
+                .cv
+                .wait_timeout(n, deadline - now)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+        true
+    }
+}
+
+/// The rendezvous state of one `KVServer`.
+pub(super) struct ServerRv {
+    rv: Responder,
+    /// Registered regions of the handler's memory: (address, bytes, lkey).
+    regions: Vec<(usize, usize, u32)>,
+    /// The device refused a registration: copy into the pool from then on.
+    refused: bool,
+    pub(super) in_flight: Arc<InFlight>,
+}
+
+fn lookup<V: Value>(handler: &impl RequestHandler<V>, key: Key) -> Lookup<'_> {
+    handler.value(key).map(|v| {
+        (
+            TensorMeta::of(V::DTYPE, v.len() as u64),
+            bytemuck::cast_slice::<V, u8>(v),
+        )
+    })
+}
+
+impl ServerRv {
+    pub(super) fn new(po: &Postoffice, dtype: crate::wire::DType) -> ServerRv {
+        ServerRv {
+            rv: Responder::new(dtype, po.config().data_validation),
+            regions: Vec::new(),
+            refused: false,
+            in_flight: Arc::default(),
+        }
+    }
+
+    /// Whether rendezvous pulls wait for a key's first push (tag matching).
+    pub(super) fn has_parked(&self) -> bool {
+        self.rv.has_parked()
+    }
+
+    /// A rendezvous message (TENSOR_REQUEST, TENSOR_RE_REQUEST) arrived.
+    pub(super) fn serve<V: Value>(
+        &mut self,
+        po: &Postoffice,
+        handler: &impl RequestHandler<V>,
+        msg: Message,
+    ) {
+        let m = &msg.meta;
+        let decoded = msg
+            .data
+            .first()
+            .ok_or_else(|| "rendezvous message without a body".to_string())
+            .and_then(|b| RvMessage::decode(b));
+        let rvmsg = match decoded {
+            Ok(x) => x,
+            Err(e) => {
+                tracing::warn!(
+                    "dropped a rendezvous message from {}: {e}",
+                    Node::describe(m.sender)
+                );
+                return;
+            }
+        };
+        let actions = self
+            .rv
+            .on_message(m.sender, rvmsg, handler.serves_values(), |k| {
+                lookup(handler, k)
+            });
+        // A clone unclaimed after this many later responses belongs to a requester that gave up.
+        let dropped = self.rv.expire(CLONE_MAX_AGE);
+        if dropped > 0 {
+            tracing::debug!("dropped {dropped} rendezvous clones whose re-request never came");
+        }
+        self.run_actions(po, m, handler, actions);
+    }
+
+    /// `keys` got values (a push of request `m`): serve the pulls that waited for them.
+    pub(super) fn pushed<V: Value>(
+        &mut self,
+        po: &Postoffice,
+        m: &Meta,
+        handler: &impl RequestHandler<V>,
+        keys: Vec<Key>,
+    ) {
+        for key in keys {
+            let actions = self.rv.on_value_ready(key, |k| lookup(handler, k));
+            self.run_actions(po, m, handler, actions);
+        }
+    }
+
+    /// The lkey covering `[addr, addr + len)`, registering the handler's regions on first need.
+    fn lkey<V: Value>(
+        &mut self,
+        po: &Postoffice,
+        handler: &impl RequestHandler<V>,
+        addr: usize,
+        len: usize,
+    ) -> Option<u32> {
+        let find = |regions: &[(usize, usize, u32)]| {
+            regions
+                .iter()
+                .find(|&&(a, n, _)| addr >= a && addr + len <= a + n)
+                .map(|r| r.2)
+        };
+        if let Some(k) = find(&self.regions) {
+            return Some(k);
+        }
+        if self.refused {
+            return None;
+        }
+        for (a, n) in handler.value_regions() {
+            if self.regions.iter().any(|r| r.0 == a) {
+                continue;
+            }
+            match po.register_memory(a, n) {
+                Ok(Some(keys)) => self.regions.push((a, n, keys.lkey)),
+                Ok(None) => return None,
+                Err(e) => {
+                    tracing::warn!("zero-copy pulls copy values into the pool from now on: {e}");
+                    self.refused = true;
+                    return None;
+                }
+            }
+        }
+        find(&self.regions)
+    }
+
+    /// Writes `content` (a stored value) straight from the handler's memory; else as
+    /// [`write_copy`].
+    fn write_stored<V: Value>(
+        &mut self,
+        po: &Postoffice,
+        handler: &impl RequestHandler<V>,
+        content: &[u8],
+        w: WriteTo,
+    ) -> bool {
+        if po.config().van != crate::config::VanType::Rdma || content.is_empty() {
+            return false;
+        }
+        let at = content.as_ptr() as usize;
+        let Some(lkey) = self.lkey(po, handler, at, content.len()) else {
+            return write_copy(po, content, w);
+        };
+        let src = WriteSource {
+            addr: at as u64,
+            len: content.len(),
+            lkey,
+            hold: Box::new(Writing::new(&self.in_flight)),
+        };
+        written(po.write_imm(w.to, src, w.addr, w.rkey, w.imm), w.to)
+    }
+
+    /// Carries out the responder's actions: control messages as `HEAD_RV` answers; content as
+    /// an RDMA write or, when the van cannot write, as a `HEAD_RV_WRITE` answer holding the
+    /// immediate and the content.
+    fn run_actions<V: Value>(
+        &mut self,
+        po: &Postoffice,
+        req: &Meta,
+        handler: &impl RequestHandler<V>,
+        actions: Vec<RespAction>,
+    ) {
+        for a in actions {
+            let mut meta = reply_meta(req);
+            let (to, data) = match a {
+                RespAction::Send { to, msg } => {
+                    meta.head = HEAD_RV;
+                    (to, vec![Bytes::from(msg.encode())])
+                }
+                RespAction::WriteStored {
+                    to,
+                    key,
+                    addr,
+                    rkey,
+                    imm,
+                } => {
+                    let content = handler
+                        .value(key)
+                        .map(bytemuck::cast_slice::<V, u8>)
+                        .unwrap_or(&[]);
+                    let w = WriteTo {
+                        to,
+                        addr,
+                        rkey,
+                        imm,
+                    };
+                    if self.write_stored(po, handler, content, w) {
+                        continue;
+                    }
+                    meta.head = HEAD_RV_WRITE;
+                    (
+                        to,
+                        vec![
+                            Bytes::copy_from_slice(&imm.to_le_bytes()),
+                            Bytes::copy_from_slice(content),
+                        ],
+                    )
+                }
+                RespAction::WriteClone {
+                    to,
+                    data,
+                    addr,
+                    rkey,
+                    imm,
+                } => {
+                    let w = WriteTo {
+                        to,
+                        addr,
+                        rkey,
+                        imm,
+                    };
+                    if po.config().van == crate::config::VanType::Rdma && write_copy(po, &data, w) {
+                        continue;
+                    }
+                    meta.head = HEAD_RV_WRITE;
+                    (to, vec![Bytes::copy_from_slice(&imm.to_le_bytes()), data])
+                }
+            };
+            meta.recver = to;
+            meta.pull = true;
+            meta.push = false;
+            if let Err(e) = po.send(Message { meta, data }) {
+                tracing::warn!("cannot answer {}: {e}", Node::describe(to));
+            }
+        }
+    }
+}
+
+/// Writes a copy of `content` from a registered pool buffer (one copy here, none on the
+/// worker). False: the caller sends the content as a message instead (pool exhausted, or the
+/// write failed — the requester still gets its content, by the slower path).
+fn write_copy(po: &Postoffice, content: &[u8], w: WriteTo) -> bool {
+    let Ok(mut buf) = po.pool().and_then(|p| p.alloc::<u8>(content.len())) else {
+        return false;
+    };
+    buf.copy_from_slice(content);
+    let src = buf.into_write_source();
+    written(po.write_imm(w.to, src, w.addr, w.rkey, w.imm), w.to)
+}
+
+fn written(r: crate::Result<bool>, to: NodeId) -> bool {
+    match r {
+        Ok(done) => done,
+        Err(e) => {
+            tracing::warn!(
+                "RDMA write to {} failed ({e}); sending the content as a message",
+                Node::describe(to)
+            );
+            false
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_push_waits_for_the_writes_in_flight_and_no_longer() {
+        let f: Arc<InFlight> = Arc::default();
+        assert!(f.wait_idle(Duration::ZERO), "nothing in flight");
+        let w = Writing::new(&f);
+        assert!(
+            !f.wait_idle(Duration::from_millis(50)),
+            "a write in flight holds the push back"
+        );
+        // The van drops the hold on the write's completion, from its poller thread.
+        let t0 = Instant::now();
+        let done = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(100));
+            drop(w);
+        });
+        assert!(
+            f.wait_idle(Duration::from_secs(10)),
+            "released on completion"
+        );
+        assert!(
+            t0.elapsed() >= Duration::from_millis(90),
+            "it waited for the completion"
+        );
+        done.join().expect("no panic");
+        let (a, b) = (Writing::new(&f), Writing::new(&f));
+        drop(a);
+        assert!(
+            !f.wait_idle(Duration::from_millis(10)),
+            "one write still in flight"
+        );
+        drop(b);
+        assert!(f.wait_idle(Duration::ZERO));
+    }
+}
