@@ -139,5 +139,7 @@ pub fn run(po: &Arc<Postoffice>, a: &BenchArgs, n: usize) -> Result<BenchReport>
         keys_per_request: Some(n),
         keys_per_s: Some(keys_per_s),
         memcpy_keys_per_s: Some(memcpy),
+        sent_bytes: po.payload_bytes().0,
+        received_bytes: po.payload_bytes().1,
     })
 }

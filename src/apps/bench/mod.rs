@@ -115,6 +115,11 @@ pub struct BenchReport {
     pub keys_per_s: Option<f64>,
     /// Keys per second of one `memcpy` of the same key and value bytes, measured in this run.
     pub memcpy_keys_per_s: Option<f64>,
+    /// Payload bytes (data frames, not headers) this worker sent over the whole run, set-up
+    /// included.
+    pub sent_bytes: u64,
+    /// Payload bytes this worker received over the whole run.
+    pub received_bytes: u64,
 }
 
 fn pattern(key_index: usize, len: usize) -> Vec<u8> {
@@ -304,6 +309,8 @@ pub fn run(po: &Arc<Postoffice>, a: &BenchArgs) -> Result<BenchReport> {
         keys_per_request: None,
         keys_per_s: None,
         memcpy_keys_per_s: None,
+        sent_bytes: po.payload_bytes().0,
+        received_bytes: po.payload_bytes().1,
     })
 }
 
