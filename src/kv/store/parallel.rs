@@ -4,8 +4,11 @@
 //!
 //! - resolving a request: index lookups wait on memory, so two cores nearly double the rate —
 //!   1.3× at 100K keys, 2.1× at 1M, 2.0× at 10M; nothing at 30K;
-//! - summing a run and copying it into an answer: 1.4× at 1M values, about 2× at 10M and 40M;
-//!   nothing at 300K.
+//! - summing a run and copying it into an answer: 1.4× at 1M values, about 2× at 10M and 40M,
+//!   nothing at 300K — with the other core idle. In a pipelined push-pull of 4 MB values, where
+//!   both cores are busy, splitting 4M-value runs made goodput 3 % lower (`bench --mode
+//!   push-pull --len 4096000`, 4 interleaved runs each: 11.95 against 12.33 Gbit/s), so runs are
+//!   split from 8M values on, where a lone large request still gains about 2×.
 
 use super::{sum_into as sum_one, KeyStore, Lens, Resolved};
 use crate::kv::{Key, Value};
@@ -14,7 +17,7 @@ use rayon::prelude::*;
 /// Requests of fewer keys are resolved on the calling thread.
 pub(super) const PAR_MIN_KEYS: usize = 64 * 1024;
 /// Runs of fewer values are summed, and copied into answers, on the calling thread.
-const PAR_MIN_VALUES: usize = 1 << 20;
+const PAR_MIN_VALUES: usize = 8 << 20;
 /// Values per parallel summing task.
 const SUM_CHUNK: usize = 256 << 10;
 
