@@ -17,7 +17,8 @@
 //!
 //! **Collisions.** The worker keeps every list it registered, and sends `Cached { digest }` only
 //! after comparing the request's keys byte for byte with the list it registered under that
-//! digest. Different keys with an equal digest are sent with `Register`, which replaces the
+//! digest (it finds candidates by length, first and last key, so a repeated list costs that
+//! comparison and no digest). Different keys with an equal digest are sent with `Register`, which replaces the
 //! server's list. Since a worker's requests reach a server in order (one connection, one
 //! customer thread), the list the server holds under a digest is always the last one the worker
 //! registered under it: a collision costs the keys' bytes, never a push to the wrong keys.
@@ -57,12 +58,26 @@ struct Listed {
     used: u64,
 }
 
+/// A list's shape: its length, first and last key. Lists already held are found by their
+/// shape and a byte comparison, so a repeated list costs no digest.
+type Shape = (usize, Key, Key);
+
+fn shape(keys: &[Key]) -> Shape {
+    (
+        keys.len(),
+        keys.first().copied().unwrap_or(0),
+        keys.last().copied().unwrap_or(0),
+    )
+}
+
 /// A worker's record of the lists one server keeps for it: an LRU bounded in keys.
 pub struct Mirror {
     capacity: usize,
     held: usize,
     tick: u64,
     lists: HashMap<u64, Listed>,
+    /// Digests of the lists held, by shape.
+    by_shape: HashMap<Shape, Vec<u64>>,
     /// Last use → digest.
     order: BTreeMap<u64, u64>,
     digest: fn(&[Key]) -> u64,
@@ -81,9 +96,44 @@ impl Mirror {
             held: 0,
             tick: 0,
             lists: HashMap::new(),
+            by_shape: HashMap::new(),
             order: BTreeMap::new(),
             digest,
         }
+    }
+
+    /// Forgets list `d` (a held one) and what indexes it.
+    fn remove(&mut self, d: u64) -> Option<Listed> {
+        let l = self.lists.remove(&d)?;
+        self.order.remove(&l.used);
+        self.held -= l.keys.len() / 8;
+        let sh = shape(bytemuck::cast_slice(&l.keys));
+        if let Some(ds) = self.by_shape.get_mut(&sh) {
+            ds.retain(|&x| x != d);
+            if ds.is_empty() {
+                self.by_shape.remove(&sh);
+            }
+        }
+        Some(l)
+    }
+
+    /// Keeps `keys` under `d` as the most recently used list (replacing a list of that digest).
+    fn insert(&mut self, d: u64, keys: Bytes) {
+        self.remove(d);
+        self.tick += 1;
+        self.held += keys.len() / 8;
+        self.by_shape
+            .entry(shape(bytemuck::cast_slice(&keys)))
+            .or_default()
+            .push(d);
+        self.order.insert(self.tick, d);
+        self.lists.insert(
+            d,
+            Listed {
+                keys,
+                used: self.tick,
+            },
+        );
     }
 
     /// Keys of the lists held.
@@ -102,51 +152,44 @@ impl Mirror {
                 send: true,
             };
         }
-        let d = (self.digest)(keys);
-        self.tick += 1;
-        let tick = self.tick;
-        if let Some(l) = self.lists.get_mut(&d) {
-            self.order.remove(&l.used);
-            self.order.insert(tick, d);
-            l.used = tick;
-            if l.keys[..] == *bytes {
+        // A list held already: found by its shape and its bytes (no digest to compute).
+        let held = self.by_shape.get(&shape(keys)).and_then(|ds| {
+            ds.iter()
+                .copied()
+                .find(|d| self.lists.get(d).is_some_and(|l| l.keys[..] == *bytes))
+        });
+        if let Some(d) = held {
+            self.tick += 1;
+            if let Some(l) = self.lists.get_mut(&d) {
+                self.order.remove(&l.used);
+                self.order.insert(self.tick, d);
+                l.used = self.tick;
                 return Prepared {
                     key_ref: Some(KeyRef::Cached { digest: d }),
                     keys: l.keys.clone(),
                     send: false,
                 };
             }
-            // Same digest, other keys: register these in its place.
-            self.held -= l.keys.len() / 8;
-            l.keys = Bytes::copy_from_slice(bytes);
-        } else {
-            self.lists.insert(
-                d,
-                Listed {
-                    keys: Bytes::copy_from_slice(bytes),
-                    used: tick,
-                },
-            );
-            self.order.insert(tick, d);
         }
-        self.held += keys.len();
+        // A new list, or one whose digest another list holds (a collision): register it; the
+        // server replaces whatever it keeps under that digest.
+        let d = (self.digest)(keys);
+        let keys_bytes = Bytes::copy_from_slice(bytes);
+        self.insert(d, keys_bytes.clone());
         let mut evict = Vec::new();
         while self.held > self.capacity {
-            let Some((&t, &old)) = self.order.iter().next() else {
+            let Some((_, &old)) = self.order.iter().next() else {
                 break;
             };
             if old == d {
                 break; // unreachable: a list never exceeds the capacity alone
             }
-            self.order.remove(&t);
-            if let Some(l) = self.lists.remove(&old) {
-                self.held -= l.keys.len() / 8;
-            }
+            self.remove(old);
             evict.push(old);
         }
         Prepared {
             key_ref: Some(KeyRef::Register { digest: d, evict }),
-            keys: self.lists[&d].keys.clone(),
+            keys: keys_bytes,
             send: true,
         }
     }
@@ -154,10 +197,7 @@ impl Mirror {
     /// The server does not keep `digest` (it answered `Unknown`): forget it, so the request
     /// is sent again with its keys.
     pub fn forget(&mut self, digest: u64) {
-        if let Some(l) = self.lists.remove(&digest) {
-            self.order.remove(&l.used);
-            self.held -= l.keys.len() / 8;
-        }
+        self.remove(digest);
     }
 }
 

@@ -6,8 +6,17 @@ fn weak(keys: &[Key]) -> u64 {
     keys.len() as u64 * 4 + keys.first().map_or(0, |k| k % 4)
 }
 
+/// Lists of one length share their first and last keys (their shape) and differ in between.
 fn list(seed: u64, n: usize) -> Vec<Key> {
-    (0..n as u64).map(|i| i * 10 + seed % 7).collect()
+    (0..n as u64)
+        .map(|i| {
+            if i == 0 || i + 1 == n as u64 {
+                i * 10
+            } else {
+                i * 10 + seed % 7
+            }
+        })
+        .collect()
 }
 
 /// One worker and one server exchanging requests in order; returns the keys the server used
