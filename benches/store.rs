@@ -84,7 +84,7 @@ fn main() {
     let mut ix = Index::default();
     time("pslite Index: insert, growing from empty", n, || {
         for (i, &k) in keys.iter().enumerate() {
-            ix.get_or_insert(k, i as u32, &keys[..i]);
+            ix.get_or_insert(k, i as u32, &keys[..i]).expect("memory");
         }
         ix.len()
     });
@@ -98,7 +98,7 @@ fn main() {
                 if let Some(&ahead) = keys.get(i + 16) {
                     ix.prefetch(ahead);
                 }
-                ix.get_or_insert(k, i as u32, &keys[..i]);
+                ix.get_or_insert(k, i as u32, &keys[..i]).expect("memory");
             }
             ix.len()
         },

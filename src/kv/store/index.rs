@@ -70,25 +70,34 @@ fn hash(key: Key) -> u64 {
 
 /// `n` empty cells: zeroed memory (fresh pages when large), with huge pages asked for before
 /// anything touches it.
-fn empty_cells(n: usize) -> Vec<Cell> {
-    let v = bytemuck::zeroed_vec::<Cell>(n);
-    super::advise_huge_pages(v.as_ptr() as usize, n * std::mem::size_of::<Cell>());
-    v
+///
+/// # Errors
+/// A text giving the size when the memory cannot be had.
+fn empty_cells(n: usize) -> Result<Vec<Cell>, String> {
+    let bytes = n.saturating_mul(std::mem::size_of::<Cell>());
+    let v = bytemuck::allocation::try_zeroed_vec::<Cell>(n)
+        .map_err(|()| format!("cannot allocate {bytes} bytes for the key index"))?;
+    super::advise_huge_pages(v.as_ptr() as usize, bytes);
+    Ok(v)
 }
 
 fn cells_for(keys: usize) -> usize {
-    (keys * 10)
+    keys.saturating_mul(10)
         .div_ceil(MAX_LOAD_TENTHS)
-        .next_power_of_two()
+        .checked_next_power_of_two()
+        .unwrap_or(usize::MAX / 2 + 1)
         .max(16)
 }
 
 impl Index {
     /// An index that holds `n` keys before it grows.
+    ///
+    /// # Panics
+    /// When the memory cannot be had (as `Vec::with_capacity`); growing later is fallible.
     pub fn with_capacity(n: usize) -> Index {
         let cells = cells_for(n);
         Index {
-            cells: empty_cells(cells),
+            cells: empty_cells(cells).unwrap_or_else(|e| panic!("{e}")),
             shift: 64 - cells.trailing_zeros(),
             len: 0,
         }
@@ -164,28 +173,35 @@ impl Index {
 
     /// Makes room for `more` keys beyond those held, so that inserting them does not grow the
     /// table one doubling at a time.
-    pub fn reserve<K: Keys + ?Sized>(&mut self, more: usize, keys: &K) {
-        let want = cells_for(self.len + more);
+    ///
+    /// # Errors
+    /// A text giving the size when the memory cannot be had (the index is unchanged).
+    pub fn reserve<K: Keys + ?Sized>(&mut self, more: usize, keys: &K) -> Result<(), String> {
+        let want = cells_for(self.len.saturating_add(more));
         if want > self.cells.len() {
-            self.rebuild(want, keys);
+            self.rebuild(want, keys)?;
         }
+        Ok(())
     }
 
     /// The entry of `key`, and `false`; or, when the key is absent, maps it to `entry` and
     /// returns `entry` and `true`. One probe sequence either way. `keys` holds the entries
     /// already indexed; entry `entry` (the new key's) need not exist yet.
+    ///
+    /// # Errors
+    /// A text giving the size when the table must grow and the memory cannot be had.
     #[inline]
     pub fn get_or_insert<K: Keys + ?Sized>(
         &mut self,
         key: Key,
         entry: u32,
         keys: &K,
-    ) -> (u32, bool) {
+    ) -> Result<(u32, bool), String> {
         debug_assert!(entry < u32::MAX);
         if self.is_full() {
-            self.rebuild(self.cells.len() * 2, keys);
+            self.rebuild(self.cells.len() * 2, keys)?;
         }
-        match self.find(key, keys) {
+        Ok(match self.find(key, keys) {
             (i, true) => (self.cells[i].entry - 1, false),
             (i, false) => {
                 self.cells[i] = Cell {
@@ -195,7 +211,7 @@ impl Index {
                 self.len += 1;
                 (entry, true)
             }
-        }
+        })
     }
 
     /// Removes `key`, returning its entry (its entry must still be in `keys`). Later cells of
@@ -228,9 +244,9 @@ impl Index {
 
     /// A table of `cells` cells holding every entry of `keys` (which are all indexed), built
     /// in entry order.
-    fn rebuild<K: Keys + ?Sized>(&mut self, cells: usize, keys: &K) {
+    fn rebuild<K: Keys + ?Sized>(&mut self, cells: usize, keys: &K) -> Result<(), String> {
         debug_assert_eq!(keys.count(), self.len);
-        self.cells = empty_cells(cells);
+        self.cells = empty_cells(cells)?;
         self.shift = 64 - cells.trailing_zeros();
         let mask = cells - 1;
         let n = keys.count();
@@ -248,6 +264,7 @@ impl Index {
                 entry: e + 1,
             };
         }
+        Ok(())
     }
 }
 
@@ -272,7 +289,7 @@ mod tests {
         }
         fn insert(&mut self, k: Key, v: u32) -> Option<u32> {
             let n = self.keys.len() as u32;
-            match self.ix.get_or_insert(k, n, &self.keys[..]) {
+            match self.ix.get_or_insert(k, n, &self.keys[..]).expect("memory") {
                 (e, false) => Some(std::mem::replace(&mut self.vals[e as usize], v)),
                 (_, true) => {
                     self.keys.push(k);
@@ -292,7 +309,9 @@ mod tests {
                 self.vals.swap(e, last);
                 self.keys.pop();
                 let v = self.vals.pop();
-                self.ix.get_or_insert(moved, e as u32, &self.keys[..]);
+                self.ix
+                    .get_or_insert(moved, e as u32, &self.keys[..])
+                    .expect("memory");
                 return v;
             }
             self.keys.pop();
@@ -305,7 +324,7 @@ mod tests {
         fn behaves_as_a_map(ops in proptest::collection::vec((0u64..64, proptest::num::u64::ANY, 0u32..1000), 0..400),
                             reserve in 0usize..100) {
             let mut m = Map::default();
-            m.ix.reserve(reserve, &m.keys[..]);
+            m.ix.reserve(reserve, &m.keys[..]).expect("memory");
             let mut model = HashMap::new();
             for (small, big, v) in ops {
                 // Half the keys from a small set (repeats), half anywhere (incl. 0 and u64::MAX).

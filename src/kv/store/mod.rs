@@ -308,7 +308,10 @@ impl<V: Value> KeyStore<V> {
             }
             if self.index.is_full() {
                 // Grow once, for every key left in this request, not doubling by doubling.
-                self.index.reserve(keys.len() - i, &self.entries[..]);
+                if let Err(e) = self.index.reserve(keys.len() - i, &self.entries[..]) {
+                    self.undo(first_new);
+                    return Err(e);
+                }
             }
             let len = lens.of(i);
             let next = self.entries.len();
@@ -318,10 +321,17 @@ impl<V: Value> KeyStore<V> {
                     "the store is full ({next} keys): cannot take key {key}"
                 ));
             }
-            match self
+            let found = match self
                 .index
                 .get_or_insert(key, next as u32, &self.entries[..])
             {
+                Ok(found) => found,
+                Err(e) => {
+                    self.undo(first_new);
+                    return Err(e);
+                }
+            };
+            match found {
                 (e, false) => {
                     let e = self.entries[e as usize];
                     if e.len as usize != len {
