@@ -17,7 +17,7 @@
 //! | `PS_DATA_VALIDATION` | rendezvous pulls carry and check a crc32c of the content | 0 or 1 | 0 |
 //! | `PS_POOL_BYTES` | size of the registered memory pool for zero-copy pulls | bytes | 268435456 |
 //! | `PS_KEY_CACHE` | workers send a digest instead of a key list the server already keeps (see [`crate::kv::keycache`]) | 0 or 1 | 1 |
-//! | `PS_KEY_CACHE_KEYS` | keys of the lists a server keeps per worker (the worker keeps the same) | whole number ≥ 1 | 16777216 |
+//! | `PS_KEY_CACHE_KEYS` | keys of the lists a server keeps per worker customer (the worker keeps the same), and × `DMLC_NUM_WORKER` in all | whole number ≥ 1 | 16777216 |
 //! | `PSLITE_RANK` | rank this server/worker asks for (the launcher sets it) | whole number | registration order |
 //!
 //! The listening address is `DMLC_NODE_HOST` if set, else the IPv4 address of `DMLC_INTERFACE`,
@@ -30,7 +30,9 @@ use std::time::Duration;
 /// Default size of the registered memory pool: 256 MiB (reserved, touched only when used).
 pub const DEFAULT_POOL_BYTES: usize = 256 << 20;
 
-/// Default of `PS_KEY_CACHE_KEYS`: 16M keys (128 MiB of keys per worker on each server, at most).
+/// Default of `PS_KEY_CACHE_KEYS`: 16M keys (128 MiB of keys per worker customer on each
+/// server, plus the store's resolution of each list: a few bytes for a list pushed together, up
+/// to 28 bytes a key for scattered ones).
 pub const DEFAULT_KEY_CACHE_KEYS: usize = 1 << 24;
 
 /// Which van moves the messages.

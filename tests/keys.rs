@@ -4,7 +4,10 @@
 mod common;
 
 use common::{cluster, cluster_cfg, Cluster};
-use pslite::{Config, DefaultHandler, KVServer, KVWorker, Key, Role};
+use pslite::kv::{KVPairs, KVRequest, ReqMeta};
+use pslite::postoffice::{Customer, Route};
+use pslite::wire::{KeyRef, Message, Meta};
+use pslite::{Config, DefaultHandler, KVServer, KVWorker, Key, RequestHandler, Role};
 use std::collections::BTreeMap;
 
 fn serve_f32(po: &std::sync::Arc<pslite::Postoffice>) -> pslite::Result<Box<dyn std::any::Any>> {
@@ -193,4 +196,132 @@ proptest::proptest! {
             sets.iter().cycle().take(sets.len() * repeat).cloned().collect();
         merged_answers_equal_the_model(servers, &cases);
     }
+}
+
+/// Sends `msg` from worker 0 to server 0 and returns the server's answer (caught on a route of
+/// its own, customer 99).
+fn ask(c: &Cluster, catcher: &crossbeam_channel::Receiver<Message>, mut msg: Message) -> Message {
+    msg.meta.recver = pslite::wire::Node::server_id(0);
+    msg.meta.customer_id = 99;
+    msg.meta.request = true;
+    msg.meta.dtype = pslite::DType::F32;
+    c.workers[0].send(msg).expect("send");
+    catcher
+        .recv_timeout(std::time::Duration::from_secs(10))
+        .expect("an answer")
+}
+
+fn frames(keys: &[Key], vals: &[f32]) -> Vec<bytes::Bytes> {
+    vec![
+        bytes::Bytes::copy_from_slice(bytemuck::cast_slice(keys)),
+        bytes::Bytes::copy_from_slice(bytemuck::cast_slice(vals)),
+        bytes::Bytes::new(),
+    ]
+}
+
+#[test]
+fn a_server_answers_unknown_and_malformed_key_references_and_keeps_no_bad_list() {
+    let c = cluster(1, 1, 20.0);
+    let (tx, rx) = crossbeam_channel::unbounded();
+    let route = Route::Worker {
+        app_id: 0,
+        customer_id: 99,
+    };
+    let _catch = Customer::new(&c.workers[0], route, move |m| {
+        let _ = tx.send(m);
+    })
+    .expect("a route of its own");
+    let push = |keys: Option<KeyRef>, data: Vec<bytes::Bytes>| Message {
+        meta: Meta {
+            push: true,
+            keys,
+            ..Meta::default()
+        },
+        data,
+    };
+    let keys: Vec<Key> = (0..40).map(|i| i * 1000).collect();
+    let vals = vec![1f32; 40];
+
+    // A digest the server never got: nothing applied, "unknown".
+    let a = ask(
+        &c,
+        &rx,
+        push(Some(KeyRef::Cached { digest: 42 }), frames(&[], &vals)),
+    );
+    assert_eq!(a.meta.keys, Some(KeyRef::Unknown { digest: 42 }));
+    assert_eq!(a.meta.error, None);
+
+    // Keys registered under 7, then unsorted keys registered under 7: the first list goes
+    // (never older than the worker's last registration), the bad one is not kept.
+    let reg = |d| {
+        Some(KeyRef::Register {
+            digest: d,
+            evict: vec![],
+        })
+    };
+    let a = ask(&c, &rx, push(reg(7), frames(&keys, &vals)));
+    assert_eq!(a.meta.error, None);
+    let mut unsorted = keys.clone();
+    unsorted.swap(3, 4);
+    let a = ask(&c, &rx, push(reg(7), frames(&unsorted, &vals)));
+    assert!(
+        a.meta
+            .error
+            .as_deref()
+            .is_some_and(|e| e.contains("keys must be sorted and unique")),
+        "{:?}",
+        a.meta.error
+    );
+    let a = ask(
+        &c,
+        &rx,
+        push(Some(KeyRef::Cached { digest: 7 }), frames(&[], &vals)),
+    );
+    assert_eq!(a.meta.keys, Some(KeyRef::Unknown { digest: 7 }));
+
+    // An answer's reference in a request is refused by name.
+    let a = ask(
+        &c,
+        &rx,
+        push(Some(KeyRef::AsRequested), frames(&keys, &vals)),
+    );
+    assert!(
+        a.meta
+            .error
+            .as_deref()
+            .is_some_and(|e| e.contains("belongs in an answer")),
+        "{:?}",
+        a.meta.error
+    );
+
+    // Only the one valid push was applied.
+    let kv = KVWorker::<f32>::new(&c.workers[0], 0, 0).expect("worker");
+    let mut out = vec![0f32; 40];
+    kv.pull_into(&keys, &mut out).expect("pull");
+    assert_eq!(out, vec![1f32; 40]);
+    drop(kv);
+    c.finish();
+}
+
+/// Answers every pull with nothing at all.
+struct Silent;
+
+impl RequestHandler<f32> for Silent {
+    fn handle(&mut self, _: &ReqMeta, _: KVRequest<'_, f32>) -> Result<KVPairs<f32>, String> {
+        Ok(KVPairs::default())
+    }
+}
+
+#[test]
+fn a_handler_answering_nothing_is_not_taken_for_the_requested_keys() {
+    let c = common::cluster_with(1, 1, 20.0, |po| {
+        Ok(Box::new(KVServer::<f32>::new(po, 0, Silent)?) as Box<dyn std::any::Any>)
+    });
+    let kv = KVWorker::<f32>::new(&c.workers[0], 0, 0).expect("worker");
+    let got = kv
+        .take_pulled(kv.pull(&spread(100, 0)).expect("pull"))
+        .expect("an empty answer is an answer");
+    assert_eq!(got, KVPairs::default());
+    drop(kv);
+    c.finish();
 }

@@ -28,8 +28,9 @@
 //! so both hold the same lists and `Unknown` does not happen in a steady cluster. The server
 //! also bounds each worker to its own `PS_KEY_CACHE_KEYS` (oldest registration dropped first).
 
+use super::pairs::{check_sorted, view};
 use super::Key;
-use crate::wire::KeyRef;
+use crate::wire::{KeyRef, NodeId};
 use bytes::Bytes;
 use std::any::Any;
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -265,7 +266,8 @@ impl Kept {
         self.held
     }
 
-    fn drop_list(&mut self, digest: u64) {
+    /// Drops the list kept under `digest`, if any.
+    pub fn drop_list(&mut self, digest: u64) {
         if let Some(l) = self.lists.remove(&digest) {
             self.held -= l.keys.len() / 8;
         }
@@ -313,6 +315,91 @@ impl Kept {
     /// The list kept under `digest`.
     pub fn get(&mut self, digest: u64) -> Option<&mut KeptList> {
         self.lists.get_mut(&digest)
+    }
+}
+
+/// The lists a server keeps for all its workers: at most `capacity` keys per worker customer
+/// (`PS_KEY_CACHE_KEYS`) and `budget` keys in all. Entries exist only for customers that
+/// registered a list, and go when their last list does.
+pub struct KeptLists {
+    capacity: usize,
+    budget: usize,
+    held: usize,
+    by_worker: HashMap<(NodeId, i32), Kept>,
+}
+
+impl KeptLists {
+    /// Room for `capacity` keys per worker customer and `budget` keys in all.
+    pub fn new(capacity: usize, budget: usize) -> KeptLists {
+        KeptLists {
+            capacity,
+            budget,
+            held: 0,
+            by_worker: HashMap::new(),
+        }
+    }
+
+    /// Keys of all lists held.
+    pub fn held_keys(&self) -> usize {
+        self.held
+    }
+
+    /// A `Register` from `worker`'s customer `customer`: drops `evict` and whatever is kept
+    /// under `digest` — always, so that what the server keeps under a digest is never older
+    /// than the worker's last registration — then keeps a copy of `keys` (the request's keys
+    /// frame) if they are whole, sorted and unique keys and fit the capacity and the budget.
+    /// Returns whether it kept them (else the request is served with its keys, uncached).
+    pub fn register(
+        &mut self,
+        worker: NodeId,
+        customer: i32,
+        digest: u64,
+        evict: &[u64],
+        keys: &[u8],
+    ) -> bool {
+        let valid = view::<Key>(keys, "keys").is_ok_and(|k| check_sorted(&k).is_ok());
+        let slot = (worker, customer);
+        let fits = |held: usize, n: usize| held + n <= self.budget;
+        let n = keys.len() / 8;
+        let kept = match self.by_worker.get_mut(&slot) {
+            Some(k) => {
+                let before = k.held_keys();
+                for &e in evict {
+                    k.drop_list(e);
+                }
+                k.drop_list(digest);
+                self.held -= before - k.held_keys();
+                if valid && fits(self.held, n) {
+                    let before = k.held_keys();
+                    k.register(digest, &[], Bytes::copy_from_slice(keys));
+                    self.held = self.held + k.held_keys() - before;
+                    k.get(digest).is_some()
+                } else {
+                    false
+                }
+            }
+            None if valid && n <= self.capacity && fits(self.held, n) => {
+                let mut k = Kept::new(self.capacity);
+                k.register(digest, &[], Bytes::copy_from_slice(keys));
+                self.held += k.held_keys();
+                self.by_worker.insert(slot, k);
+                true
+            }
+            None => false,
+        };
+        if self
+            .by_worker
+            .get(&slot)
+            .is_some_and(|k| k.held_keys() == 0)
+        {
+            self.by_worker.remove(&slot);
+        }
+        kept
+    }
+
+    /// The list `worker`'s customer `customer` registered under `digest`.
+    pub fn get(&mut self, worker: NodeId, customer: i32, digest: u64) -> Option<&mut KeptList> {
+        self.by_worker.get_mut(&(worker, customer))?.get(digest)
     }
 }
 

@@ -1,7 +1,7 @@
 //! `KVServer`: answers the requests of one application for one value type, through a
 //! [`RequestHandler`] (ps-lite's `KVServer<Val>` and `KVServerDefaultHandle`).
 
-use super::keycache::{Kept, Memo};
+use super::keycache::{KeptLists, Memo};
 use super::pairs::{decode_checked, encode_owned, KVPairs, KVRequest};
 use super::store::{KeyStore, Resolved};
 use super::value::Value;
@@ -11,7 +11,6 @@ use crate::error::Result;
 use crate::postoffice::{reply_meta, Customer, Postoffice, Route};
 use crate::rendezvous::HEAD_RV;
 use crate::wire::{KeyRef, Message, Node, NodeId};
-use std::collections::HashMap;
 use std::marker::PhantomData;
 use std::mem::ManuallyDrop;
 use std::sync::Arc;
@@ -55,9 +54,12 @@ pub trait RequestHandler<V: Value>: Send + 'static {
 
     /// The memory regions, `(address, bytes)`, that hold the values [`value`](Self::value)
     /// shows, so that a zero-copy pull is one RDMA WRITE from the value itself (the server
-    /// registers each region once, on the first zero-copy pull). They must stay allocated and in
-    /// place while the handler lives. Default: none (values are copied into a registered
-    /// buffer first).
+    /// registers each region once, for local reads only, on the first zero-copy pull, and
+    /// deregisters it when the `KVServer` is dropped). The regions must stay allocated and in
+    /// place while the handler lives, and the values in them may change only in
+    /// [`handle`](Self::handle) for pushes and application commands (`cmd` ≠ 0): the server holds
+    /// those back while a write from the regions is in flight; a plain pull must not change
+    /// them. Default: none (values are copied into a registered buffer first).
     fn value_regions(&self) -> Vec<(usize, usize)> {
         Vec::new()
     }
@@ -186,8 +188,10 @@ impl<V: Value> KVServer<V> {
             handler: ManuallyDrop::new(handler),
             rv: ServerRv::new(po, V::DTYPE),
             timeout: po.config().timeout,
+            po: po.clone(),
         };
-        let mut lists = KeptLists::new(po.config().key_cache_keys);
+        let cache = po.config().key_cache_keys;
+        let mut lists = KeptLists::new(cache, cache.saturating_mul(po.num_workers().max(1)));
         let customer = Customer::new(
             po,
             Route::Server {
@@ -199,15 +203,18 @@ impl<V: Value> KVServer<V> {
                     handler,
                     rv,
                     timeout,
+                    ..
                 } = &mut served;
                 if msg.meta.head == HEAD_RV {
                     rv.serve(&po2, &**handler, msg);
                     return;
                 }
-                // A push waits for the zero-copy writes of stored values still in flight.
-                let gate = if msg.meta.push && !rv.in_flight.wait_idle(*timeout) {
+                // A push, or an application command (which may change values), waits for the
+                // zero-copy writes of stored values still in flight.
+                let may_change = msg.meta.push || msg.meta.head != 0;
+                let gate = if may_change && !rv.in_flight.wait_idle(*timeout) {
                     Err(format!(
-                        "zero-copy pulls of this server's values were still being written after {:.0} s (PS_TIMEOUT); the push was not applied",
+                        "zero-copy pulls of this server's values were still being written after {:.0} s (PS_TIMEOUT); the request was not applied",
                         timeout.as_secs_f64()
                     ))
                 } else {
@@ -228,28 +235,6 @@ impl<V: Value> KVServer<V> {
             _customer: customer,
             _v: PhantomData,
         })
-    }
-}
-
-/// The key lists a server keeps, per worker customer (key caching, see [`super::keycache`]).
-struct KeptLists {
-    capacity: usize,
-    by_worker: HashMap<(NodeId, i32), Kept>,
-}
-
-impl KeptLists {
-    fn new(capacity: usize) -> KeptLists {
-        KeptLists {
-            capacity,
-            by_worker: HashMap::new(),
-        }
-    }
-
-    fn of(&mut self, worker: NodeId, customer: i32) -> &mut Kept {
-        let cap = self.capacity;
-        self.by_worker
-            .entry((worker, customer))
-            .or_insert_with(|| Kept::new(cap))
     }
 }
 
@@ -279,54 +264,74 @@ fn serve_request<V: Value>(
         sender: m.sender,
         timestamp: m.timestamp,
     };
-    let kept = lists.of(m.sender, m.customer_id);
     let mut reply = Message::new(reply_meta(&m));
+    // The key list first, before anything can refuse the request: what the server keeps under
+    // a digest then always follows the worker's registrations (see `super::keycache`).
+    let (sender, customer) = (m.sender, m.customer_id);
+    let mut list = None;
+    match &m.keys {
+        None => {}
+        Some(KeyRef::Register { digest, evict }) => {
+            let frame = data.first().map_or(&[][..], |b| &b[..]);
+            if lists.register(sender, customer, *digest, evict, frame) {
+                list = Some(*digest);
+            }
+        }
+        Some(KeyRef::Cached { digest }) => {
+            let keys = lists.get(sender, customer, *digest).map(|l| l.keys.clone());
+            match (keys, data.first_mut()) {
+                (Some(keys), Some(frame)) if frame.is_empty() => {
+                    *frame = keys;
+                    list = Some(*digest);
+                }
+                (None, _) => {
+                    reply.meta.keys = Some(KeyRef::Unknown { digest: *digest });
+                    send_answer(po, reply);
+                    return None;
+                }
+                _ => {
+                    reply.meta.error = Some(
+                        "malformed request: a cached key list needs an empty keys frame".into(),
+                    );
+                    send_answer(po, reply);
+                    return None;
+                }
+            }
+        }
+        Some(other) => {
+            reply.meta.error = Some(format!(
+                "malformed request: {other:?} belongs in an answer, not a request"
+            ));
+            send_answer(po, reply);
+            return None;
+        }
+    }
     if let Err(e) = gate {
         reply.meta.error = Some(e);
         send_answer(po, reply);
         return None;
     }
-    // A cached key list: its keys take the place of the empty keys frame.
-    if let Some(KeyRef::Cached { digest }) = &m.keys {
-        match (kept.get(*digest), data.first_mut()) {
-            (Some(list), Some(frame)) if frame.is_empty() => *frame = list.keys.clone(),
-            (None, _) => {
-                reply.meta.keys = Some(KeyRef::Unknown { digest: *digest });
-                send_answer(po, reply);
-                return None;
-            }
-            _ => {
-                reply.meta.error = Some("malformed request: a cached key list with keys".into());
-                send_answer(po, reply);
-                return None;
-            }
-        }
-    }
     let mut pushed = None;
-    // A cached list's keys were checked (sorted, unique) when it was registered.
-    let keys_checked = matches!(m.keys, Some(KeyRef::Cached { .. }));
-    let result = decode_checked::<V>(&data, keys_checked).and_then(|mut req| {
+    // A kept list's keys were checked (sorted, unique) when it was registered.
+    let result = decode_checked::<V>(&data, list.is_some()).and_then(|mut req| {
         if m.push && req.vals.is_empty() && !req.keys.is_empty() {
             return Err("push without values".to_string());
         }
         if m.push && parked {
             pushed = Some(req.keys.to_vec());
         }
-        let digest = match &m.keys {
-            Some(KeyRef::Register { digest, evict }) => {
-                kept.register(*digest, evict, data[0].clone());
-                Some(*digest)
-            }
-            Some(KeyRef::Cached { digest }) => Some(*digest),
-            _ => None,
-        };
-        req.memo = digest.and_then(|d| kept.get(d)).map(|l| &mut l.memo);
+        req.memo = list
+            .and_then(|d| lists.get(sender, customer, d))
+            .map(|l| &mut l.memo);
         let asked = !req.keys.is_empty();
         handler.handle(&rm, req).map(|res| (res, asked))
     });
     match result {
         Ok((res, asked)) if m.pull => {
-            if res.keys.is_empty() && asked {
+            // No keys but values: the request's keys (the worker has them).
+            let as_requested =
+                res.keys.is_empty() && asked && !(res.vals.is_empty() && res.lens.is_empty());
+            if as_requested {
                 reply.meta.keys = Some(KeyRef::AsRequested);
             }
             reply.data = encode_owned(res);
@@ -352,11 +357,13 @@ struct Served<H> {
     handler: ManuallyDrop<H>,
     rv: ServerRv,
     timeout: std::time::Duration,
+    po: Arc<Postoffice>,
 }
 
 impl<H> Drop for Served<H> {
     fn drop(&mut self) {
         if self.rv.in_flight.wait_idle(self.timeout) {
+            self.rv.deregister(&self.po);
             // SAFETY: dropped once, here; nothing reads it afterwards.
             unsafe { ManuallyDrop::drop(&mut self.handler) }
         } else {

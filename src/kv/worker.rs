@@ -56,10 +56,10 @@ impl<V> Pending<V> {
 }
 
 struct Shared<V> {
-    /// Key caching: what each server keeps for this worker, by server rank. Lock order: this,
-    /// then `pending`; requests are sent under this lock, so each server sees them in the
-    /// order the mirror recorded them.
-    mirrors: Mutex<Vec<Mirror>>,
+    /// Key caching: what each server keeps for this worker, by server rank. Lock order: a
+    /// mirror, then `pending`; a request to a server is prepared and sent under its mirror's
+    /// lock, so each server sees requests in the order its mirror recorded them.
+    mirrors: Vec<Mutex<Mirror>>,
     pending: Mutex<HashMap<Timestamp, Pending<V>>>,
     cv: Condvar,
     rv: Mutex<RvState<V>>,
@@ -193,7 +193,9 @@ impl<V: Value> KVWorker<V> {
         })?;
         let cache = po.config().key_cache_keys;
         let shared = Arc::new(Shared {
-            mirrors: Mutex::new((0..po.num_servers()).map(|_| Mirror::new(cache)).collect()),
+            mirrors: (0..po.num_servers())
+                .map(|_| Mutex::new(Mirror::new(cache)))
+                .collect(),
             pending: Mutex::new(HashMap::new()),
             cv: Condvar::new(),
             rv: Mutex::new(RvState {
@@ -353,11 +355,18 @@ impl<V: Value> KVWorker<V> {
             keys.len()
         );
         let servers: Vec<usize> = slices.iter().map(|s| s.server).collect();
-        let mut pending = Pending {
+        let pending = Pending {
             what,
             answered: vec![false; servers.len()],
+            // Filled in as each server's request is prepared, before it is sent.
+            asked: servers
+                .iter()
+                .map(|_| Asked {
+                    keys: Bytes::new(),
+                    resend: None,
+                })
+                .collect(),
             servers,
-            asked: Vec::with_capacity(slices.len()),
             parts: Vec::new(),
             error: None,
             callback,
@@ -371,9 +380,8 @@ impl<V: Value> KVWorker<V> {
             }
             return Ok(ts);
         }
-        let mut mirrors = lock(&self.shared.mirrors);
-        let mut msgs = Vec::with_capacity(slices.len());
-        for s in &slices {
+        lock(&self.shared.pending).insert(ts, pending);
+        for (slot, s) in slices.iter().enumerate() {
             let l = if lens.is_empty() {
                 &[][..]
             } else {
@@ -398,19 +406,30 @@ impl<V: Value> KVWorker<V> {
                 dtype: V::DTYPE,
                 ..Meta::default()
             };
+            let Some(mirror) = self.shared.mirrors.get(s.server) else {
+                lock(&self.shared.pending).remove(&ts);
+                return Err(Error::InvalidArgument(format!(
+                    "internal: no server rank {}",
+                    s.server
+                )));
+            };
+            let mut mirror = lock(mirror);
             let (msg, asked) = prepare(
-                &mut mirrors[s.server],
+                &mut mirror,
                 &keys[s.keys.clone()],
                 meta,
                 v,
                 frame_of(l.to_vec()),
             );
-            pending.asked.push(asked);
-            msgs.push(msg);
-        }
-        lock(&self.shared.pending).insert(ts, pending);
-        for msg in msgs {
+            let registered = registered(&msg);
+            if let Some(p) = lock(&self.shared.pending).get_mut(&ts) {
+                p.asked[slot] = asked;
+            }
             if let Err(e) = self.po.send(msg) {
+                // The server never got this registration: the mirror must not count on it.
+                if let Some(d) = registered {
+                    mirror.forget(d);
+                }
                 lock(&self.shared.pending).remove(&ts);
                 return Err(e);
             }
@@ -868,35 +887,51 @@ fn prepare(
     )
 }
 
-/// The server does not keep the key list `msg` named: send it again with `keys`.
+/// The server does not keep the key list `req` named (a `Cached` request): send it again,
+/// with `keys`.
+///
+/// # Errors
+/// When it cannot be sent (then the worker's mirror forgets the list it just registered).
 fn resend_with_keys<V: Value>(
     shared: &Shared<V>,
     server: usize,
-    digest: u64,
     keys: &[u8],
-    msg: Message,
-) {
-    let mut mirrors = lock(&shared.mirrors);
-    let Some(mirror) = mirrors.get_mut(server) else {
-        return;
+    req: Message,
+) -> Result<()> {
+    let Some(KeyRef::Cached { digest }) = req.meta.keys else {
+        return Err(Error::InvalidArgument(
+            "internal: only a request naming a cached key list is sent again".into(),
+        ));
     };
+    let mirror = shared
+        .mirrors
+        .get(server)
+        .ok_or_else(|| Error::InvalidArgument(format!("internal: no server rank {server}")))?;
+    let mut mirror = lock(mirror);
     mirror.forget(digest);
-    let keys = view::<Key>(keys, "keys");
-    let (Ok(keys), Some(vals), Some(lens)) = (keys, msg.data.get(1), msg.data.get(2)) else {
-        return;
-    };
-    let (msg, asked) = prepare(mirror, &keys, msg.meta, vals.clone(), lens.clone());
-    let ts = msg.meta.timestamp;
+    let keys = view::<Key>(keys, "keys").map_err(Error::InvalidArgument)?;
+    let vals = req.data.get(1).cloned().unwrap_or_default();
+    let lens = req.data.get(2).cloned().unwrap_or_default();
+    let ts = req.meta.timestamp;
+    let (msg, asked) = prepare(&mut mirror, &keys, req.meta, vals, lens);
+    let registered = registered(&msg);
     if let Some(p) = lock(&shared.pending).get_mut(&ts) {
         if let Some(slot) = p.servers.iter().position(|&s| s == server) {
             p.asked[slot] = asked;
         }
     }
-    if let Err(e) = shared.po.send(msg) {
-        tracing::warn!(
-            "cannot send a request again to {}: {e}",
-            Node::describe(Node::server_id(server))
-        );
+    shared.po.send(msg).map(|_| ()).inspect_err(|_| {
+        if let Some(d) = registered {
+            mirror.forget(d);
+        }
+    })
+}
+
+/// The digest a request registers, if it does.
+fn registered(msg: &Message) -> Option<u64> {
+    match msg.meta.keys {
+        Some(KeyRef::Register { digest, .. }) => Some(digest),
+        _ => None,
     }
 }
 
@@ -904,6 +939,20 @@ fn unknown(ts: Timestamp) -> Error {
     Error::InvalidArgument(format!(
         "timestamp {ts} is not outstanding (already waited for, or it had a callback)"
     ))
+}
+
+/// What one server's answer to a request brought.
+enum Outcome {
+    /// The request failed there (the server's error, or the worker could not send it).
+    Failed(Error),
+    /// A push done.
+    Pushed,
+    /// Pulled pairs; `keys: None` when they are the request's (`KeyRef::AsRequested`).
+    Pulled {
+        keys: Option<Bytes>,
+        vals: Bytes,
+        lens: Bytes,
+    },
 }
 
 fn on_answer<V: Value>(shared: &Shared<V>, msg: Message) {
@@ -914,15 +963,61 @@ fn on_answer<V: Value>(shared: &Shared<V>, msg: Message) {
         on_rendezvous(shared, msg);
         return;
     }
-    let m = &msg.meta;
-    let server = Node::rank_of(m.sender);
+    let (ts, from) = (msg.meta.timestamp, msg.meta.sender);
+    let server = Node::rank_of(from);
+    if let Some(KeyRef::Unknown { .. }) = msg.meta.keys {
+        // The server keeps no such list: nothing was applied; ask again with the keys.
+        let asked = lock(&shared.pending).get_mut(&ts).and_then(|p| {
+            let slot = p.servers.iter().position(|&s| s == server)?;
+            let a = &mut p.asked[slot];
+            a.resend.take().map(|req| (a.keys.clone(), req))
+        });
+        let outcome = match asked {
+            Some((keys, req)) => match resend_with_keys(shared, server, &keys, req) {
+                Ok(()) => return,
+                Err(e) => Outcome::Failed(e),
+            },
+            None => Outcome::Failed(Error::Remote {
+                node: Node::describe(from),
+                message: "answered \"unknown key list\" to a request that named none".into(),
+            }),
+        };
+        settle(shared, ts, server, outcome);
+        return;
+    }
+    let outcome = if let Some(e) = msg.meta.error {
+        Outcome::Failed(Error::Remote {
+            node: Node::describe(from),
+            message: e,
+        })
+    } else if msg.meta.pull {
+        let as_requested = msg.meta.keys == Some(KeyRef::AsRequested);
+        let mut it = msg.data.into_iter();
+        let (keys, vals, lens) = (
+            it.next().unwrap_or_default(),
+            it.next().unwrap_or_default(),
+            it.next().unwrap_or_default(),
+        );
+        Outcome::Pulled {
+            keys: (!as_requested).then_some(keys),
+            vals,
+            lens,
+        }
+    } else {
+        Outcome::Pushed
+    };
+    settle(shared, ts, server, outcome);
+}
+
+/// Records server `server`'s outcome for request `ts`; completes the request (its waiter or
+/// callback) once every server involved answered.
+fn settle<V: Value>(shared: &Shared<V>, ts: Timestamp, server: usize, outcome: Outcome) {
     let finished = {
         let mut map = lock(&shared.pending);
-        let Some(p) = map.get_mut(&m.timestamp) else {
+        let Some(p) = map.get_mut(&ts) else {
             tracing::debug!(
-                "late answer for timestamp {} from {}",
-                m.timestamp,
-                Node::describe(m.sender)
+                "late answer for timestamp {ts} from {}",
+                Node::describe(Node::server_id(server))
             );
             return;
         };
@@ -930,60 +1025,33 @@ fn on_answer<V: Value>(shared: &Shared<V>, msg: Message) {
             tracing::warn!(
                 "answer for {} from {}, which was not asked",
                 p.what,
-                Node::describe(m.sender)
+                Node::describe(Node::server_id(server))
             );
             return;
         };
         if p.answered[slot] {
             return;
         }
-        if let Some(KeyRef::Unknown { digest }) = m.keys {
-            // The server keeps no such list: nothing was applied; ask again with the keys.
-            let asked = &mut p.asked[slot];
-            let (keys, resend) = (asked.keys.clone(), asked.resend.take());
-            drop(map);
-            match resend {
-                Some(req) => resend_with_keys(shared, server, digest, &keys, req),
-                None => tracing::warn!(
-                    "{} says it keeps no key list {digest:#x}, which was not asked of it",
-                    Node::describe(m.sender)
-                ),
-            }
-            return;
-        }
         p.answered[slot] = true;
         p.asked[slot].resend = None;
-        if let Some(e) = &m.error {
-            p.error.get_or_insert(Error::Remote {
-                node: Node::describe(m.sender),
-                message: e.clone(),
-            });
-        } else if m.pull {
-            let as_requested = m.keys == Some(KeyRef::AsRequested);
-            let mut it = msg.data.into_iter();
-            let (keys, vals, lens) = (
-                it.next().unwrap_or_default(),
-                it.next().unwrap_or_default(),
-                it.next().unwrap_or_default(),
-            );
-            let keys = if as_requested {
-                p.asked[slot].keys.clone()
-            } else {
-                keys
-            };
-            p.parts.push(Part {
+        match outcome {
+            Outcome::Failed(e) => {
+                p.error.get_or_insert(e);
+            }
+            Outcome::Pushed => {}
+            Outcome::Pulled { keys, vals, lens } => p.parts.push(Part {
                 server,
-                keys,
+                keys: keys.unwrap_or_else(|| p.asked[slot].keys.clone()),
                 vals,
                 lens,
-            });
+            }),
         }
         if !p.done() {
             return;
         }
         p.parts.sort_by_key(|x| x.server);
         if p.callback.is_some() {
-            map.remove(&m.timestamp)
+            map.remove(&ts)
         } else {
             None
         }

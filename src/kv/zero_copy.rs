@@ -114,6 +114,13 @@ impl ServerRv {
         }
     }
 
+    /// Ends the registrations of the handler's regions (no write from them may be in flight).
+    pub(super) fn deregister(&mut self, po: &Postoffice) {
+        for (a, _, _) in self.regions.drain(..) {
+            po.deregister_memory(a);
+        }
+    }
+
     /// Whether rendezvous pulls wait for a key's first push (tag matching).
     pub(super) fn has_parked(&self) -> bool {
         self.rv.has_parked()
@@ -193,8 +200,13 @@ impl ServerRv {
             if self.regions.iter().any(|r| r.0 == a) {
                 continue;
             }
-            match po.register_memory(a, n) {
-                Ok(Some(keys)) => self.regions.push((a, n, keys.lkey)),
+            // SAFETY: the handler keeps its regions allocated while it lives (the trait's
+            // contract), and `Served` deregisters them before it drops the handler.
+            match unsafe { po.register_source(a, n) } {
+                Ok(Some(keys)) => {
+                    tracing::debug!("registered {n} bytes of stored values for zero-copy writes");
+                    self.regions.push((a, n, keys.lkey));
+                }
                 Ok(None) => return None,
                 Err(e) => {
                     tracing::warn!("zero-copy pulls copy values into the pool from now on: {e}");
@@ -222,12 +234,11 @@ impl ServerRv {
         let Some(lkey) = self.lkey(po, handler, at, content.len()) else {
             return write_copy(po, content, w);
         };
-        let src = WriteSource {
-            addr: at as u64,
-            len: content.len(),
-            lkey,
-            hold: Box::new(Writing::new(&self.in_flight)),
-        };
+        let hold = Box::new(Writing::new(&self.in_flight));
+        // SAFETY: `content` lies in a region registered with `lkey` (found above); the handler
+        // keeps it allocated, and it changes only in pushes and commands, which wait while the
+        // hold (an in-flight count) lives.
+        let src = unsafe { WriteSource::new(at as u64, content.len(), lkey, hold) };
         written(po.write_imm(w.to, src, w.addr, w.rkey, w.imm), w.to)
     }
 

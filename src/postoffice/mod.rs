@@ -314,7 +314,8 @@ impl Postoffice {
             self.cfg.pool_bytes,
             0x5053_0000 | (self.my_id() as u32 & 0xffff),
         )?;
-        if let Some(keys) = self.van.register_memory(p.base(), p.size())? {
+        // SAFETY: the pool lives as long as this postoffice, which drops the van first.
+        if let Some(keys) = unsafe { self.van.register_memory(p.base(), p.size(), true) }? {
             p.set_keys(keys);
         }
         Ok(self.pool.get_or_init(|| p))
@@ -346,7 +347,7 @@ impl Postoffice {
     ///
     /// # Errors
     /// As [`Van::write_imm`].
-    pub fn write_imm(
+    pub(crate) fn write_imm(
         &self,
         to: NodeId,
         src: crate::van::WriteSource,
@@ -360,17 +361,27 @@ impl Postoffice {
         self.van.write_imm(to, src, addr, rkey, imm)
     }
 
-    /// Registers `[addr, addr + len)` with the van for RDMA (see [`Van::register_memory`]):
-    /// its keys, or `None` when the van registers nothing (ZMQ).
+    /// Registers `[addr, addr + len)` with the van as an RDMA write source (local reads only;
+    /// see [`Van::register_memory`]): its keys, or `None` when the van registers nothing (ZMQ).
+    ///
+    /// # Safety
+    /// As [`Van::register_memory`]: the memory stays allocated until
+    /// [`deregister_memory`](Self::deregister_memory) or the postoffice is dropped.
     ///
     /// # Errors
     /// As [`Van::register_memory`].
-    pub fn register_memory(
+    pub(crate) unsafe fn register_source(
         &self,
         addr: usize,
         len: usize,
     ) -> Result<Option<crate::van::Registration>> {
-        self.van.register_memory(addr, len)
+        // SAFETY: the caller's promise.
+        unsafe { self.van.register_memory(addr, len, false) }
+    }
+
+    /// Ends the van's registrations starting at `addr` (see [`Van::deregister_memory`]).
+    pub(crate) fn deregister_memory(&self, addr: usize) {
+        self.van.deregister_memory(addr)
     }
 
     /// The node table (scheduler, servers, workers) as the scheduler sent it.

@@ -50,16 +50,29 @@ pub trait Van: Send + Sync {
     /// peer). Vans that set up per-peer state (QPs) need it for their bootstrap messages.
     fn set_node_id(&self, _id: NodeId) {}
 
-    /// Registers `[addr, addr + len)` for RDMA: as a write target (the memory pool) or a write
-    /// source (a key store's chunks). The van keeps the registration (an MR) until it stops;
-    /// the caller keeps the memory alive that long. `None` when this van registers nothing
+    /// Registers `[addr, addr + len)` for RDMA: as a write target (`remote_write`: the memory
+    /// pool, which peers write into) or as a write source only (a key store's chunks, read by
+    /// this node's writes). The van keeps the registration (an MR) until it stops or
+    /// [`deregister_memory`](Self::deregister_memory). `None` when this van registers nothing
     /// (ZMQ).
+    ///
+    /// # Safety
+    /// The memory must stay allocated until it is deregistered or the van is dropped: the
+    /// device may read it, and with `remote_write` peers may write it, at any time until then.
     ///
     /// # Errors
     /// [`crate::Error::Van`] if the device refuses the registration.
-    fn register_memory(&self, _addr: usize, _len: usize) -> Result<Option<Registration>> {
+    unsafe fn register_memory(
+        &self,
+        _addr: usize,
+        _len: usize,
+        _remote_write: bool,
+    ) -> Result<Option<Registration>> {
         Ok(None)
     }
+
+    /// Ends the registrations that start at `addr` (no write may be in flight from or to it).
+    fn deregister_memory(&self, _addr: usize) {}
 
     /// RDMA WRITE WITH IMMEDIATE of `src` to `addr`/`rkey` on node `to` (TF contrib/verbs'
     /// content write; the immediate names the request). The van drops `src.hold` once the write
@@ -96,16 +109,53 @@ pub struct Registration {
     pub rkey: u32,
 }
 
-/// The source of an RDMA WRITE: `len` bytes at `addr` in memory registered with `lkey`, and
-/// `hold`, which keeps that memory alive and unchanged until the van drops it on the write's
+/// The source of an RDMA WRITE: `len` bytes at `addr` in memory registered with `lkey`, and a
+/// hold, which keeps that memory alive and unchanged until the van drops it on the write's
 /// completion (a pool buffer; a key store's in-flight counter).
 pub struct WriteSource {
+    addr: u64,
+    len: usize,
+    lkey: u32,
+    hold: Box<dyn Send>,
+}
+
+impl WriteSource {
+    /// A write source.
+    ///
+    /// # Safety
+    /// `[addr, addr + len)` must lie in memory registered with `lkey`, and stay allocated and
+    /// unchanged while `hold` lives.
+    pub unsafe fn new(addr: u64, len: usize, lkey: u32, hold: Box<dyn Send>) -> WriteSource {
+        WriteSource {
+            addr,
+            len,
+            lkey,
+            hold,
+        }
+    }
+
     /// Address of the first byte.
-    pub addr: u64,
+    pub fn addr(&self) -> u64 {
+        self.addr
+    }
+
     /// Bytes.
-    pub len: usize,
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether it has no bytes.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
     /// Local key of the registration covering the bytes.
-    pub lkey: u32,
-    /// Dropped by the van once the write completed.
-    pub hold: Box<dyn Send>,
+    pub fn lkey(&self) -> u32 {
+        self.lkey
+    }
+
+    /// What keeps the bytes valid: to be dropped once the write completed.
+    pub fn into_hold(self) -> Box<dyn Send> {
+        self.hold
+    }
 }

@@ -180,12 +180,11 @@ impl<V: bytemuck::Pod> PoolBuf<V> {
     where
         V: Send + 'static,
     {
-        crate::van::WriteSource {
-            addr: self.addr(),
-            len: std::mem::size_of_val::<[V]>(&self),
-            lkey: self.pool.lkey.load(std::sync::atomic::Ordering::Acquire),
-            hold: Box::new(self),
-        }
+        let (addr, len) = (self.addr(), std::mem::size_of_val::<[V]>(&self));
+        let lkey = self.pool.lkey.load(std::sync::atomic::Ordering::Acquire);
+        // SAFETY: the bytes lie in the pool (registered with `lkey` once the van registered it;
+        // before that no van can write) and belong to this buffer alone, which the hold keeps.
+        unsafe { crate::van::WriteSource::new(addr, len, lkey, Box::new(self)) }
     }
 
     /// Sets the length (elements in use).

@@ -168,3 +168,38 @@ fn the_memo_keeps_one_value_of_any_type() {
     assert_eq!(memo.get::<u32>(), Some(&7));
     assert!(memo.get::<u64>().is_none());
 }
+
+fn bytes_of(keys: &[Key]) -> Bytes {
+    Bytes::copy_from_slice(bytemuck::cast_slice(keys))
+}
+
+#[test]
+fn a_server_keeps_copies_within_each_workers_capacity_and_its_budget() {
+    // 100 keys per worker customer, 150 in all.
+    let mut k = KeptLists::new(100, 150);
+    let (a, b, c) = (list(1, 60), list(2, 60), list(3, 60));
+    // The request's frame shares its buffer with the values: the server keeps a copy.
+    let mut frame = bytes_of(&a).to_vec();
+    frame.extend_from_slice(&[0u8; 4096]);
+    let frame = Bytes::from(frame).slice(..a.len() * 8);
+    assert!(k.register(9, 0, 1, &[], &frame));
+    assert_ne!(
+        k.get(9, 0, 1).map(|l| l.keys.as_ptr()),
+        Some(frame.as_ptr()),
+        "a copy, not a slice of the request"
+    );
+    assert!(k.register(11, 0, 2, &[], &bytes_of(&b)));
+    assert_eq!(k.held_keys(), 120);
+    // Over the budget: served uncached, not kept.
+    assert!(!k.register(13, 0, 3, &[], &bytes_of(&c)));
+    assert!(k.get(13, 0, 3).is_none());
+    // A worker evicting its list frees budget; its empty entry goes.
+    assert!(
+        !k.register(9, 0, 4, &[1], b"\x01"),
+        "not whole keys: not kept"
+    );
+    assert_eq!(k.held_keys(), 60);
+    assert!(k.get(9, 0, 1).is_none());
+    assert!(k.register(13, 0, 3, &[], &bytes_of(&c)));
+    assert_eq!(k.held_keys(), 120);
+}

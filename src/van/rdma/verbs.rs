@@ -464,7 +464,7 @@ struct Inner {
     zmq: Arc<ZmqVan>,
     /// Registered memory: the node's pool and key-store chunks, each registered once (the MRs
     /// go before the device).
-    mrs: Mutex<Vec<Arc<MemoryRegion>>>,
+    mrs: Mutex<Vec<(usize, Arc<MemoryRegion>)>>,
     dev: Device,
     early: Mutex<HashMap<NodeId, Endpoint>>,
     me: AtomicI32,
@@ -1111,9 +1111,18 @@ impl Van for RdmaVan {
         self.stop();
     }
 
-    fn register_memory(&self, addr: usize, len: usize) -> Result<Option<Registration>> {
-        let acc = AccessFlags::LocalWrite | AccessFlags::RemoteWrite;
-        // SAFETY: the caller (the pool, a key store) keeps the memory alive longer than the van.
+    unsafe fn register_memory(
+        &self,
+        addr: usize,
+        len: usize,
+        remote_write: bool,
+    ) -> Result<Option<Registration>> {
+        let acc = if remote_write {
+            AccessFlags::LocalWrite | AccessFlags::RemoteWrite
+        } else {
+            AccessFlags::none() // local reads only: the source of our writes
+        };
+        // SAFETY: the caller keeps the memory allocated while it is registered.
         let mr = unsafe { self.inner.dev.pd.reg_mr(addr, len, acc) }.map_err(|e| {
             Error::Van(format!(
                 "cannot register {len} bytes of memory for RDMA (PS_POOL_BYTES, or a key store's chunk): {e}"
@@ -1123,8 +1132,12 @@ impl Van for RdmaVan {
             lkey: mr.lkey(),
             rkey: mr.rkey(),
         };
-        lock(&self.inner.mrs).push(mr);
+        lock(&self.inner.mrs).push((addr, mr));
         Ok(Some(keys))
+    }
+
+    fn deregister_memory(&self, addr: usize) {
+        lock(&self.inner.mrs).retain(|(a, _)| *a != addr);
     }
 
     fn write_imm(
@@ -1139,7 +1152,7 @@ impl Van for RdmaVan {
         let Some(c) = inner.chan(to) else {
             return Ok(false);
         };
-        let Ok(len) = u32::try_from(src.len) else {
+        let Ok(len) = u32::try_from(src.len()) else {
             return Ok(false); // over one WR's reach: the message path fragments it
         };
         if len == 0 {
@@ -1150,9 +1163,9 @@ impl Van for RdmaVan {
             return Ok(false); // not connected yet: the message path keeps the order
         }
         let wr = Wr {
-            local: src.addr,
+            local: src.addr(),
             len,
-            lkey: src.lkey,
+            lkey: src.lkey(),
             remote: addr,
             rkey,
             imm: Some(imm),
@@ -1177,7 +1190,7 @@ impl Van for RdmaVan {
             "content write of {len} bytes to {} (imm {imm:#x})",
             Node::describe(to)
         );
-        st.held.push_back((seq, src.hold));
+        st.held.push_back((seq, src.into_hold()));
         Ok(true)
     }
 }
