@@ -346,18 +346,28 @@ impl KeptLists {
 
     /// A `Register` from `worker`'s customer `customer`: drops `evict` and whatever is kept
     /// under `digest` — always, so that what the server keeps under a digest is never older
-    /// than the worker's last registration — then keeps a copy of `keys` (the request's keys
-    /// frame) if they are whole, sorted and unique keys and fit the capacity and the budget.
-    /// Returns whether it kept them (else the request is served with its keys, uncached).
+    /// than the worker's last registration — then keeps the keys of `frames` (the request's
+    /// frames; the keys are frame 0) if they are whole, sorted and unique keys and fit the
+    /// capacity and the budget. Returns whether it kept them (else the request is served with
+    /// its keys, uncached).
     pub fn register(
         &mut self,
         worker: NodeId,
         customer: i32,
         digest: u64,
         evict: &[u64],
-        keys: &[u8],
+        frames: &[Bytes],
     ) -> bool {
+        let keys = frames.first().map_or(&[][..], |b| &b[..]);
         let valid = view::<Key>(keys, "keys").is_ok_and(|k| check_sorted(&k).is_ok());
+        // The keys frame may share one buffer with the rest of the request (the RDMA van's
+        // frames do): keep it as it is only when the rest is no larger, so a kept list pins at
+        // most twice its keys' bytes; else keep a copy.
+        let rest: usize = frames.iter().skip(1).map(|f| f.len()).sum();
+        let keep = || match frames.first() {
+            Some(f) if rest <= f.len() => f.clone(),
+            _ => Bytes::copy_from_slice(keys),
+        };
         let slot = (worker, customer);
         let fits = |held: usize, n: usize| held + n <= self.budget;
         let n = keys.len() / 8;
@@ -371,7 +381,7 @@ impl KeptLists {
                 self.held -= before - k.held_keys();
                 if valid && fits(self.held, n) {
                     let before = k.held_keys();
-                    k.register(digest, &[], Bytes::copy_from_slice(keys));
+                    k.register(digest, &[], keep());
                     self.held = self.held + k.held_keys() - before;
                     k.get(digest).is_some()
                 } else {
@@ -380,7 +390,7 @@ impl KeptLists {
             }
             None if valid && n <= self.capacity && fits(self.held, n) => {
                 let mut k = Kept::new(self.capacity);
-                k.register(digest, &[], Bytes::copy_from_slice(keys));
+                k.register(digest, &[], keep());
                 self.held += k.held_keys();
                 self.by_worker.insert(slot, k);
                 true

@@ -272,10 +272,9 @@ fn serve_request<V: Value>(
     match &m.keys {
         None => {}
         Some(KeyRef::Register { digest, evict }) => {
-            let frame = data.first().map_or(&[][..], |b| &b[..]);
-            if lists.register(sender, customer, *digest, evict, frame) {
-                list = Some(*digest);
-            }
+            list = lists
+                .register(sender, customer, *digest, evict, &data)
+                .then_some(*digest);
         }
         Some(KeyRef::Cached { digest }) => {
             let keys = lists.get(sender, customer, *digest).map(|l| l.keys.clone());

@@ -174,32 +174,40 @@ fn bytes_of(keys: &[Key]) -> Bytes {
 }
 
 #[test]
-fn a_server_keeps_copies_within_each_workers_capacity_and_its_budget() {
+fn a_server_keeps_lists_within_each_workers_capacity_and_its_budget() {
     // 100 keys per worker customer, 150 in all.
     let mut k = KeptLists::new(100, 150);
     let (a, b, c) = (list(1, 60), list(2, 60), list(3, 60));
-    // The request's frame shares its buffer with the values: the server keeps a copy.
-    let mut frame = bytes_of(&a).to_vec();
-    frame.extend_from_slice(&[0u8; 4096]);
-    let frame = Bytes::from(frame).slice(..a.len() * 8);
-    assert!(k.register(9, 0, 1, &[], &frame));
+    // The keys frame shares one buffer with larger values: the server keeps a copy.
+    let mut whole = bytes_of(&a).to_vec();
+    whole.extend_from_slice(&[0u8; 4096]);
+    let whole = Bytes::from(whole);
+    let (keys, vals) = (whole.slice(..a.len() * 8), whole.slice(a.len() * 8..));
+    assert!(k.register(9, 0, 1, &[], &[keys.clone(), vals]));
     assert_ne!(
         k.get(9, 0, 1).map(|l| l.keys.as_ptr()),
-        Some(frame.as_ptr()),
-        "a copy, not a slice of the request"
+        Some(keys.as_ptr()),
+        "a copy, not a slice pinning the values"
     );
-    assert!(k.register(11, 0, 2, &[], &bytes_of(&b)));
+    // Values no larger than the keys: the frame is kept as it is.
+    let small = bytes_of(&b);
+    assert!(k.register(11, 0, 2, &[], &[small.clone(), Bytes::from(vec![0u8; 8])]));
+    assert_eq!(
+        k.get(11, 0, 2).map(|l| l.keys.as_ptr()),
+        Some(small.as_ptr())
+    );
     assert_eq!(k.held_keys(), 120);
     // Over the budget: served uncached, not kept.
-    assert!(!k.register(13, 0, 3, &[], &bytes_of(&c)));
+    assert!(!k.register(13, 0, 3, &[], &[bytes_of(&c)]));
     assert!(k.get(13, 0, 3).is_none());
     // A worker evicting its list frees budget; its empty entry goes.
+    let not_keys = Bytes::from_static(b"\x01");
     assert!(
-        !k.register(9, 0, 4, &[1], b"\x01"),
+        !k.register(9, 0, 4, &[1], &[not_keys]),
         "not whole keys: not kept"
     );
     assert_eq!(k.held_keys(), 60);
     assert!(k.get(9, 0, 1).is_none());
-    assert!(k.register(13, 0, 3, &[], &bytes_of(&c)));
+    assert!(k.register(13, 0, 3, &[], &[bytes_of(&c)]));
     assert_eq!(k.held_keys(), 120);
 }
