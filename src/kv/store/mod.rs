@@ -345,6 +345,18 @@ impl<V: Value> KeyStore<V> {
                         self.undo(first_new);
                         return Err(format!("key {key}: {len} values is too many for one key"));
                     };
+                    if self.entries.len() == self.entries.capacity() {
+                        // Grow once for the rest of the request (a first push of 10M keys:
+                        // one 240 MB block, not a doubling chain copying twice that).
+                        let more = (keys.len() - i).max(self.entries.len());
+                        if self.entries.try_reserve_exact(more).is_err() {
+                            self.undo(first_new);
+                            return Err(format!(
+                                "cannot allocate {} bytes for the key store's entries",
+                                more.saturating_mul(std::mem::size_of::<Entry>())
+                            ));
+                        }
+                    }
                     self.entries.push(Entry {
                         key,
                         off: new_values,
