@@ -43,6 +43,9 @@ pub const ALL_GROUP: i32 = 7;
 
 /// How often the receiving thread wakes to check deadlines.
 const TICK: Duration = Duration::from_millis(100);
+/// How long the receiving thread waits for a message before it looks whether the node stops:
+/// `finalize` waits for it, so this bounds how long ending a node takes after its last barrier.
+const RECV_TICK: Duration = Duration::from_millis(10);
 
 /// How long a request for an application not (yet) served here is kept before it is refused:
 /// a server's `KVServer` may register a moment after the start-up barrier (ps-lite waits 5 s).
@@ -524,6 +527,9 @@ impl Postoffice {
         self.cv.notify_all();
         let threads: Vec<_> = lock(&self.threads).drain(..).collect();
         let me = std::thread::current().id();
+        for t in &threads {
+            t.thread().unpark();
+        }
         for t in threads {
             if t.thread().id() != me {
                 let _ = t.join();
@@ -540,7 +546,7 @@ impl Postoffice {
             if po.stopped.load(Ordering::Acquire) {
                 return;
             }
-            match po.van.recv(TICK) {
+            match po.van.recv(RECV_TICK) {
                 Ok(Some(msg)) => {
                     po.received_bytes
                         .fetch_add(msg.data_bytes() as u64, Ordering::Relaxed);
@@ -584,7 +590,8 @@ impl Postoffice {
                 }
             }
             drop(po);
-            std::thread::sleep(Duration::from_millis(50));
+            // Woken early by `shutdown`.
+            std::thread::park_timeout(Duration::from_millis(50));
         }
     }
 
