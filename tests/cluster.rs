@@ -138,6 +138,72 @@ fn bench_every_mode_moves_and_verifies_bytes() {
 }
 
 #[test]
+fn bench_with_many_keys_per_request_counts_keys_and_verifies_bytes() {
+    // 20,000 keys of 4 bytes in each request, over 2 servers; 3 rounds.
+    for (mode, per_round) in [
+        ("push", 1),
+        ("pull", 1),
+        ("push-pull", 1),
+        ("push-then-pull", 2),
+    ] {
+        let o = launch(
+            2,
+            2,
+            &[
+                "bench",
+                "--mode",
+                mode,
+                "--keys-per-request",
+                "20000",
+                "--len",
+                "4",
+                "--repeat",
+                "3",
+                "--json",
+            ],
+        );
+        assert!(o.status.success(), "bench {mode}:\n{}", text(&o));
+        let runs = json_lines(&o);
+        assert_eq!(runs.len(), 2, "one JSON line per worker:\n{}", text(&o));
+        for r in runs {
+            assert_eq!(r["verified"], serde_json::Value::Bool(true));
+            assert_eq!(r["keys_per_request"], 20000, "{r}");
+            assert_eq!(r["requests"], 3 * per_round, "{r}");
+            let keys_per_s = r["keys_per_s"].as_f64().expect("keys_per_s");
+            let seconds = r["seconds"].as_f64().expect("seconds");
+            let want = (3 * per_round * 20000) as f64 / seconds;
+            assert!((keys_per_s - want).abs() <= want * 1e-6, "{r}");
+            assert!(r["memcpy_keys_per_s"].as_f64().expect("memcpy") > keys_per_s);
+            let pushed = r["bytes_pushed"].as_u64().expect("bytes_pushed");
+            let pulled = r["bytes_pulled"].as_u64().expect("bytes_pulled");
+            let (push, pull) = match mode {
+                "push" => (3, 0),
+                "pull" => (0, 3),
+                _ => (3, 3),
+            };
+            assert_eq!((pushed, pulled), (push * 80000, pull * 80000), "{r}");
+        }
+    }
+    let o = launch(
+        1,
+        1,
+        &[
+            "bench",
+            "--mode",
+            "pull",
+            "--keys-per-request",
+            "10",
+            "--zero-copy",
+        ],
+    );
+    assert!(
+        text(&o).contains("--zero-copy pulls one key per request"),
+        "{}",
+        text(&o)
+    );
+}
+
+#[test]
 fn missing_and_garbled_variables_are_named() {
     let run = |envs: &[(&str, &str)]| {
         let mut c = Command::new(bin("pslite-worker"));

@@ -6,8 +6,7 @@
 //! modes count it), latency per request, and the reference: the keys/s of one `memcpy` of the
 //! same key and value bytes (N × (8 + len)) on this machine, measured in the same run.
 
-use super::{progress_bar, BenchArgs, BenchReport, Mode};
-use crate::apps::stats::{gbps, percentile};
+use super::{progress_bar, BenchArgs, BenchReport, Measured};
 use crate::error::{Error, Result};
 use crate::kv::{KVWorker, Key, SArray};
 use crate::postoffice::{Postoffice, WORKER_GROUP};
@@ -65,12 +64,7 @@ pub fn run(po: &Arc<Postoffice>, a: &BenchArgs, n: usize) -> Result<BenchReport>
     po.barrier(WORKER_GROUP)?;
     let memcpy = memcpy_keys_per_s(n, len);
 
-    let phases: &[(bool, bool)] = match a.mode {
-        Mode::Push => &[(true, false)],
-        Mode::Pull => &[(false, true)],
-        Mode::PushPull => &[(true, true)],
-        Mode::PushThenPull => &[(true, false), (false, true)],
-    };
+    let phases = a.mode.phases();
     let limit_time = Duration::from_secs_f64(a.seconds.unwrap_or(10.0).max(0.0));
     let bar = progress_bar(a.repeat, limit_time);
     let mut out = vec![0u8; n * len];
@@ -113,33 +107,19 @@ pub fn run(po: &Arc<Postoffice>, a: &BenchArgs, n: usize) -> Result<BenchReport>
     }
     let elapsed = start.elapsed();
     bar.finish_and_clear();
-    let requests = lat.len();
-    let counted = match a.mode {
-        Mode::PushPull => pushed,
-        _ => pushed + pulled,
-    };
-    let keys_per_s = (requests * n) as f64 / elapsed.as_secs_f64().max(1e-9);
-    Ok(BenchReport {
-        mode: a.mode,
-        worker: po.my_rank(),
-        len,
+    let keys_per_s = (lat.len() * n) as f64 / elapsed.as_secs_f64().max(1e-9);
+    let m = Measured {
         keys: n,
         rounds,
-        requests,
-        bytes_pushed: pushed,
-        bytes_pulled: pulled,
-        seconds: elapsed.as_secs_f64(),
-        goodput_gbps: gbps(counted, elapsed),
-        p50_ms: percentile(&mut lat, 0.5).as_secs_f64() * 1e3,
-        p99_ms: percentile(&mut lat, 0.99).as_secs_f64() * 1e3,
-        verified: true,
-        zero_copy: false,
-        meta_round_trips_first: None,
-        meta_round_trips_after: None,
+        latencies: lat,
+        pushed,
+        pulled,
+        elapsed,
+    };
+    Ok(BenchReport {
         keys_per_request: Some(n),
         keys_per_s: Some(keys_per_s),
         memcpy_keys_per_s: Some(memcpy),
-        sent_bytes: po.payload_bytes().0,
-        received_bytes: po.payload_bytes().1,
+        ..BenchReport::of(po, a, m)
     })
 }

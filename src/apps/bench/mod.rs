@@ -39,6 +39,28 @@ pub enum Mode {
     PushThenPull,
 }
 
+impl Mode {
+    /// The requests of one round, in order: (push, pull).
+    fn phases(self) -> &'static [(bool, bool)] {
+        match self {
+            Mode::Push => &[(true, false)],
+            Mode::Pull => &[(false, true)],
+            Mode::PushPull => &[(true, true)],
+            Mode::PushThenPull => &[(true, false), (false, true)],
+        }
+    }
+}
+
+/// What a run measured, whichever kind of run.
+struct Measured {
+    keys: usize,
+    rounds: usize,
+    latencies: Vec<Duration>,
+    pushed: u64,
+    pulled: u64,
+    elapsed: Duration,
+}
+
 /// Options of `bench`.
 #[derive(Clone, Debug, clap::Args)]
 #[command(
@@ -186,12 +208,7 @@ pub fn run(po: &Arc<Postoffice>, a: &BenchArgs) -> Result<BenchReport> {
     }
     let mut trips_first = None;
     let start = Instant::now();
-    let phases: &[(bool, bool)] = match a.mode {
-        Mode::Push => &[(true, false)],
-        Mode::Pull => &[(false, true)],
-        Mode::PushPull => &[(true, true)],
-        Mode::PushThenPull => &[(true, false), (false, true)],
-    };
+    let phases = a.mode.phases();
     loop {
         let done_rounds = limit_rounds.is_some_and(|n| rounds >= n);
         if done_rounds || (limit_rounds.is_none() && start.elapsed() >= limit_time) {
@@ -275,11 +292,6 @@ pub fn run(po: &Arc<Postoffice>, a: &BenchArgs) -> Result<BenchReport> {
     }
     let elapsed = start.elapsed();
     bar.finish_and_clear();
-    let counted = match a.mode {
-        Mode::PushPull => pushed,
-        _ => pushed + pulled,
-    };
-    let requests = lat.len();
     let trips_total: u64 = keys.iter().map(|&k| kv.meta_round_trips(k)).sum();
     let nkeys = keys.len() as f64;
     let (meta_round_trips_first, meta_round_trips_after) = match trips_first {
@@ -289,29 +301,54 @@ pub fn run(po: &Arc<Postoffice>, a: &BenchArgs) -> Result<BenchReport> {
         ),
         None => (None, None),
     };
-    Ok(BenchReport {
-        mode: a.mode,
-        worker: po.my_rank(),
-        len: a.len,
+    let m = Measured {
         keys: keys.len(),
         rounds,
-        requests,
-        bytes_pushed: pushed,
-        bytes_pulled: pulled,
-        seconds: elapsed.as_secs_f64(),
-        goodput_gbps: gbps(counted, elapsed),
-        p50_ms: percentile(&mut lat, 0.5).as_secs_f64() * 1e3,
-        p99_ms: percentile(&mut lat, 0.99).as_secs_f64() * 1e3,
-        verified: true,
+        latencies: lat,
+        pushed,
+        pulled,
+        elapsed,
+    };
+    Ok(BenchReport {
         zero_copy: a.zero_copy,
         meta_round_trips_first,
         meta_round_trips_after,
-        keys_per_request: None,
-        keys_per_s: None,
-        memcpy_keys_per_s: None,
-        sent_bytes: po.payload_bytes().0,
-        received_bytes: po.payload_bytes().1,
+        ..BenchReport::of(po, a, m)
     })
+}
+
+impl BenchReport {
+    /// The figures of a run (no rendezvous or many-keys figures).
+    fn of(po: &Postoffice, a: &BenchArgs, mut m: Measured) -> BenchReport {
+        let counted = match a.mode {
+            Mode::PushPull => m.pushed,
+            _ => m.pushed + m.pulled,
+        };
+        let (sent_bytes, received_bytes) = po.payload_bytes();
+        BenchReport {
+            mode: a.mode,
+            worker: po.my_rank(),
+            len: a.len,
+            keys: m.keys,
+            rounds: m.rounds,
+            requests: m.latencies.len(),
+            bytes_pushed: m.pushed,
+            bytes_pulled: m.pulled,
+            seconds: m.elapsed.as_secs_f64(),
+            goodput_gbps: gbps(counted, m.elapsed),
+            p50_ms: percentile(&mut m.latencies, 0.5).as_secs_f64() * 1e3,
+            p99_ms: percentile(&mut m.latencies, 0.99).as_secs_f64() * 1e3,
+            verified: true,
+            zero_copy: false,
+            meta_round_trips_first: None,
+            meta_round_trips_after: None,
+            keys_per_request: None,
+            keys_per_s: None,
+            memcpy_keys_per_s: None,
+            sent_bytes,
+            received_bytes,
+        }
+    }
 }
 
 fn progress_bar(rounds: Option<usize>, time: Duration) -> indicatif::ProgressBar {
