@@ -381,7 +381,7 @@ impl<V: Value> KVWorker<V> {
             return Ok(ts);
         }
         lock(&self.shared.pending).insert(ts, pending);
-        for (slot, s) in slices.iter().enumerate() {
+        for s in &slices {
             let l = if lens.is_empty() {
                 &[][..]
             } else {
@@ -406,30 +406,12 @@ impl<V: Value> KVWorker<V> {
                 dtype: V::DTYPE,
                 ..Meta::default()
             };
-            let Some(mirror) = self.shared.mirrors.get(s.server) else {
-                lock(&self.shared.pending).remove(&ts);
-                return Err(Error::InvalidArgument(format!(
-                    "internal: no server rank {}",
-                    s.server
-                )));
-            };
-            let mut mirror = lock(mirror);
-            let (msg, asked) = prepare(
-                &mut mirror,
-                &keys[s.keys.clone()],
+            let part = Message {
                 meta,
-                v,
-                frame_of(l.to_vec()),
-            );
-            let registered = registered(&msg);
-            if let Some(p) = lock(&self.shared.pending).get_mut(&ts) {
-                p.asked[slot] = asked;
-            }
-            if let Err(e) = self.po.send(msg) {
-                // The server never got this registration: the mirror must not count on it.
-                if let Some(d) = registered {
-                    mirror.forget(d);
-                }
+                data: vec![Bytes::new(), v, frame_of(l.to_vec())],
+            };
+            let sent = send_part(&self.shared, s.server, &keys[s.keys.clone()], part, None);
+            if let Err(e) = sent {
                 lock(&self.shared.pending).remove(&ts);
                 return Err(e);
             }
@@ -860,38 +842,66 @@ fn on_rendezvous<V: Value>(shared: &Shared<V>, msg: Message) {
     }
 }
 
-/// A request to one server with its keys as `mirror` decides (the keys, or a digest of a list
-/// the server keeps), and what to remember of it until the answer.
-fn prepare(
-    mirror: &mut Mirror,
+/// Sends `part` (a request's meta and its values and lens frames, frames 1 and 2) to server
+/// `server` with `keys`, under that server's mirror: the mirror decides whether the keys travel
+/// or a digest of a list the server keeps, after forgetting `stale` (a list the server said it
+/// does not keep). Records in the pending request what was asked, before sending. A failed send
+/// leaves the mirror not counting on a registration the server never got.
+///
+/// # Errors
+/// As [`Postoffice::send`]; an unknown server rank.
+fn send_part<V: Value>(
+    shared: &Shared<V>,
+    server: usize,
     keys: &[Key],
-    mut meta: Meta,
-    vals: Bytes,
-    lens: Bytes,
-) -> (Message, Asked) {
+    part: Message,
+    stale: Option<u64>,
+) -> Result<()> {
+    let mirror = shared
+        .mirrors
+        .get(server)
+        .ok_or_else(|| Error::InvalidArgument(format!("internal: no server rank {server}")))?;
+    let mut mirror = lock(mirror);
+    if let Some(d) = stale {
+        mirror.forget(d);
+    }
     let p = mirror.prepare(keys);
-    let cached = !p.send;
+    let registered = match p.key_ref {
+        Some(KeyRef::Register { digest, .. }) => Some(digest),
+        _ => None,
+    };
+    let Message { mut meta, data } = part;
     meta.keys = p.key_ref;
     let keys_frame = if p.send { p.keys.clone() } else { Bytes::new() };
     let msg = Message {
         meta,
-        data: vec![keys_frame, vals, lens],
+        data: vec![
+            keys_frame,
+            data.get(1).cloned().unwrap_or_default(),
+            data.get(2).cloned().unwrap_or_default(),
+        ],
     };
-    let resend = cached.then(|| msg.clone());
-    (
-        msg,
-        Asked {
-            keys: p.keys,
-            resend,
-        },
-    )
+    let asked = Asked {
+        keys: p.keys,
+        resend: (!p.send).then(|| msg.clone()),
+    };
+    if let Some(pd) = lock(&shared.pending).get_mut(&msg.meta.timestamp) {
+        if let Some(slot) = pd.servers.iter().position(|&s| s == server) {
+            pd.asked[slot] = asked;
+        }
+    }
+    shared.po.send(msg).map(|_| ()).inspect_err(|_| {
+        if let Some(d) = registered {
+            mirror.forget(d);
+        }
+    })
 }
 
 /// The server does not keep the key list `req` named (a `Cached` request): send it again,
 /// with `keys`.
 ///
 /// # Errors
-/// When it cannot be sent (then the worker's mirror forgets the list it just registered).
+/// When it cannot be sent.
 fn resend_with_keys<V: Value>(
     shared: &Shared<V>,
     server: usize,
@@ -903,36 +913,8 @@ fn resend_with_keys<V: Value>(
             "internal: only a request naming a cached key list is sent again".into(),
         ));
     };
-    let mirror = shared
-        .mirrors
-        .get(server)
-        .ok_or_else(|| Error::InvalidArgument(format!("internal: no server rank {server}")))?;
-    let mut mirror = lock(mirror);
-    mirror.forget(digest);
     let keys = view::<Key>(keys, "keys").map_err(Error::InvalidArgument)?;
-    let vals = req.data.get(1).cloned().unwrap_or_default();
-    let lens = req.data.get(2).cloned().unwrap_or_default();
-    let ts = req.meta.timestamp;
-    let (msg, asked) = prepare(&mut mirror, &keys, req.meta, vals, lens);
-    let registered = registered(&msg);
-    if let Some(p) = lock(&shared.pending).get_mut(&ts) {
-        if let Some(slot) = p.servers.iter().position(|&s| s == server) {
-            p.asked[slot] = asked;
-        }
-    }
-    shared.po.send(msg).map(|_| ()).inspect_err(|_| {
-        if let Some(d) = registered {
-            mirror.forget(d);
-        }
-    })
-}
-
-/// The digest a request registers, if it does.
-fn registered(msg: &Message) -> Option<u64> {
-    match msg.meta.keys {
-        Some(KeyRef::Register { digest, .. }) => Some(digest),
-        _ => None,
-    }
+    send_part(shared, server, &keys, req, Some(digest))
 }
 
 fn unknown(ts: Timestamp) -> Error {
