@@ -369,34 +369,23 @@ impl KeptLists {
             _ => Bytes::copy_from_slice(keys),
         };
         let slot = (worker, customer);
-        let fits = |held: usize, n: usize| held + n <= self.budget;
+        if let Some(k) = self.by_worker.get_mut(&slot) {
+            let before = k.held_keys();
+            for &e in evict {
+                k.drop_list(e);
+            }
+            k.drop_list(digest);
+            self.held -= before - k.held_keys();
+        }
         let n = keys.len() / 8;
-        let kept = match self.by_worker.get_mut(&slot) {
-            Some(k) => {
-                let before = k.held_keys();
-                for &e in evict {
-                    k.drop_list(e);
-                }
-                k.drop_list(digest);
-                self.held -= before - k.held_keys();
-                if valid && fits(self.held, n) {
-                    let before = k.held_keys();
-                    k.register(digest, &[], keep());
-                    self.held = self.held + k.held_keys() - before;
-                    k.get(digest).is_some()
-                } else {
-                    false
-                }
-            }
-            None if valid && n <= self.capacity && fits(self.held, n) => {
-                let mut k = Kept::new(self.capacity);
-                k.register(digest, &[], keep());
-                self.held += k.held_keys();
-                self.by_worker.insert(slot, k);
-                true
-            }
-            None => false,
-        };
+        let kept = valid && n <= self.capacity && self.held + n <= self.budget;
+        if kept {
+            let cap = self.capacity;
+            let k = self.by_worker.entry(slot).or_insert_with(|| Kept::new(cap));
+            let before = k.held_keys();
+            k.register(digest, &[], keep());
+            self.held = self.held + k.held_keys() - before;
+        }
         if self
             .by_worker
             .get(&slot)
