@@ -4,6 +4,7 @@
 mod common;
 
 use common::{cluster, cluster_cfg, Cluster};
+use pslite::kv::pairs::encode;
 use pslite::kv::{KVPairs, KVRequest, ReqMeta};
 use pslite::postoffice::{Customer, Route};
 use pslite::wire::{KeyRef, Message, Meta};
@@ -211,14 +212,6 @@ fn ask(c: &Cluster, catcher: &crossbeam_channel::Receiver<Message>, mut msg: Mes
         .expect("an answer")
 }
 
-fn frames(keys: &[Key], vals: &[f32]) -> Vec<bytes::Bytes> {
-    vec![
-        bytes::Bytes::copy_from_slice(bytemuck::cast_slice(keys)),
-        bytes::Bytes::copy_from_slice(bytemuck::cast_slice(vals)),
-        bytes::Bytes::new(),
-    ]
-}
-
 #[test]
 fn a_server_answers_unknown_and_malformed_key_references_and_keeps_no_bad_list() {
     let c = cluster(1, 1, 20.0);
@@ -246,7 +239,7 @@ fn a_server_answers_unknown_and_malformed_key_references_and_keeps_no_bad_list()
     let a = ask(
         &c,
         &rx,
-        push(Some(KeyRef::Cached { digest: 42 }), frames(&[], &vals)),
+        push(Some(KeyRef::Cached { digest: 42 }), encode(&[], &vals, &[])),
     );
     assert_eq!(a.meta.keys, Some(KeyRef::Unknown { digest: 42 }));
     assert_eq!(a.meta.error, None);
@@ -259,11 +252,11 @@ fn a_server_answers_unknown_and_malformed_key_references_and_keeps_no_bad_list()
             evict: vec![],
         })
     };
-    let a = ask(&c, &rx, push(reg(7), frames(&keys, &vals)));
+    let a = ask(&c, &rx, push(reg(7), encode(&keys, &vals, &[])));
     assert_eq!(a.meta.error, None);
     let mut unsorted = keys.clone();
     unsorted.swap(3, 4);
-    let a = ask(&c, &rx, push(reg(7), frames(&unsorted, &vals)));
+    let a = ask(&c, &rx, push(reg(7), encode(&unsorted, &vals, &[])));
     assert!(
         a.meta
             .error
@@ -275,7 +268,7 @@ fn a_server_answers_unknown_and_malformed_key_references_and_keeps_no_bad_list()
     let a = ask(
         &c,
         &rx,
-        push(Some(KeyRef::Cached { digest: 7 }), frames(&[], &vals)),
+        push(Some(KeyRef::Cached { digest: 7 }), encode(&[], &vals, &[])),
     );
     assert_eq!(a.meta.keys, Some(KeyRef::Unknown { digest: 7 }));
 
@@ -283,7 +276,7 @@ fn a_server_answers_unknown_and_malformed_key_references_and_keeps_no_bad_list()
     let a = ask(
         &c,
         &rx,
-        push(Some(KeyRef::AsRequested), frames(&keys, &vals)),
+        push(Some(KeyRef::AsRequested), encode(&keys, &vals, &[])),
     );
     assert!(
         a.meta
