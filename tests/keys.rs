@@ -220,8 +220,10 @@ fn a_server_answers_unknown_and_malformed_key_references_and_keeps_no_bad_list()
         app_id: 0,
         customer_id: 99,
     };
-    let _catch = Customer::new(&c.workers[0], route, move |m| {
-        let _ = tx.send(m);
+    let _catch = Customer::new(&c.workers[0], route, move |ev| {
+        if let pslite::van::VanEvent::Message(m) = ev {
+            let _ = tx.send(m);
+        }
     })
     .expect("a route of its own");
     let push = |keys: Option<KeyRef>, data: Vec<bytes::Bytes>| Message {

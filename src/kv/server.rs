@@ -9,8 +9,8 @@ use super::zero_copy::ServerRv;
 use super::Key;
 use crate::error::Result;
 use crate::postoffice::{reply_meta, Customer, Postoffice, Route};
-use crate::rendezvous::HEAD_RV;
-use crate::wire::{KeyRef, Message, Node, NodeId};
+use crate::van::VanEvent;
+use crate::wire::{KeyRef, Message, Node, NodeId, Rendezvous};
 use std::marker::PhantomData;
 use std::mem::ManuallyDrop;
 use std::sync::Arc;
@@ -198,14 +198,18 @@ impl<V: Value> KVServer<V> {
                 app_id,
                 dtype: V::DTYPE,
             },
-            move |msg: Message| {
+            move |ev: VanEvent| {
+                let VanEvent::Message(msg) = ev else {
+                    tracing::warn!("a key-value server got a remote write; dropped");
+                    return;
+                };
                 let Served {
                     handler,
                     rv,
                     timeout,
                     ..
                 } = &mut served;
-                if msg.meta.head == HEAD_RV {
+                if msg.meta.rendezvous == Some(Rendezvous::Control) {
                     rv.serve(&po2, &**handler, msg);
                     return;
                 }

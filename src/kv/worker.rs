@@ -9,10 +9,11 @@ use super::value::Value;
 use super::{Key, Timestamp};
 use crate::error::{Error, Result};
 use crate::postoffice::{Customer, Postoffice, Route};
-use crate::rendezvous::{Dest, ReqAction, Requester, RvMessage, HEAD_RV, HEAD_RV_WRITE};
+use crate::rendezvous::{Dest, ReqAction, Requester, RvMessage};
 use crate::sync::lock;
 use crate::van::pool::PoolBuf;
-use crate::wire::{Command, KeyRef, Message, Meta, Node, NodeId};
+use crate::van::{RemoteWrite, VanEvent};
+use crate::wire::{KeyRef, Message, Meta, Node, NodeId, Rendezvous};
 use bytes::Bytes;
 use std::collections::HashMap;
 use std::marker::PhantomData;
@@ -213,7 +214,7 @@ impl<V: Value> KVWorker<V> {
                 app_id,
                 customer_id,
             },
-            move |msg| on_answer(&s, msg),
+            move |ev| on_event(&s, ev),
         ) {
             Ok(c) => c,
             Err(e) => {
@@ -327,11 +328,6 @@ impl<V: Value> KVWorker<V> {
             return Err(Error::InvalidArgument(
                 "a request must push, pull, or both".into(),
             ));
-        }
-        if cmd == HEAD_RV || cmd == HEAD_RV_WRITE {
-            return Err(Error::InvalidArgument(format!(
-                "command {cmd} is reserved for the rendezvous"
-            )));
         }
         if !push && !vals.is_empty() {
             return Err(Error::InvalidArgument("a pull carries no values".into()));
@@ -658,11 +654,7 @@ impl<V: Value> KVWorker<V> {
                 done,
             },
         );
-        let finished = drive(&self.shared, &mut st, actions);
-        drop(st);
-        for f in finished {
-            f.report();
-        }
+        finish(&self.shared, st, actions);
         Ok(index)
     }
 }
@@ -715,7 +707,7 @@ fn drive<V: Value>(
             }
             ReqAction::Send { to, msg } => {
                 let meta = Meta {
-                    head: HEAD_RV,
+                    rendezvous: Some(Rendezvous::Control),
                     app_id: shared.app_id,
                     customer_id: shared.customer_id,
                     recver: to,
@@ -762,79 +754,92 @@ fn drive<V: Value>(
     finished
 }
 
-/// A rendezvous answer (control message or emulated write) arrived on the customer thread.
-fn on_rendezvous<V: Value>(shared: &Shared<V>, msg: Message) {
-    let from = msg.meta.sender;
+/// An RDMA write of a rendezvous pull's content landed in its destination: nothing to copy.
+fn on_remote_write<V: Value>(shared: &Shared<V>, w: RemoteWrite) {
+    let RemoteWrite { from, imm, len } = w;
+    let len = u64::from(len);
     let mut st = lock(&shared.rv);
-    let actions = if msg.meta.command() == Some(Command::WriteImm) {
-        // An RDMA write landed in the destination itself: nothing to copy.
-        let imm = msg.meta.timestamp as u32;
-        let len: u64 = msg.meta.body.parse().unwrap_or(u64::MAX);
-        let crc = match (shared.po.config().data_validation, st.ops.get(&imm)) {
-            (true, Some(op)) if op.server == from => {
-                let (addr, cap) = match &op.target {
-                    Target::Owned(buf) => (buf.addr() as usize, buf.capacity_bytes()),
-                    Target::Borrowed { addr, cap, .. } => (*addr, *cap),
-                };
-                // SAFETY: the destination is ours while the request is outstanding (under this
-                // lock); `len` is checked against its capacity first.
-                (len as usize <= cap).then(|| {
-                    crc32c::crc32c(unsafe {
-                        std::slice::from_raw_parts(addr as *const u8, len as usize)
-                    })
+    let crc = match (shared.po.config().data_validation, st.ops.get(&imm)) {
+        (true, Some(op)) if op.server == from => {
+            let (addr, cap) = match &op.target {
+                Target::Owned(buf) => (buf.addr() as usize, buf.capacity_bytes()),
+                Target::Borrowed { addr, cap, .. } => (*addr, *cap),
+            };
+            // SAFETY: the destination is ours while the request is outstanding (under this
+            // lock); `len` is checked against its capacity first.
+            (len as usize <= cap).then(|| {
+                crc32c::crc32c(unsafe {
+                    std::slice::from_raw_parts(addr as *const u8, len as usize)
                 })
-            }
-            _ => None,
-        };
-        st.machine.on_write(from, imm, len, crc)
-    } else if msg.meta.head == HEAD_RV_WRITE {
-        let imm = msg
-            .data
-            .first()
-            .and_then(|b| <[u8; 4]>::try_from(&b[..]).ok())
-            .map(u32::from_le_bytes);
-        let (Some(imm), Some(content)) = (imm, msg.data.get(1)) else {
-            tracing::warn!(
-                "dropped a malformed rendezvous write from {}",
-                Node::describe(from)
-            );
-            return;
-        };
-        let len = content.len();
-        if let Some(op) = st.ops.get_mut(&imm) {
-            if op.server == from {
-                match &mut op.target {
-                    Target::Owned(buf) if len <= buf.capacity_bytes() => {
-                        buf.chunk_bytes_mut()[..len].copy_from_slice(content)
-                    }
-                    // SAFETY: the caller of pull_into holds this slice of `cap` bytes until its
-                    // request ends, which only happens under this lock.
-                    Target::Borrowed { addr, cap, .. } if len <= *cap => unsafe {
-                        std::ptr::copy_nonoverlapping(content.as_ptr(), *addr as *mut u8, len)
-                    },
-                    _ => {}
-                }
-            }
+            })
         }
-        let crc = shared
-            .po
-            .config()
-            .data_validation
-            .then(|| crc32c::crc32c(content));
-        st.machine.on_write(from, imm, len as u64, crc)
-    } else {
-        match msg.data.first().map(|b| RvMessage::decode(b)) {
-            Some(Ok(m)) => st.machine.on_message(from, m),
-            Some(Err(e)) => {
-                tracing::warn!(
-                    "dropped a rendezvous message from {}: {e}",
-                    Node::describe(from)
-                );
-                return;
-            }
-            None => return,
-        }
+        _ => None,
     };
+    let actions = st.machine.on_write(from, imm, len, crc);
+    finish(shared, st, actions);
+}
+
+/// A rendezvous pull's content arrived as a message (the van cannot write): copy it into the
+/// destination.
+fn on_content_message<V: Value>(shared: &Shared<V>, from: NodeId, imm: u32, content: &[u8]) {
+    let len = content.len();
+    let mut st = lock(&shared.rv);
+    if let Some(op) = st.ops.get_mut(&imm) {
+        if op.server == from {
+            match &mut op.target {
+                Target::Owned(buf) if len <= buf.capacity_bytes() => {
+                    buf.chunk_bytes_mut()[..len].copy_from_slice(content)
+                }
+                // SAFETY: the caller of pull_into holds this slice of `cap` bytes until its
+                // request ends, which only happens under this lock.
+                Target::Borrowed { addr, cap, .. } if len <= *cap => unsafe {
+                    std::ptr::copy_nonoverlapping(content.as_ptr(), *addr as *mut u8, len)
+                },
+                _ => {}
+            }
+        }
+    }
+    let crc = shared
+        .po
+        .config()
+        .data_validation
+        .then(|| crc32c::crc32c(content));
+    let actions = st.machine.on_write(from, imm, len as u64, crc);
+    finish(shared, st, actions);
+}
+
+/// A rendezvous message (META_DATA_RESPONSE, ERROR_STATUS, …) or content message arrived.
+fn on_rendezvous<V: Value>(shared: &Shared<V>, msg: Message, kind: Rendezvous) {
+    let from = msg.meta.sender;
+    let Some(frame) = msg.data.first() else {
+        tracing::warn!(
+            "dropped a rendezvous message without a body from {}",
+            Node::describe(from)
+        );
+        return;
+    };
+    match kind {
+        Rendezvous::Write { imm } => on_content_message(shared, from, imm, frame),
+        Rendezvous::Control => match RvMessage::decode(frame) {
+            Ok(m) => {
+                let mut st = lock(&shared.rv);
+                let actions = st.machine.on_message(from, m);
+                finish(shared, st, actions);
+            }
+            Err(e) => tracing::warn!(
+                "dropped a rendezvous message from {}: {e}",
+                Node::describe(from)
+            ),
+        },
+    }
+}
+
+/// Drives the requester's `actions`, then reports the pulls that ended, outside the lock.
+fn finish<V: Value>(
+    shared: &Shared<V>,
+    mut st: MutexGuard<'_, RvState<V>>,
+    actions: Vec<ReqAction>,
+) {
     let finished = drive(shared, &mut st, actions);
     drop(st);
     for f in finished {
@@ -937,14 +942,18 @@ enum Outcome {
     },
 }
 
-fn on_answer<V: Value>(shared: &Shared<V>, msg: Message) {
-    if msg.meta.head == HEAD_RV
-        || msg.meta.head == HEAD_RV_WRITE
-        || msg.meta.command() == Some(Command::WriteImm)
-    {
-        on_rendezvous(shared, msg);
-        return;
+/// An event for this worker's customer: a server's answer, or rendezvous traffic.
+fn on_event<V: Value>(shared: &Shared<V>, ev: VanEvent) {
+    match ev {
+        VanEvent::RemoteWrite(w) => on_remote_write(shared, w),
+        VanEvent::Message(msg) => match msg.meta.rendezvous {
+            Some(kind) => on_rendezvous(shared, msg, kind),
+            None => on_answer(shared, msg),
+        },
     }
+}
+
+fn on_answer<V: Value>(shared: &Shared<V>, msg: Message) {
     let (ts, from) = (msg.meta.timestamp, msg.meta.sender);
     let server = Node::rank_of(from);
     if let Some(KeyRef::Unknown { .. }) = msg.meta.keys {

@@ -21,10 +21,10 @@ use super::value::Value;
 use super::Key;
 use crate::postoffice::{reply_meta, Postoffice};
 use crate::rendezvous::responder::Lookup;
-use crate::rendezvous::{RespAction, Responder, RvMessage, TensorMeta, HEAD_RV, HEAD_RV_WRITE};
+use crate::rendezvous::{RespAction, Responder, RvMessage, TensorMeta};
 use crate::sync::lock;
 use crate::van::WriteSource;
-use crate::wire::{Message, Meta, Node, NodeId};
+use crate::wire::{Message, Meta, Node, NodeId, Rendezvous};
 use bytes::Bytes;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
@@ -227,7 +227,7 @@ impl ServerRv {
         content: &[u8],
         w: WriteTo,
     ) -> bool {
-        if po.config().van != crate::config::VanType::Rdma || content.is_empty() {
+        if !po.can_write(w.to) || content.is_empty() {
             return false;
         }
         let at = content.as_ptr() as usize;
@@ -242,9 +242,9 @@ impl ServerRv {
         written(po.write_imm(w.to, src, w.addr, w.rkey, w.imm), w.to)
     }
 
-    /// Carries out the responder's actions: control messages as `HEAD_RV` answers; content as
-    /// an RDMA write or, when the van cannot write, as a `HEAD_RV_WRITE` answer holding the
-    /// immediate and the content.
+    /// Carries out the responder's actions: control messages as [`Rendezvous::Control`] answers;
+    /// content as an RDMA write or, when the van cannot write, as a [`Rendezvous::Write`] answer
+    /// holding the content.
     fn run_actions<V: Value>(
         &mut self,
         po: &Postoffice,
@@ -256,7 +256,7 @@ impl ServerRv {
             let mut meta = reply_meta(req);
             let (to, data) = match a {
                 RespAction::Send { to, msg } => {
-                    meta.head = HEAD_RV;
+                    meta.rendezvous = Some(Rendezvous::Control);
                     (to, vec![Bytes::from(msg.encode())])
                 }
                 RespAction::WriteStored {
@@ -279,14 +279,8 @@ impl ServerRv {
                     if self.write_stored(po, handler, content, w) {
                         continue;
                     }
-                    meta.head = HEAD_RV_WRITE;
-                    (
-                        to,
-                        vec![
-                            Bytes::copy_from_slice(&imm.to_le_bytes()),
-                            Bytes::copy_from_slice(content),
-                        ],
-                    )
+                    meta.rendezvous = Some(Rendezvous::Write { imm });
+                    (to, vec![Bytes::copy_from_slice(content)])
                 }
                 RespAction::WriteClone {
                     to,
@@ -301,11 +295,11 @@ impl ServerRv {
                         rkey,
                         imm,
                     };
-                    if po.config().van == crate::config::VanType::Rdma && write_copy(po, &data, w) {
+                    if po.can_write(to) && write_copy(po, &data, w) {
                         continue;
                     }
-                    meta.head = HEAD_RV_WRITE;
-                    (to, vec![Bytes::copy_from_slice(&imm.to_le_bytes()), data])
+                    meta.rendezvous = Some(Rendezvous::Write { imm });
+                    (to, vec![data])
                 }
             };
             meta.recver = to;

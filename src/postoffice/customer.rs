@@ -2,11 +2,12 @@
 
 use super::Postoffice;
 use crate::error::Result;
-use crate::wire::{DType, Message};
+use crate::van::VanEvent;
+use crate::wire::DType;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-/// Where the postoffice delivers a data message.
+/// Where the postoffice delivers a data message (or a remote write, by its immediate slot).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Route {
     /// Requests of application `app_id` whose values are of `dtype` (a `KVServer<V>`).
@@ -25,8 +26,9 @@ pub enum Route {
     },
 }
 
-/// Runs `handle` on its own thread for every message of its route, in arrival order. Dropping it
-/// unregisters the route and joins the thread.
+/// Runs `handle` on its own thread for every event of its route (data messages, and the remote
+/// writes whose immediate names the route's slot), in arrival order. Dropping it unregisters the
+/// route and joins the thread.
 pub struct Customer {
     po: Arc<Postoffice>,
     route: Route,
@@ -41,15 +43,15 @@ impl Customer {
     pub fn new(
         po: &Arc<Postoffice>,
         route: Route,
-        mut handle: impl FnMut(Message) + Send + 'static,
+        mut handle: impl FnMut(VanEvent) + Send + 'static,
     ) -> Result<Customer> {
-        let (tx, rx) = crossbeam_channel::unbounded::<Message>();
+        let (tx, rx) = crossbeam_channel::unbounded::<VanEvent>();
         po.register(route, tx)?;
         let thread = std::thread::Builder::new()
             .name(format!("customer-{route:?}"))
             .spawn(move || {
-                for msg in rx {
-                    handle(msg);
+                for ev in rx {
+                    handle(ev);
                 }
             })
             .map_err(|e| crate::Error::Van(format!("cannot start a customer thread: {e}")))?;

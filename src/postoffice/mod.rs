@@ -20,7 +20,7 @@ use crate::config::{Config, VanType};
 use crate::error::{Error, Result};
 use crate::sync::lock;
 use crate::van::pool::MemoryPool;
-use crate::van::{zmq::ZmqVan, Van};
+use crate::van::{zmq::ZmqVan, RemoteWrite, Van, VanEvent};
 use crate::wire::{Command, Control, Message, Meta, Node, NodeId, Role};
 use barrier::{BarrierBook, Outcome};
 use crossbeam_channel::Sender;
@@ -53,7 +53,7 @@ const PARK: Duration = Duration::from_secs(5);
 
 #[derive(Default)]
 struct Routes {
-    open: HashMap<Route, Sender<Message>>,
+    open: HashMap<Route, Sender<VanEvent>>,
     parked: Vec<(Instant, Route, Message)>,
 }
 
@@ -325,7 +325,7 @@ impl Postoffice {
     }
 
     /// Reserves an immediate slot for `route`: remote writes whose immediate has this slot in
-    /// its top 8 bits are delivered to `route` as [`Command::WriteImm`] events. Slots 0–254.
+    /// its top 8 bits are delivered to `route` as [`VanEvent::RemoteWrite`]s. Slots 0–254.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] when all 255 slots are taken.
@@ -343,6 +343,11 @@ impl Postoffice {
     /// Frees an immediate slot.
     pub fn release_imm_slot(&self, slot: u8) {
         lock(&self.imm_slots).remove(&slot);
+    }
+
+    /// Whether the van can write into `to`'s registered memory (see [`Van::can_write`]).
+    pub(crate) fn can_write(&self, to: NodeId) -> bool {
+        self.van.can_write(to)
     }
 
     /// RDMA WRITE WITH IMMEDIATE through the van (see [`Van::write_imm`]); `Ok(false)` when the
@@ -416,7 +421,7 @@ impl Postoffice {
         )
     }
 
-    pub(crate) fn register(&self, route: Route, tx: Sender<Message>) -> Result<()> {
+    pub(crate) fn register(&self, route: Route, tx: Sender<VanEvent>) -> Result<()> {
         let mut routes = lock(&self.routes);
         if routes.open.contains_key(&route) {
             return Err(Error::InvalidArgument(format!(
@@ -427,7 +432,7 @@ impl Postoffice {
         let parked = std::mem::take(&mut routes.parked);
         for (at, r, msg) in parked {
             if r == route {
-                let _ = tx.send(msg);
+                let _ = tx.send(VanEvent::Message(msg));
             } else {
                 routes.parked.push((at, r, msg));
             }
@@ -547,11 +552,12 @@ impl Postoffice {
                 return;
             }
             match po.van.recv(RECV_TICK) {
-                Ok(Some(msg)) => {
+                Ok(Some(VanEvent::Message(msg))) => {
                     po.received_bytes
                         .fetch_add(msg.data_bytes() as u64, Ordering::Relaxed);
                     po.process(msg)
                 }
+                Ok(Some(VanEvent::RemoteWrite(w))) => po.deliver_write(w),
                 Ok(None) => {}
                 Err(Error::Wire(e)) => tracing::warn!("dropped a message: {e}"),
                 Err(Error::Stopped) => return,
@@ -624,19 +630,6 @@ impl Postoffice {
                 let _ = self.send(Message::new(meta));
             }
             (Command::Heartbeat, false, false) => {}
-            (Command::WriteImm, _, _) => {
-                let slot = (msg.meta.timestamp as u32 >> 24) as u8;
-                let route = lock(&self.imm_slots).get(&slot).copied();
-                match route.and_then(|r| lock(&self.routes).open.get(&r).cloned()) {
-                    Some(tx) => {
-                        let _ = tx.send(msg);
-                    }
-                    None => tracing::warn!(
-                        "dropped a remote write with immediate {:#x}: no customer",
-                        msg.meta.timestamp as u32
-                    ),
-                }
-            }
             (Command::Terminate, _, _) => {
                 self.stopped.store(true, Ordering::Release);
                 self.cv.notify_all();
@@ -645,6 +638,22 @@ impl Postoffice {
                 "dropped an unexpected {cmd:?} {} from {}",
                 if request { "request" } else { "answer" },
                 Node::describe(msg.meta.sender)
+            ),
+        }
+    }
+
+    /// Hands a remote write to the customer whose slot its immediate names (top 8 bits).
+    fn deliver_write(&self, w: RemoteWrite) {
+        let slot = (w.imm >> 24) as u8;
+        let route = lock(&self.imm_slots).get(&slot).copied();
+        match route.and_then(|r| lock(&self.routes).open.get(&r).cloned()) {
+            Some(tx) => {
+                let _ = tx.send(VanEvent::RemoteWrite(w));
+            }
+            None => tracing::warn!(
+                "dropped a remote write with immediate {:#x} from {}: no customer",
+                w.imm,
+                Node::describe(w.from)
             ),
         }
     }
@@ -665,7 +674,7 @@ impl Postoffice {
         let mut routes = lock(&self.routes);
         match routes.open.get(&route) {
             Some(tx) => {
-                if tx.send(msg).is_err() {
+                if tx.send(VanEvent::Message(msg)).is_err() {
                     tracing::debug!("customer of {route:?} has gone; message dropped");
                 }
             }

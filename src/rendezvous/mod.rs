@@ -8,10 +8,13 @@
 //! META_DATA_RESPONSE (one extra round trip: cache update, reallocation, TENSOR_RE_REQUEST).
 //! ERROR_STATUS carries a server-side failure back.
 //!
-//! Both sides are sans-IO state machines ([`Requester`], [`Responder`]); the vans execute their
-//! actions. On the ZMQ van a "write" is a data message carrying the immediate and the content,
-//! copied into the destination; on the RDMA van it will be an RDMA WRITE WITH IMMEDIATE into the
-//! registered pool ([`crate::van::pool`]).
+//! Both sides are sans-IO state machines ([`Requester`], [`Responder`]); the key-value layer
+//! carries out their actions (it owns the destination buffers and the stored values). Their
+//! messages travel as data messages marked [`crate::wire::Rendezvous::Control`]; a content write
+//! is an RDMA WRITE WITH IMMEDIATE into the registered pool ([`crate::van::pool`]) where the van
+//! can write ([`crate::van::Van::can_write`]), which the receiving van reports as a
+//! [`crate::van::VanEvent::RemoteWrite`]; elsewhere it is a message marked
+//! [`crate::wire::Rendezvous::Write`] whose content is copied into the destination.
 //!
 //! Immediates: a content write carries its request index; `0xFFFFFFFF` (control message) and
 //! `0xFFFFFFFE` (ACK) are reserved as in the seed and never used as request indices.
@@ -28,12 +31,6 @@ pub use responder::{RespAction, Responder};
 pub const RESERVED_IMM_MESSAGE: u32 = 0xFFFF_FFFF;
 /// Immediate of an ACK write (reserved, never a request index).
 pub const RESERVED_IMM_ACK: u32 = 0xFFFF_FFFE;
-
-/// `Meta::head` of a rendezvous control message on the ZMQ van (frame 0: bincode [`RvMessage`]).
-pub const HEAD_RV: i32 = -0x5256;
-/// `Meta::head` of an emulated content write on the ZMQ van (frame 0: the immediate, u32 LE;
-/// frame 1: the content).
-pub const HEAD_RV_WRITE: i32 = -0x5257;
 
 /// ERROR_STATUS code: the server's handler cannot show its values.
 pub const ERR_NOT_SERVED: u32 = 1;

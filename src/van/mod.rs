@@ -36,12 +36,13 @@ pub trait Van: Send + Sync {
     /// message within the send deadline (`PS_TIMEOUT`).
     fn send(&self, msg: Message) -> Result<usize>;
 
-    /// Waits up to `timeout` for the next message. `Ok(None)` when none arrived.
+    /// Waits up to `timeout` for the next event: a message, or a peer's remote write that
+    /// landed in this node's registered memory. `Ok(None)` when none arrived.
     ///
     /// # Errors
     /// [`crate::Error::Wire`] for a malformed message (the caller drops it and keeps receiving);
     /// [`crate::Error::Van`] when the transport failed.
-    fn recv(&self, timeout: Duration) -> Result<Option<Message>>;
+    fn recv(&self, timeout: Duration) -> Result<Option<VanEvent>>;
 
     /// Closes every socket; pending sends are given a short linger.
     fn stop(&self);
@@ -74,11 +75,18 @@ pub trait Van: Send + Sync {
     /// Ends the registrations that start at `addr` (no write may be in flight from or to it).
     fn deregister_memory(&self, _addr: usize) {}
 
+    /// Whether this van can write into node `to`'s registered memory
+    /// ([`write_imm`](Self::write_imm)): an RDMA van with a QP to `to`. Even then a write may
+    /// be declined (`Ok(false)`), e.g. before the QP is connected.
+    fn can_write(&self, _to: NodeId) -> bool {
+        false
+    }
+
     /// RDMA WRITE WITH IMMEDIATE of `src` to `addr`/`rkey` on node `to` (TF contrib/verbs'
     /// content write; the immediate names the request). The van drops `src.hold` once the write
     /// completed (or was flushed), not before. The receiver's van raises a
-    /// [`crate::wire::Command::WriteImm`] event. `Ok(false)`: this van cannot write to that
-    /// node (the caller sends the content as a message instead).
+    /// [`VanEvent::RemoteWrite`]. `Ok(false)`: this van cannot write to that node now (the
+    /// caller sends the content as a message instead).
     ///
     /// # Errors
     /// [`crate::Error::Van`] when the write cannot be posted.
@@ -97,6 +105,27 @@ pub trait Van: Send + Sync {
     fn abort(&self) {
         self.stop()
     }
+}
+
+/// What a van's [`Van::recv`] returns.
+#[derive(Debug)]
+pub enum VanEvent {
+    /// A message from a peer.
+    Message(Message),
+    /// A peer's RDMA WRITE WITH IMMEDIATE landed in this node's registered memory.
+    RemoteWrite(RemoteWrite),
+}
+
+/// A remote write that landed (the receive completion of a WRITE WITH IMMEDIATE): who wrote,
+/// the immediate it carried, and how many bytes it wrote.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RemoteWrite {
+    /// The writing node.
+    pub from: NodeId,
+    /// The write's 32-bit immediate (for a rendezvous content write: slot and request index).
+    pub imm: u32,
+    /// Bytes written (the completion's byte count).
+    pub len: u32,
 }
 
 /// The keys of registered memory (an RDMA memory region): `lkey` for local access (a write's

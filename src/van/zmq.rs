@@ -3,7 +3,7 @@
 //! payloads move without a user-space copy in either direction (`zmq_msg_init_data` over the
 //! frame's `Bytes` on send, the received `zmq_msg_t` kept as the frame's storage on receive).
 
-use super::Van;
+use super::{Van, VanEvent};
 use crate::error::{Error, Result};
 use crate::wire::{decode_frames, encode_meta, Message, Node, NodeId};
 use bytes::Bytes;
@@ -192,7 +192,7 @@ impl Van for ZmqVan {
         Ok(total)
     }
 
-    fn recv(&self, timeout: Duration) -> Result<Option<Message>> {
+    fn recv(&self, timeout: Duration) -> Result<Option<VanEvent>> {
         let guard = self.receiver.lock().map_err(|_| Error::Stopped)?;
         let sock = guard.as_ref().ok_or(Error::Stopped)?;
         let ms = timeout.as_millis().min(i64::MAX as u128) as i64;
@@ -212,7 +212,7 @@ impl Van for ZmqVan {
         }
         // Frame 0 is the ROUTER's peer identity.
         frames.remove(0);
-        Ok(Some(decode_frames(frames)?))
+        Ok(Some(VanEvent::Message(decode_frames(frames)?)))
     }
 
     fn abort(&self) {

@@ -47,9 +47,6 @@ pub enum WireError {
         /// Bytes that arrived.
         got: usize,
     },
-    /// A command only the local van may raise arrived from the network.
-    #[error("malformed message: {0} is raised by the local van, never sent")]
-    LocalOnly(&'static str),
     /// A payload frame exceeds [`MAX_FRAME_BYTES`].
     #[error("malformed message: data frame {index} of {len} bytes exceeds the limit of {MAX_FRAME_BYTES}")]
     FrameTooLarge {
@@ -106,9 +103,6 @@ pub fn decode_frames(mut frames: Vec<Bytes>) -> Result<Message, WireError> {
     if used != head.len() {
         return Err(WireError::TrailingBytes(head.len() - used));
     }
-    if meta.command() == Some(super::Command::WriteImm) {
-        return Err(WireError::LocalOnly("WRITE_IMM"));
-    }
     if meta.frame_lens.len() != data.len() {
         return Err(WireError::FrameCount {
             announced: meta.frame_lens.len(),
@@ -157,6 +151,7 @@ mod tests {
                     digest: 0xfeed,
                     evict: vec![1, 2],
                 }),
+                rendezvous: Some(crate::wire::Rendezvous::Write { imm: 0x0100_0007 }),
                 control: Some(Control {
                     cmd: Some(Command::AddNode),
                     nodes: vec![Node {
@@ -269,22 +264,6 @@ mod tests {
                 index: 0,
                 len: MAX_FRAME_BYTES + 1
             }
-        );
-    }
-
-    #[test]
-    fn local_only_commands_are_refused_from_the_network() {
-        let mut msg = Message::new(Meta {
-            control: Some(Control {
-                cmd: Some(Command::WriteImm),
-                ..Control::default()
-            }),
-            ..Meta::default()
-        });
-        let frames = frames_of(&mut msg);
-        assert_eq!(
-            decode_frames(frames).unwrap_err().to_string(),
-            "malformed message: WRITE_IMM is raised by the local van, never sent"
         );
     }
 

@@ -3,9 +3,7 @@
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
-/// A node id: scheduler 1; server rank r → 8 + 2r; worker rank r → 9 + 2r (ps-lite's scheme).
-/// Groups use the ids 1 (scheduler), 2 (servers), 4 (workers) and their sums.
-pub type NodeId = i32;
+use super::ids::NodeId;
 
 /// The role of a process in the cluster (`DMLC_ROLE`).
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
@@ -61,37 +59,6 @@ pub struct Node {
     pub requested_rank: Option<u32>,
 }
 
-impl Node {
-    /// The rank of a server or worker id (`(id - 8) / 2` or `(id - 9) / 2`); 0 for the scheduler.
-    pub fn rank_of(id: NodeId) -> usize {
-        if id >= 8 {
-            ((id - 8) / 2) as usize
-        } else {
-            0
-        }
-    }
-
-    /// The id of server rank `r`.
-    pub fn server_id(rank: usize) -> NodeId {
-        8 + 2 * rank as NodeId
-    }
-
-    /// The id of worker rank `r`.
-    pub fn worker_id(rank: usize) -> NodeId {
-        9 + 2 * rank as NodeId
-    }
-
-    /// A readable name for a node id: "scheduler", "server rank 1 (id 10)", "worker rank 0 (id 9)".
-    pub fn describe(id: NodeId) -> String {
-        match id {
-            1 => "scheduler (id 1)".to_string(),
-            id if id >= 8 && id % 2 == 0 => format!("server rank {} (id {id})", Node::rank_of(id)),
-            id if id >= 9 => format!("worker rank {} (id {id})", Node::rank_of(id)),
-            id => format!("node {id}"),
-        }
-    }
-}
-
 /// Control commands (ps-lite `Control::Command`). A message without a control command is data.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Command {
@@ -105,9 +72,6 @@ pub enum Command {
     Heartbeat,
     /// Van bootstrap between two peers (the RDMA van's QP exchange); frame 0 is van-specific.
     VanConnect,
-    /// A remote RDMA WRITE WITH IMMEDIATE landed in this node's registered memory (raised by the
-    /// van, never sent): `timestamp` holds the immediate, `body` the byte count.
-    WriteImm,
 }
 
 /// A control message's body.
@@ -205,6 +169,21 @@ pub enum KeyRef {
     AsRequested,
 }
 
+/// How a message takes part in the zero-copy rendezvous (TF contrib/verbs; see
+/// `crate::rendezvous`), if it does.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Rendezvous {
+    /// Frame 0 is an encoded rendezvous message (TENSOR_REQUEST, META_DATA_RESPONSE,
+    /// TENSOR_RE_REQUEST, ERROR_STATUS).
+    Control,
+    /// A content write sent as a message, because the van cannot write to the receiver (the
+    /// ZMQ van): frame 0 is the content, `imm` the immediate the write would have carried.
+    Write {
+        /// The write's immediate (the request index).
+        imm: u32,
+    },
+}
+
 /// The message header (ps-lite `Meta`). Bincode-encoded as frame 0.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 pub struct Meta {
@@ -228,7 +207,7 @@ pub struct Meta {
     pub pull: bool,
     /// Element type of the values frame.
     pub dtype: DType,
-    /// Free text for application commands.
+    /// Free text for application commands (no layer below the application reads it).
     pub body: String,
     /// Set on an answer whose request failed: the receiver's error text.
     pub error: Option<String>,
@@ -236,6 +215,9 @@ pub struct Meta {
     pub control: Option<Control>,
     /// Key caching: how the keys frame refers to the key list; `None`: frame 0 holds the keys.
     pub keys: Option<KeyRef>,
+    /// Set on rendezvous traffic, which goes to the customer's rendezvous driver, not to the
+    /// application; `head` stays the application's.
+    pub rendezvous: Option<Rendezvous>,
     /// Byte length of each payload frame that follows.
     pub frame_lens: Vec<u64>,
 }

@@ -8,10 +8,12 @@
 //! is detected before anything reads it.
 
 mod codec;
+mod ids;
 mod meta;
 
 pub use codec::{decode_frames, encode_meta, WireError, MAX_FRAME_BYTES, MAX_META_BYTES};
-pub use meta::{Command, Control, DType, KeyRef, Meta, Node, NodeId, Role};
+pub use ids::{NodeId, SCHEDULER};
+pub use meta::{Command, Control, DType, KeyRef, Meta, Node, Rendezvous, Role};
 
 use bytes::Bytes;
 

@@ -25,7 +25,7 @@ use crate::sync::lock;
 use crate::van::ring::{
     fragments, min_record, RingReceiver, RingSender, FLAG_MORE, FLAG_PAD, HEADER,
 };
-use crate::van::{zmq::ZmqVan, Registration, Van, WriteSource};
+use crate::van::{zmq::ZmqVan, Registration, RemoteWrite, Van, VanEvent, WriteSource};
 use crate::wire::{
     decode_frames, encode_meta, Command, Control, Message, Meta, Node, NodeId, MAX_META_BYTES,
 };
@@ -468,7 +468,7 @@ struct Inner {
     dev: Device,
     early: Mutex<HashMap<NodeId, Endpoint>>,
     me: AtomicI32,
-    tx: Sender<Result<Message>>,
+    tx: Sender<Result<VanEvent>>,
     stop: AtomicBool,
     send_timeout: Duration,
 }
@@ -476,7 +476,7 @@ struct Inner {
 /// The RDMA van. See the module docs.
 pub struct RdmaVan {
     inner: Arc<Inner>,
-    rx: Receiver<Result<Message>>,
+    rx: Receiver<Result<VanEvent>>,
     threads: Mutex<Vec<JoinHandle<()>>>,
 }
 
@@ -499,11 +499,6 @@ fn wc_status_text(s: u32) -> String {
         _ => "error",
     };
     format!("WC status {s} ({t})")
-}
-
-/// Whether two node ids are a worker↔server pair (the only pairs that get QPs).
-fn is_pair(a: NodeId, b: NodeId) -> bool {
-    a >= 8 && b >= 8 && (a - b) % 2 != 0
 }
 
 impl RdmaVan {
@@ -855,18 +850,11 @@ impl Inner {
                 } else {
                     // A write straight into registered memory (a rendezvous content write): the
                     // postoffice routes it by the immediate's slot.
-                    let meta = Meta {
-                        sender: c.peer,
-                        recver: self.me.load(Ordering::Acquire),
-                        timestamp: imm as i32,
-                        body: byte_len.to_string(),
-                        control: Some(Control {
-                            cmd: Some(Command::WriteImm),
-                            ..Control::default()
-                        }),
-                        ..Meta::default()
-                    };
-                    let _ = self.tx.send(Ok(Message::new(meta)));
+                    let _ = self.tx.send(Ok(VanEvent::RemoteWrite(RemoteWrite {
+                        from: c.peer,
+                        imm,
+                        len: byte_len,
+                    })));
                 }
                 let reposted = {
                     let mut qp = lock(&c.qp);
@@ -1000,18 +988,22 @@ impl Inner {
             w
         };
         drop(st);
-        let _ = self.tx.send(uncontainer(Bytes::from(whole)));
+        let _ = self
+            .tx
+            .send(uncontainer(Bytes::from(whole)).map(VanEvent::Message));
     }
 
     /// Forwards ZMQ traffic (scheduler control, pre-QP messages) and handles QP bootstraps.
     fn zmq_loop(self: Arc<Self>) {
         while !self.stop.load(Ordering::Acquire) {
             match self.zmq.recv(Duration::from_millis(100)) {
-                Ok(Some(msg)) if msg.meta.command() == Some(Command::VanConnect) => {
+                Ok(Some(VanEvent::Message(msg)))
+                    if msg.meta.command() == Some(Command::VanConnect) =>
+                {
                     self.on_bootstrap(&msg)
                 }
-                Ok(Some(msg)) => {
-                    let _ = self.tx.send(Ok(msg));
+                Ok(Some(ev)) => {
+                    let _ = self.tx.send(Ok(ev));
                 }
                 Ok(None) => {}
                 Err(Error::Stopped) => return,
@@ -1047,7 +1039,7 @@ impl Van for RdmaVan {
         let inner = &self.inner;
         inner.zmq.connect(id, host, port)?;
         let me = inner.me.load(Ordering::Acquire);
-        if !is_pair(me, id) || inner.chan(id).is_some() {
+        if !Node::is_worker_server_pair(me, id) || inner.chan(id).is_some() {
             return Ok(());
         }
         let c = inner.create_channel(id)?;
@@ -1085,7 +1077,7 @@ impl Van for RdmaVan {
         }
     }
 
-    fn recv(&self, timeout: Duration) -> Result<Option<Message>> {
+    fn recv(&self, timeout: Duration) -> Result<Option<VanEvent>> {
         match self.rx.recv_timeout(timeout) {
             Ok(Ok(m)) => Ok(Some(m)),
             Ok(Err(e)) => Err(e),
@@ -1138,6 +1130,10 @@ impl Van for RdmaVan {
 
     fn deregister_memory(&self, addr: usize) {
         lock(&self.inner.mrs).retain(|(a, _)| *a != addr);
+    }
+
+    fn can_write(&self, to: NodeId) -> bool {
+        self.inner.chan(to).is_some()
     }
 
     fn write_imm(

@@ -1,0 +1,89 @@
+//! Node ids and their arithmetic, in one place (ps-lite `postoffice.h`: `WorkerRankToID`,
+//! `ServerRankToID`, `IDtoRank`): the scheduler is 1; server rank r is 8 + 2r; worker rank r is
+//! 9 + 2r. Groups use the ids 1 (scheduler), 2 (servers), 4 (workers) and their sums.
+
+use super::meta::{Node, Role};
+
+/// A node id (see the module docs); -1 before the scheduler assigned one.
+pub type NodeId = i32;
+
+/// The scheduler's node id.
+pub const SCHEDULER: NodeId = 1;
+
+impl Node {
+    /// The rank of a server or worker id (`(id - 8) / 2` or `(id - 9) / 2`); 0 for the scheduler.
+    pub fn rank_of(id: NodeId) -> usize {
+        if id >= 8 {
+            ((id - 8) / 2) as usize
+        } else {
+            0
+        }
+    }
+
+    /// The id of server rank `r`.
+    pub fn server_id(rank: usize) -> NodeId {
+        8 + 2 * rank as NodeId
+    }
+
+    /// The id of worker rank `r`.
+    pub fn worker_id(rank: usize) -> NodeId {
+        9 + 2 * rank as NodeId
+    }
+
+    /// The role an id belongs to; `None` for an id no node has (0, 2–7, negative: groups and
+    /// temporary ids).
+    pub fn role_of(id: NodeId) -> Option<Role> {
+        match id {
+            SCHEDULER => Some(Role::Scheduler),
+            id if id >= 8 && id % 2 == 0 => Some(Role::Server),
+            id if id >= 9 => Some(Role::Worker),
+            _ => None,
+        }
+    }
+
+    /// Whether `a` and `b` are a worker and a server (either way round): the only pairs that
+    /// exchange key-value traffic, and so the only pairs the RDMA van gives QPs.
+    pub fn is_worker_server_pair(a: NodeId, b: NodeId) -> bool {
+        matches!(
+            (Node::role_of(a), Node::role_of(b)),
+            (Some(Role::Server), Some(Role::Worker)) | (Some(Role::Worker), Some(Role::Server))
+        )
+    }
+
+    /// A readable name for a node id: "scheduler (id 1)", "server rank 1 (id 10)", "worker rank
+    /// 0 (id 9)", "node -1".
+    pub fn describe(id: NodeId) -> String {
+        match Node::role_of(id) {
+            Some(Role::Scheduler) => "scheduler (id 1)".to_string(),
+            Some(r) => format!("{r} rank {} (id {id})", Node::rank_of(id)),
+            None => format!("node {id}"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_ranks_and_roles_agree() {
+        for r in 0..100 {
+            let (s, w) = (Node::server_id(r), Node::worker_id(r));
+            assert_eq!((Node::rank_of(s), Node::rank_of(w)), (r, r));
+            assert_eq!(Node::role_of(s), Some(Role::Server));
+            assert_eq!(Node::role_of(w), Some(Role::Worker));
+            assert!(Node::is_worker_server_pair(s, w) && Node::is_worker_server_pair(w, s));
+            assert!(!Node::is_worker_server_pair(s, Node::server_id(r + 1)));
+            assert!(!Node::is_worker_server_pair(w, Node::worker_id(r + 1)));
+            assert!(!Node::is_worker_server_pair(SCHEDULER, w));
+        }
+        assert_eq!(Node::role_of(SCHEDULER), Some(Role::Scheduler));
+        for id in [-1000, -1, 0, 2, 4, 7] {
+            assert_eq!(Node::role_of(id), None, "id {id}");
+        }
+        assert_eq!(Node::describe(1), "scheduler (id 1)");
+        assert_eq!(Node::describe(10), "server rank 1 (id 10)");
+        assert_eq!(Node::describe(9), "worker rank 0 (id 9)");
+        assert_eq!(Node::describe(-1), "node -1");
+    }
+}
