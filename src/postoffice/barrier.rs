@@ -1,7 +1,7 @@
 //! The scheduler's book of open barriers: who arrived, who is missing, when it expires.
 //! Sans-IO: the postoffice feeds arrivals and clock ticks and sends what this returns.
 
-use crate::wire::{Node, NodeId};
+use crate::wire::{BarrierFailure, Node, NodeId};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
@@ -18,8 +18,17 @@ pub struct Outcome {
     pub group: i32,
     /// Nodes to answer.
     pub release: Vec<NodeId>,
-    /// `None`: the barrier completed; `Some(text)`: it failed, the text names the missing nodes.
-    pub error: Option<String>,
+    /// `None`: the barrier completed; else why it failed.
+    pub failure: Option<Failure>,
+}
+
+/// A failed barrier: the kind (sent typed) and a text naming the nodes at fault.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Failure {
+    /// Why it failed.
+    pub kind: BarrierFailure,
+    /// What to tell the members, naming the missing, lost or stray nodes.
+    pub text: String,
 }
 
 /// Open barriers by group.
@@ -51,10 +60,13 @@ impl BarrierBook {
             return Some(Outcome {
                 group,
                 release: vec![node],
-                error: Some(format!(
-                    "{} asked for a barrier of group {group}, which does not include it",
-                    Node::describe(node)
-                )),
+                failure: Some(Failure {
+                    kind: BarrierFailure::NotMember,
+                    text: format!(
+                        "{} asked for a barrier of group {group}, which does not include it",
+                        Node::describe(node)
+                    ),
+                }),
             });
         }
         let open = self.open.entry(group).or_insert_with(|| Open {
@@ -68,7 +80,7 @@ impl BarrierBook {
             return Some(Outcome {
                 group,
                 release: open.members.into_iter().collect(),
-                error: None,
+                failure: None,
             });
         }
         None
@@ -88,25 +100,31 @@ impl BarrierBook {
                 .copied()
                 .filter(|m| lost.contains(m))
                 .collect();
-            let error = if !dead.is_empty() {
-                Some(format!(
-                    "barrier of group {group} cannot complete: lost {}",
-                    names(dead)
-                ))
+            let failure = if !dead.is_empty() {
+                Some(Failure {
+                    kind: BarrierFailure::Lost,
+                    text: format!(
+                        "barrier of group {group} cannot complete: lost {}",
+                        names(dead)
+                    ),
+                })
             } else if open.deadline.is_some_and(|d| now >= d) {
-                Some(format!(
-                    "barrier of group {group}: no answer from {}",
-                    names(missing)
-                ))
+                Some(Failure {
+                    kind: BarrierFailure::Timeout,
+                    text: format!(
+                        "barrier of group {group}: no answer from {}",
+                        names(missing)
+                    ),
+                })
             } else {
                 None
             };
-            if let Some(error) = error {
+            if let Some(failure) = failure {
                 if let Some(open) = self.open.remove(&group) {
                     out.push(Outcome {
                         group,
                         release: open.arrived.into_iter().collect(),
-                        error: Some(error),
+                        failure: Some(failure),
                     });
                 }
             }
@@ -133,7 +151,7 @@ mod tests {
         );
         let done = b.arrive(7, 1, &members, None, now).expect("complete");
         assert_eq!(done.release, vec![1, 8, 9]);
-        assert_eq!(done.error, None);
+        assert_eq!(done.failure, None);
     }
 
     #[test]
@@ -148,9 +166,11 @@ mod tests {
         let out = b.check(t0 + Duration::from_secs(5), &BTreeSet::new());
         assert_eq!(out.len(), 1);
         assert_eq!(out[0].release, vec![9]);
+        let f = out[0].failure.as_ref().expect("failed");
+        assert_eq!(f.kind, BarrierFailure::Timeout);
         assert_eq!(
-            out[0].error.as_deref(),
-            Some("barrier of group 4: no answer from worker rank 1 (id 11), worker rank 2 (id 13)")
+            f.text,
+            "barrier of group 4: no answer from worker rank 1 (id 11), worker rank 2 (id 13)"
         );
     }
 
@@ -161,9 +181,11 @@ mod tests {
         b.arrive(6, 8, &[8, 9], None, t0);
         let lost: BTreeSet<NodeId> = [9].into_iter().collect();
         let out = b.check(t0 + Duration::from_secs(3600), &lost);
+        let f = out[0].failure.as_ref().expect("failed");
+        assert_eq!(f.kind, BarrierFailure::Lost);
         assert_eq!(
-            out[0].error.as_deref(),
-            Some("barrier of group 6 cannot complete: lost worker rank 0 (id 9)")
+            f.text,
+            "barrier of group 6 cannot complete: lost worker rank 0 (id 9)"
         );
     }
 
@@ -173,6 +195,8 @@ mod tests {
         let out = b
             .arrive(2, 9, &[8, 10], None, Instant::now())
             .expect("refused");
-        assert!(out.error.expect("error").contains("does not include it"));
+        let f = out.failure.expect("refused");
+        assert_eq!(f.kind, BarrierFailure::NotMember);
+        assert!(f.text.contains("does not include it"), "{}", f.text);
     }
 }

@@ -163,6 +163,7 @@ mod tests {
                     }],
                     barrier_group: 7,
                     barrier_timeout_ms: 5,
+                    barrier_failure: Some(crate::wire::BarrierFailure::Lost),
                 }),
                 frame_lens: vec![],
             },

@@ -86,6 +86,20 @@ pub struct Control {
     /// For a barrier request: how long the scheduler waits for the others, in milliseconds;
     /// 0 = as long as every missing member is alive (heartbeats).
     pub barrier_timeout_ms: u64,
+    /// For a barrier release: why the barrier failed (`Meta::error` has the text naming the
+    /// nodes); `None` when it completed.
+    pub barrier_failure: Option<BarrierFailure>,
+}
+
+/// Why a barrier failed (the scheduler's release of a failed barrier).
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BarrierFailure {
+    /// The node asked for a barrier of a group that does not include it.
+    NotMember,
+    /// A member did not arrive within the barrier's timeout.
+    Timeout,
+    /// A member that had not arrived was declared lost (no heartbeats).
+    Lost,
 }
 
 /// Element type of the values frame.
@@ -223,6 +237,16 @@ pub struct Meta {
 }
 
 impl Meta {
+    /// The header of a control message to `recver` (sender, ids and flags default; the
+    /// postoffice fills in the sender).
+    pub fn for_control(recver: NodeId, control: Control) -> Meta {
+        Meta {
+            recver,
+            control: Some(control),
+            ..Meta::default()
+        }
+    }
+
     /// The control command, if this is a control message.
     pub fn command(&self) -> Option<Command> {
         self.control.as_ref().and_then(|c| c.cmd)

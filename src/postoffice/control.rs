@@ -1,0 +1,274 @@
+//! The `ps-receive` thread: takes every van event, handles control commands (ADD_NODE, BARRIER,
+//! HEARTBEAT, TERMINATE) and hands data messages and remote writes to customers (ps-lite's
+//! `Van::Receiving` and its `Process*Command` functions). On the scheduler it drives the
+//! [`Scheduler`](super::scheduler::Scheduler) and sends what it decides.
+
+use super::barrier::Outcome;
+use super::scheduler::Admission;
+use super::{reply_meta, Postoffice, SCHEDULER};
+use crate::error::{Error, Result};
+use crate::sync::lock;
+use crate::van::{RemoteWrite, VanEvent};
+use crate::wire::{BarrierFailure, Command, Control, Message, Meta, Node, NodeId};
+use std::sync::atomic::Ordering;
+use std::sync::Weak;
+use std::time::{Duration, Instant};
+
+/// How long the receiving thread waits for an event before it looks whether the node stops:
+/// `finalize` waits for it, so this bounds how long ending a node takes after its last barrier.
+const RECV_TICK: Duration = Duration::from_millis(10);
+
+impl Postoffice {
+    /// The `ps-receive` thread: one van event at a time, then the clock's duties (the
+    /// scheduler's liveness and barrier deadlines; expired parked requests).
+    pub(super) fn receive_loop(weak: &Weak<Postoffice>) {
+        loop {
+            let Some(po) = weak.upgrade() else { return };
+            if po.stopped.load(Ordering::Acquire) {
+                return;
+            }
+            match po.van.recv(RECV_TICK) {
+                Ok(Some(VanEvent::Message(msg))) => {
+                    po.received_bytes
+                        .fetch_add(msg.data_bytes() as u64, Ordering::Relaxed);
+                    po.process(msg)
+                }
+                Ok(Some(VanEvent::RemoteWrite(w))) => po.deliver_write(w),
+                Ok(None) => {}
+                Err(Error::Wire(e)) => tracing::warn!("dropped a message: {e}"),
+                Err(Error::Stopped) => return,
+                Err(e) => {
+                    tracing::warn!("receive failed: {e}");
+                    std::thread::sleep(super::TICK);
+                }
+            }
+            po.scheduler_tick();
+            po.expire_parked();
+        }
+    }
+
+    fn process(&self, msg: Message) {
+        if msg.meta.sender == SCHEDULER {
+            lock(&self.state).last_from_scheduler = Some(Instant::now());
+        }
+        let Some(cmd) = msg.meta.command() else {
+            lock(&self.routes).deliver(msg, Instant::now());
+            return;
+        };
+        let scheduler = self.scheduler.is_some();
+        let control = msg.meta.control.clone().unwrap_or_default();
+        match (cmd, scheduler, msg.meta.request) {
+            (Command::AddNode, true, true) => self.on_add_node(&control.nodes),
+            (Command::AddNode, false, false) => self.update_table(&msg.meta, control.nodes),
+            (Command::Barrier, true, true) => {
+                let timeout = (control.barrier_timeout_ms > 0)
+                    .then(|| Duration::from_millis(control.barrier_timeout_ms));
+                self.scheduler_barrier(msg.meta.sender, control.barrier_group, timeout);
+            }
+            (Command::Barrier, _, false) => self.barrier_done(
+                control.barrier_group,
+                barrier_result(control.barrier_failure, msg.meta.error),
+            ),
+            (Command::Heartbeat, true, true) => self.on_heartbeat(&msg.meta),
+            (Command::Heartbeat, false, false) => {}
+            (Command::Terminate, _, _) => {
+                self.stopped.store(true, Ordering::Release);
+                self.cv.notify_all();
+            }
+            (cmd, _, request) => tracing::warn!(
+                "dropped an unexpected {cmd:?} {} from {}",
+                if request { "request" } else { "answer" },
+                Node::describe(msg.meta.sender)
+            ),
+        }
+    }
+
+    /// Hands a remote write to the customer whose slot its immediate names (top 8 bits).
+    fn deliver_write(&self, w: RemoteWrite) {
+        let route = self.memory.route_of_imm(w.imm);
+        match route.and_then(|r| lock(&self.routes).get(&r)) {
+            Some(tx) => {
+                let _ = tx.send(VanEvent::RemoteWrite(w));
+            }
+            None => tracing::warn!(
+                "dropped a remote write with immediate {:#x} from {}: no customer",
+                w.imm,
+                Node::describe(w.from)
+            ),
+        }
+    }
+
+    /// Refuses the parked requests whose application did not appear in time
+    /// ([`super::routes::PARK`]).
+    fn expire_parked(&self) {
+        let expired = lock(&self.routes).expire(Instant::now());
+        for e in expired {
+            let m = &e.msg.meta;
+            let mut meta = reply_meta(m);
+            meta.error = Some(format!(
+                "no KVServer for app {} with values of type {} on {} (it serves: {})",
+                m.app_id,
+                m.dtype,
+                Node::describe(self.my_id()),
+                if e.served.is_empty() {
+                    "nothing".to_string()
+                } else {
+                    e.served.join(", ")
+                }
+            ));
+            if let Err(err) = self.send(Message::new(meta)) {
+                tracing::warn!("could not answer {}: {err}", Node::describe(m.sender));
+            }
+        }
+    }
+
+    // ---- the scheduler's side ----
+
+    fn on_add_node(&self, nodes: &[Node]) {
+        let (Some(sched), Some(node)) = (&self.scheduler, nodes.first().cloned()) else {
+            tracing::warn!("dropped an ADD_NODE without a node");
+            return;
+        };
+        let admission = lock(sched).add_node(node, Instant::now());
+        match admission {
+            Admission::Waiting | Admission::Repeat => {}
+            Admission::Refused { node, why } => self.refuse_all(&[node], &why),
+            Admission::Complete(table) => self.send_table(table),
+        }
+    }
+
+    /// Every node registered: the scheduler is ready, and every node gets the table.
+    fn send_table(&self, table: Vec<Node>) {
+        {
+            let mut st = lock(&self.state);
+            st.nodes = table.clone();
+            st.ready = true;
+        }
+        self.cv.notify_all();
+        for n in &table[1..] {
+            let sent = self.van.connect(n.id, &n.host, n.port).and_then(|_| {
+                let control = Control {
+                    cmd: Some(Command::AddNode),
+                    nodes: table.clone(),
+                    ..Control::default()
+                };
+                self.send(Message::new(Meta::for_control(n.id, control)))
+            });
+            if let Err(e) = sent {
+                tracing::error!(
+                    "cannot send the node table to {}: {e}",
+                    Node::describe(n.id)
+                );
+            }
+        }
+        tracing::info!("all {} nodes registered", table.len() - 1);
+    }
+
+    /// Tells nodes that are not (or no longer) admitted why, through a temporary connection.
+    pub(super) fn refuse_all(&self, nodes: &[Node], why: &str) {
+        for (i, n) in nodes.iter().enumerate() {
+            let tmp = -1000 - i as NodeId;
+            let control = Control {
+                cmd: Some(Command::AddNode),
+                ..Control::default()
+            };
+            let meta = Meta {
+                error: Some(why.to_string()),
+                ..Meta::for_control(tmp, control)
+            };
+            if let Err(e) = self
+                .van
+                .connect(tmp, &n.host, n.port)
+                .and_then(|_| self.send(Message::new(meta)))
+            {
+                tracing::warn!("cannot tell {}:{} it was refused: {e}", n.host, n.port);
+            }
+        }
+    }
+
+    fn on_heartbeat(&self, req: &Meta) {
+        if let Some(s) = &self.scheduler {
+            lock(s).heartbeat(req.sender, Instant::now());
+        }
+        let mut meta = reply_meta(req);
+        meta.control = req.control.clone();
+        let _ = self.send(Message::new(meta));
+    }
+
+    pub(super) fn scheduler_barrier(&self, from: NodeId, group: i32, timeout: Option<Duration>) {
+        let Some(s) = &self.scheduler else { return };
+        let outcome = lock(s).barrier(from, group, timeout, Instant::now());
+        if let Some(o) = outcome {
+            self.release(o);
+        }
+    }
+
+    /// The barrier of `group` ended with `r`. Only the barrier this node waits in is released;
+    /// a late answer to an older one is dropped.
+    fn barrier_done(&self, group: i32, r: Result<()>) {
+        let mut st = lock(&self.state);
+        if st.barrier_group == Some(group) {
+            st.barrier_result = Some(r);
+            st.barrier_group = None;
+            self.cv.notify_all();
+        }
+    }
+
+    fn release(&self, o: Outcome) {
+        if let Some(f) = &o.failure {
+            tracing::warn!("{}", f.text);
+        }
+        // Peers first: once the scheduler itself is released it may shut down.
+        let mut ids = o.release;
+        ids.sort_by_key(|&id| id == SCHEDULER);
+        let (kind, text) = match o.failure {
+            Some(f) => (Some(f.kind), Some(f.text)),
+            None => (None, None),
+        };
+        for id in ids {
+            if id == SCHEDULER {
+                self.barrier_done(o.group, barrier_result(kind, text.clone()));
+                continue;
+            }
+            let control = Control {
+                cmd: Some(Command::Barrier),
+                barrier_group: o.group,
+                barrier_failure: kind,
+                ..Control::default()
+            };
+            let meta = Meta {
+                error: text.clone(),
+                ..Meta::for_control(id, control)
+            };
+            if let Err(e) = self.send(Message::new(meta)) {
+                tracing::warn!("cannot release {} from a barrier: {e}", Node::describe(id));
+            }
+        }
+    }
+
+    fn scheduler_tick(&self) {
+        let Some(s) = &self.scheduler else { return };
+        let timeout = self.cfg.heartbeat_timeout;
+        let (lost, failed) = lock(s).tick(Instant::now(), timeout);
+        for id in lost {
+            tracing::warn!(
+                "{} lost: no heartbeat for {:.0} s (PS_HEARTBEAT_TIMEOUT)",
+                Node::describe(id),
+                timeout.as_secs_f64()
+            );
+        }
+        for o in failed {
+            self.release(o);
+        }
+    }
+}
+
+/// What a barrier release means for the waiting node: `Ok` when it completed; a lost member is
+/// [`Error::PeerLost`]; a timeout or a refusal [`Error::Timeout`], with the scheduler's text.
+fn barrier_result(kind: Option<BarrierFailure>, text: Option<String>) -> Result<()> {
+    match (kind, text) {
+        (None, None) => Ok(()),
+        (Some(BarrierFailure::Lost), t) => Err(Error::PeerLost(t.unwrap_or_default())),
+        (_, t) => Err(Error::Timeout(t.unwrap_or_default())),
+    }
+}

@@ -1,0 +1,148 @@
+//! Joining the cluster: a server or worker registers with the scheduler (ADD_NODE), takes its
+//! id from the node table the scheduler sends, and connects to its peers; afterwards it sends
+//! heartbeats (ps-lite's `Van::Start` and `Van::Heartbeat`).
+
+use super::{Postoffice, SCHEDULER};
+use crate::error::{Error, Result};
+use crate::wire::{Command, Control, Message, Meta, Node, Role};
+use std::sync::atomic::Ordering;
+use std::sync::Weak;
+use std::time::{Duration, Instant};
+
+impl Postoffice {
+    /// Registers this node `me` with the scheduler and waits for the node table (on the
+    /// scheduler: waits until every node registered).
+    ///
+    /// # Errors
+    /// The scheduler's refusal ([`Error::Remote`]); a failed connection; [`Error::Timeout`]
+    /// after `PS_TIMEOUT`, naming the scheduler's address (or, on the scheduler, how many nodes
+    /// of each role registered — those are told so).
+    pub(super) fn join_cluster(&self, me: &Node) -> Result<()> {
+        let deadline = Instant::now() + self.cfg.timeout;
+        if me.role != Role::Scheduler {
+            self.van
+                .connect(SCHEDULER, &self.cfg.root_uri, self.cfg.root_port)?;
+            let meta = Meta {
+                request: true,
+                ..Meta::for_control(
+                    SCHEDULER,
+                    Control {
+                        cmd: Some(Command::AddNode),
+                        nodes: vec![me.clone()],
+                        ..Control::default()
+                    },
+                )
+            };
+            self.send(Message::new(meta))?;
+        }
+        let ready = self.wait_state(|st, now| {
+            if let Some(e) = st.fatal.clone() {
+                return Some(Err(e));
+            }
+            if st.ready {
+                return Some(Ok(true));
+            }
+            (now >= deadline).then_some(Ok(false))
+        })?;
+        if ready {
+            return Ok(());
+        }
+        Err(self.start_up_timeout())
+    }
+
+    /// The start-up deadline passed: on the scheduler, tells the nodes that registered.
+    fn start_up_timeout(&self) -> Error {
+        let secs = self.cfg.timeout.as_secs_f64();
+        match &self.scheduler {
+            Some(s) => {
+                let (joined, why) = crate::sync::lock(s).give_up(self.cfg.timeout);
+                self.refuse_all(&joined, &why);
+                Error::Timeout(why)
+            }
+            None => Error::Timeout(format!(
+                "start-up: no answer from the scheduler at {}:{} within {secs:.0} s \
+                 (PS_TIMEOUT); is it running, and are DMLC_PS_ROOT_URI and \
+                 DMLC_PS_ROOT_PORT right?",
+                self.cfg.root_uri, self.cfg.root_port
+            )),
+        }
+    }
+
+    /// The scheduler's node table (or its refusal) arrived: take this node's id from it and
+    /// connect to the peers that carry key-value traffic (workers to servers, servers to
+    /// workers).
+    pub(super) fn update_table(&self, meta: &Meta, nodes: Vec<Node>) {
+        let mut st = crate::sync::lock(&self.state);
+        if let Some(e) = &meta.error {
+            st.fatal = Some(Error::Remote {
+                node: Node::describe(SCHEDULER),
+                message: e.clone(),
+            });
+            self.cv.notify_all();
+            return;
+        }
+        if st.ready {
+            return;
+        }
+        let me = self.me.read().map(|m| m.clone()).unwrap_or_default();
+        let Some(mine) = nodes
+            .iter()
+            .find(|n| n.host == me.host && n.port == me.port && n.role == me.role)
+        else {
+            st.fatal = Some(Error::Van(format!(
+                "the scheduler's node table does not list this node ({}:{})",
+                me.host, me.port
+            )));
+            self.cv.notify_all();
+            return;
+        };
+        if let Ok(mut m) = self.me.write() {
+            m.id = mine.id;
+        }
+        self.van.set_node_id(mine.id);
+        let peers = nodes
+            .iter()
+            .filter(|n| Node::is_worker_server_pair(mine.id, n.id));
+        for n in peers {
+            if let Err(e) = self.van.connect(n.id, &n.host, n.port) {
+                st.fatal = Some(e);
+                self.cv.notify_all();
+                return;
+            }
+        }
+        st.nodes = nodes;
+        st.ready = true;
+        self.cv.notify_all();
+    }
+
+    /// The `ps-heartbeat` thread of a server or worker: a heartbeat to the scheduler every
+    /// `PS_HEARTBEAT_INTERVAL` until the node stops.
+    pub(super) fn heartbeat_loop(weak: &Weak<Postoffice>) {
+        let mut next = Instant::now();
+        loop {
+            let Some(po) = weak.upgrade() else { return };
+            if po.stopped.load(Ordering::Acquire) {
+                return;
+            }
+            if Instant::now() >= next {
+                next = Instant::now() + po.cfg.heartbeat_interval;
+                let meta = Meta {
+                    request: true,
+                    ..Meta::for_control(
+                        SCHEDULER,
+                        Control {
+                            cmd: Some(Command::Heartbeat),
+                            ..Control::default()
+                        },
+                    )
+                };
+                if let Err(e) = po.send(Message::new(meta)) {
+                    tracing::debug!("heartbeat not sent: {e}");
+                }
+            }
+            drop(po);
+            // Woken early by `shutdown`.
+            std::thread::park_timeout(Duration::from_millis(50));
+        }
+    }
+}

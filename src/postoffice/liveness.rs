@@ -1,0 +1,95 @@
+//! The scheduler's liveness book: when each node was last heard of, and which nodes are lost
+//! (silent for longer than `PS_HEARTBEAT_TIMEOUT`; ps-lite's `Postoffice::GetDeadNodes`).
+//! Sans-IO: the caller passes the time in. A lost node stays lost.
+
+use crate::wire::NodeId;
+use std::collections::{BTreeSet, HashMap};
+use std::time::{Duration, Instant};
+
+/// Last heartbeat per node, and the nodes declared lost.
+#[derive(Default, Debug)]
+pub struct Liveness {
+    last_seen: HashMap<NodeId, Instant>,
+    lost: BTreeSet<NodeId>,
+}
+
+impl Liveness {
+    /// Node `id` was heard of at `now` (it registered, or a heartbeat came).
+    pub fn seen(&mut self, id: NodeId, now: Instant) {
+        self.last_seen.insert(id, now);
+    }
+
+    /// Declares lost every node last heard of more than `timeout` before `now`; returns the
+    /// nodes newly declared, in id order.
+    pub fn check(&mut self, now: Instant, timeout: Duration) -> Vec<NodeId> {
+        let mut newly: Vec<NodeId> = self
+            .last_seen
+            .iter()
+            .filter(|(id, &t)| now.duration_since(t) > timeout && !self.lost.contains(id))
+            .map(|(&id, _)| id)
+            .collect();
+        newly.sort_unstable();
+        self.lost.extend(&newly);
+        newly
+    }
+
+    /// The nodes declared lost so far.
+    pub fn lost(&self) -> &BTreeSet<NodeId> {
+        &self.lost
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Against a model: a node is declared lost once, at the first check more than
+        /// `timeout` after its last heartbeat before that check, and never while it is heard of.
+        #[test]
+        fn lost_exactly_when_silent_past_the_timeout(
+            events in proptest::collection::vec((0u8..3, 0i32..4, 0u64..40), 1..60),
+            timeout_ms in 1u64..20,
+        ) {
+            let t0 = Instant::now();
+            let timeout = Duration::from_millis(timeout_ms);
+            let mut live = Liveness::default();
+            let mut last: HashMap<NodeId, u64> = HashMap::new();
+            let mut declared: BTreeSet<NodeId> = BTreeSet::new();
+            let mut now_ms = 0u64;
+            for (kind, id, step) in events {
+                now_ms += step;
+                let now = t0 + Duration::from_millis(now_ms);
+                if kind == 0 {
+                    let mut want: Vec<NodeId> = last
+                        .iter()
+                        .filter(|(id, &t)| now_ms - t > timeout_ms && !declared.contains(id))
+                        .map(|(&id, _)| id)
+                        .collect();
+                    want.sort_unstable();
+                    prop_assert_eq!(live.check(now, timeout), want.clone());
+                    declared.extend(want);
+                    prop_assert_eq!(live.lost(), &declared);
+                } else {
+                    live.seen(id, now);
+                    last.insert(id, now_ms);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_node_heard_within_the_timeout_is_not_lost() {
+        let t0 = Instant::now();
+        let s = Duration::from_secs(1);
+        let mut live = Liveness::default();
+        live.seen(9, t0);
+        live.seen(8, t0);
+        live.seen(9, t0 + 9 * s);
+        assert_eq!(live.check(t0 + 10 * s, 5 * s), vec![8]);
+        assert_eq!(live.check(t0 + 11 * s, 5 * s), Vec::<NodeId>::new(), "once");
+        assert_eq!(live.check(t0 + 15 * s, 5 * s), vec![9]);
+        assert_eq!(live.lost().iter().copied().collect::<Vec<_>>(), vec![8, 9]);
+    }
+}

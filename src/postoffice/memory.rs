@@ -1,0 +1,127 @@
+//! This node's registered memory, as the key-value layer's zero-copy paths need it: the memory
+//! pool (`PS_POOL_BYTES`, the target of peers' remote writes), the immediate slots that route a
+//! remote write to its customer, and the van's registration of write sources.
+
+use super::{Postoffice, Route};
+use crate::error::{Error, Result};
+use crate::sync::lock;
+use crate::van::pool::MemoryPool;
+use crate::van::{Registration, WriteSource};
+use crate::wire::NodeId;
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::{Mutex, OnceLock};
+
+/// The pool, made on first use, and the immediate slots.
+#[derive(Default)]
+pub(super) struct Memory {
+    pool: OnceLock<MemoryPool>,
+    pool_init: Mutex<()>,
+    imm_slots: Mutex<HashMap<u8, Route>>,
+}
+
+impl Memory {
+    /// The route whose slot is the top 8 bits of `imm`.
+    pub(super) fn route_of_imm(&self, imm: u32) -> Option<Route> {
+        lock(&self.imm_slots).get(&((imm >> 24) as u8)).copied()
+    }
+}
+
+impl Postoffice {
+    /// This node's registered memory pool (`PS_POOL_BYTES`), reserved — and registered with
+    /// the van, which makes it a target of remote writes — on first use.
+    ///
+    /// # Errors
+    /// [`Error::Van`] if the memory cannot be reserved or registered.
+    pub fn pool(&self) -> Result<&MemoryPool> {
+        let m = &self.memory;
+        if let Some(p) = m.pool.get() {
+            return Ok(p);
+        }
+        let _one = lock(&m.pool_init);
+        if let Some(p) = m.pool.get() {
+            return Ok(p);
+        }
+        let p = MemoryPool::new(
+            self.cfg.pool_bytes,
+            0x5053_0000 | (self.my_id() as u32 & 0xffff),
+        )?;
+        // SAFETY: the pool lives as long as this postoffice, which drops the van first.
+        if let Some(keys) = unsafe { self.van.register_memory(p.base(), p.size(), true) }? {
+            p.set_keys(keys);
+        }
+        Ok(m.pool.get_or_init(|| p))
+    }
+
+    /// Reserves an immediate slot for `route`: remote writes whose immediate has this slot in
+    /// its top 8 bits are delivered to `route` as [`crate::van::VanEvent::RemoteWrite`]s.
+    /// Slots 0–254.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when all 255 slots are taken.
+    pub fn register_imm_slot(&self, route: Route) -> Result<u8> {
+        let mut slots = lock(&self.memory.imm_slots);
+        let slot = (0..=254u8)
+            .find(|s| !slots.contains_key(s))
+            .ok_or_else(|| {
+                Error::InvalidArgument("all 255 immediate slots of this process are taken".into())
+            })?;
+        slots.insert(slot, route);
+        Ok(slot)
+    }
+
+    /// Frees an immediate slot.
+    pub fn release_imm_slot(&self, slot: u8) {
+        lock(&self.memory.imm_slots).remove(&slot);
+    }
+
+    /// Whether the van can write into `to`'s registered memory (see
+    /// [`crate::van::Van::can_write`]).
+    pub(crate) fn can_write(&self, to: NodeId) -> bool {
+        self.van.can_write(to)
+    }
+
+    /// RDMA WRITE WITH IMMEDIATE through the van (see [`crate::van::Van::write_imm`]);
+    /// `Ok(false)` when the van cannot write to `to`.
+    ///
+    /// # Errors
+    /// As [`crate::van::Van::write_imm`]; [`Error::Stopped`] after shutdown.
+    pub(crate) fn write_imm(
+        &self,
+        to: NodeId,
+        src: WriteSource,
+        addr: u64,
+        rkey: u32,
+        imm: u32,
+    ) -> Result<bool> {
+        if self.stopped.load(Ordering::Acquire) {
+            return Err(Error::Stopped);
+        }
+        self.van.write_imm(to, src, addr, rkey, imm)
+    }
+
+    /// Registers `[addr, addr + len)` with the van as an RDMA write source (local reads only;
+    /// see [`crate::van::Van::register_memory`]): its keys, or `None` when the van registers
+    /// nothing (ZMQ).
+    ///
+    /// # Safety
+    /// As [`crate::van::Van::register_memory`]: the memory stays allocated until
+    /// [`deregister_memory`](Self::deregister_memory) or the postoffice is dropped.
+    ///
+    /// # Errors
+    /// As [`crate::van::Van::register_memory`].
+    pub(crate) unsafe fn register_source(
+        &self,
+        addr: usize,
+        len: usize,
+    ) -> Result<Option<Registration>> {
+        // SAFETY: the caller's promise.
+        unsafe { self.van.register_memory(addr, len, false) }
+    }
+
+    /// Ends the van's registrations starting at `addr` (see
+    /// [`crate::van::Van::deregister_memory`]).
+    pub(crate) fn deregister_memory(&self, addr: usize) {
+        self.van.deregister_memory(addr)
+    }
+}

@@ -1,0 +1,298 @@
+//! The scheduler's state: admission of registering nodes, rank and id assignment, the node
+//! table, barriers and liveness (ps-lite's scheduler half of `Van::ProcessAddNodeCommand`,
+//! `ProcessBarrierCommand` and `Postoffice::GetDeadNodes`). Sans-IO: the postoffice feeds it
+//! registrations, barrier requests, heartbeats and clock ticks (time passed in), and sends what
+//! it returns (node tables, refusals, barrier releases).
+
+use super::barrier::{BarrierBook, Outcome};
+use super::liveness::Liveness;
+use crate::wire::{Node, NodeId, Role};
+use std::time::{Duration, Instant};
+
+/// What to do about one registration (ADD_NODE).
+#[derive(Debug, PartialEq, Eq)]
+pub enum Admission {
+    /// Counted; not every node has registered yet.
+    Waiting,
+    /// A repeat of a registration already counted (same host and port): nothing to do.
+    Repeat,
+    /// Not admitted: tell the node why.
+    Refused {
+        /// The node, as it registered.
+        node: Node,
+        /// Why, naming the variable to check.
+        why: String,
+    },
+    /// Every node registered: the node table, the scheduler first, then servers and workers
+    /// with their ids. Send it to every node but the scheduler.
+    Complete(Vec<Node>),
+}
+
+/// The scheduler's state; see the module docs.
+pub struct Scheduler {
+    servers: usize,
+    workers: usize,
+    me: Node,
+    joining: Vec<Node>,
+    table: Vec<Node>,
+    ready: bool,
+    book: BarrierBook,
+    liveness: Liveness,
+}
+
+impl Scheduler {
+    /// A scheduler (node `me`) waiting for `servers` servers and `workers` workers.
+    pub fn new(me: Node, servers: usize, workers: usize) -> Scheduler {
+        Scheduler {
+            servers,
+            workers,
+            me,
+            joining: Vec::new(),
+            table: Vec::new(),
+            ready: false,
+            book: BarrierBook::default(),
+            liveness: Liveness::default(),
+        }
+    }
+
+    fn wanted(&self, role: Role) -> usize {
+        match role {
+            Role::Server => self.servers,
+            Role::Worker => self.workers,
+            Role::Scheduler => 0,
+        }
+    }
+
+    /// `node` registered at `now`. Once the last expected node registered, ranks are assigned
+    /// ([`assign_ranks`]), ids follow from them, and every node counts as heard of at `now`.
+    pub fn add_node(&mut self, node: Node, now: Instant) -> Admission {
+        if self
+            .joining
+            .iter()
+            .any(|n| n.host == node.host && n.port == node.port)
+        {
+            return Admission::Repeat;
+        }
+        let want = self.wanted(node.role);
+        let have = self.joining.iter().filter(|n| n.role == node.role).count();
+        if self.ready || have >= want {
+            let why = match node.role {
+                Role::Scheduler => "a second scheduler cannot join".to_string(),
+                r => format!(
+                    "the cluster already has its {want} {r}s (DMLC_NUM_{})",
+                    r.name().to_uppercase()
+                ),
+            };
+            return Admission::Refused { node, why };
+        }
+        self.joining.push(node);
+        if self.joining.len() < self.servers + self.workers {
+            return Admission::Waiting;
+        }
+        let mut table = vec![self.me.clone()];
+        let joined = std::mem::take(&mut self.joining);
+        for role in [Role::Server, Role::Worker] {
+            let of_role: Vec<&Node> = joined.iter().filter(|n| n.role == role).collect();
+            let ranks = assign_ranks(&of_role);
+            for (n, rank) in of_role.into_iter().zip(ranks) {
+                let id = match role {
+                    Role::Server => Node::server_id(rank),
+                    _ => Node::worker_id(rank),
+                };
+                table.push(Node { id, ..n.clone() });
+            }
+        }
+        for n in &table[1..] {
+            self.liveness.seen(n.id, now);
+        }
+        self.table = table.clone();
+        self.ready = true;
+        Admission::Complete(table)
+    }
+
+    /// Start-up failed (`PS_TIMEOUT` after `timeout`): the nodes that registered, to be told
+    /// why, and the text naming how many of each role came.
+    pub fn give_up(&mut self, timeout: Duration) -> (Vec<Node>, String) {
+        let servers = self
+            .joining
+            .iter()
+            .filter(|n| n.role == Role::Server)
+            .count();
+        let workers = self.joining.len() - servers;
+        let why = format!(
+            "start-up: within {:.0} s (PS_TIMEOUT) only {servers} of {} servers \
+             (DMLC_NUM_SERVER) and {workers} of {} workers (DMLC_NUM_WORKER) registered",
+            timeout.as_secs_f64(),
+            self.servers,
+            self.workers
+        );
+        (std::mem::take(&mut self.joining), why)
+    }
+
+    /// Node `from` asked for a barrier of `group` (`timeout`: `None` waits while the members
+    /// are alive). Returns the outcome once it completes, or at once for a stray node.
+    pub fn barrier(
+        &mut self,
+        from: NodeId,
+        group: i32,
+        timeout: Option<Duration>,
+        now: Instant,
+    ) -> Option<Outcome> {
+        let members: Vec<NodeId> = self
+            .table
+            .iter()
+            .filter(|n| n.role.group() & group != 0)
+            .map(|n| n.id)
+            .collect();
+        self.book.arrive(group, from, &members, timeout, now)
+    }
+
+    /// Node `from` sent a heartbeat at `now`.
+    pub fn heartbeat(&mut self, from: NodeId, now: Instant) {
+        self.liveness.seen(from, now);
+    }
+
+    /// The clock ticked: the nodes newly declared lost (silent for longer than
+    /// `heartbeat_timeout`), and the barriers that failed (past their deadline, or waiting
+    /// for a lost node). Nothing before every node registered.
+    pub fn tick(
+        &mut self,
+        now: Instant,
+        heartbeat_timeout: Duration,
+    ) -> (Vec<NodeId>, Vec<Outcome>) {
+        if !self.ready {
+            return (Vec::new(), Vec::new());
+        }
+        let newly = self.liveness.check(now, heartbeat_timeout);
+        let failed = self.book.check(now, self.liveness.lost());
+        (newly, failed)
+    }
+}
+
+/// Ranks for the nodes of one role, in registration order: the requested ranks when they are a
+/// permutation of `0..n`, else `0, 1, 2, …`.
+pub fn assign_ranks(nodes: &[&Node]) -> Vec<usize> {
+    let n = nodes.len();
+    let asked: Vec<usize> = nodes
+        .iter()
+        .filter_map(|x| x.requested_rank)
+        .map(|r| r as usize)
+        .collect();
+    let mut seen = vec![false; n];
+    let valid = asked.len() == n
+        && asked
+            .iter()
+            .all(|&r| r < n && !std::mem::replace(&mut seen[r], true));
+    if valid {
+        asked
+    } else {
+        if !asked.is_empty() {
+            tracing::warn!("requested ranks {asked:?} are not a permutation of 0..{n}; using registration order");
+        }
+        (0..n).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::{BarrierFailure, SCHEDULER};
+
+    fn node(role: Role, port: u16, rank: Option<u32>) -> Node {
+        Node {
+            role,
+            id: -1,
+            host: "127.0.0.1".into(),
+            port,
+            requested_rank: rank,
+        }
+    }
+
+    fn scheduler(servers: usize, workers: usize) -> Scheduler {
+        let me = Node {
+            id: SCHEDULER,
+            ..node(Role::Scheduler, 9000, None)
+        };
+        Scheduler::new(me, servers, workers)
+    }
+
+    #[test]
+    fn admits_the_expected_nodes_then_assigns_ids_by_requested_rank() {
+        let mut s = scheduler(1, 2);
+        let now = Instant::now();
+        assert_eq!(
+            s.add_node(node(Role::Worker, 1, Some(1)), now),
+            Admission::Waiting
+        );
+        assert_eq!(
+            s.add_node(node(Role::Worker, 1, Some(1)), now),
+            Admission::Repeat
+        );
+        assert!(matches!(
+            s.add_node(node(Role::Scheduler, 5, None), now),
+            Admission::Refused { why, .. } if why == "a second scheduler cannot join"
+        ));
+        assert_eq!(
+            s.add_node(node(Role::Server, 2, None), now),
+            Admission::Waiting
+        );
+        let Admission::Complete(table) = s.add_node(node(Role::Worker, 3, Some(0)), now) else {
+            panic!("complete");
+        };
+        let ids: Vec<(u16, NodeId)> = table.iter().map(|n| (n.port, n.id)).collect();
+        assert_eq!(ids, vec![(9000, 1), (2, 8), (1, 11), (3, 9)]);
+        assert!(matches!(
+            s.add_node(node(Role::Worker, 4, None), now),
+            Admission::Refused { why, .. } if why == "the cluster already has its 2 workers (DMLC_NUM_WORKER)"
+        ));
+    }
+
+    #[test]
+    fn invalid_requested_ranks_fall_back_to_registration_order() {
+        let (a, b) = (
+            node(Role::Worker, 1, Some(1)),
+            node(Role::Worker, 2, Some(1)),
+        );
+        assert_eq!(assign_ranks(&[&a, &b]), vec![0, 1]);
+        let c = node(Role::Worker, 3, Some(0));
+        assert_eq!(assign_ranks(&[&a, &c]), vec![1, 0]);
+    }
+
+    #[test]
+    fn giving_up_names_what_registered_and_hands_back_the_nodes() {
+        let mut s = scheduler(2, 2);
+        s.add_node(node(Role::Server, 1, None), Instant::now());
+        let (joined, why) = s.give_up(Duration::from_secs(3));
+        assert_eq!(joined.len(), 1);
+        assert_eq!(
+            why,
+            "start-up: within 3 s (PS_TIMEOUT) only 1 of 2 servers (DMLC_NUM_SERVER) and 0 of 2 \
+             workers (DMLC_NUM_WORKER) registered"
+        );
+    }
+
+    #[test]
+    fn a_silent_node_is_lost_and_fails_the_barrier_waiting_for_it() {
+        let mut s = scheduler(1, 1);
+        let t0 = Instant::now();
+        s.add_node(node(Role::Server, 1, None), t0);
+        s.add_node(node(Role::Worker, 2, None), t0);
+        let sec = Duration::from_secs(1);
+        assert_eq!(s.barrier(8, 6, None, t0), None);
+        assert_eq!(
+            s.barrier(SCHEDULER, 6, None, t0).map(|o| o.release),
+            Some(vec![1])
+        );
+        s.heartbeat(8, t0 + 8 * sec);
+        let (lost, failed) = s.tick(t0 + 11 * sec, 10 * sec);
+        assert_eq!(lost, vec![9]);
+        assert_eq!(failed.len(), 1);
+        assert_eq!(failed[0].release, vec![8]);
+        let f = failed[0].failure.as_ref().expect("failed");
+        assert_eq!(f.kind, BarrierFailure::Lost);
+        assert_eq!(
+            f.text,
+            "barrier of group 6 cannot complete: lost worker rank 0 (id 9)"
+        );
+    }
+}
