@@ -6,7 +6,7 @@
 //! [`DefaultHandler`]: sum pushes, answer pulls) owns the values. Messages move through a
 //! [`van::Van`]; the ZMQ van carries everything over TCP.
 //!
-//! Layers, bottom up (see `DESIGN.md`): [`wire`] (header codec, no IO) → [`van`] (transports) →
+//! Layers, bottom up (see `ARCHITECTURE.md`: layers, threads, lock order): [`wire`] (header codec, no IO) → [`van`] (transports) →
 //! [`postoffice`] (membership, barriers, key ranges) → [`kv`] (workers, servers, handlers).
 //!
 //! ## Example
