@@ -98,15 +98,8 @@ impl Responder {
         lookup: impl Fn(Key) -> Lookup<'a>,
     ) -> Vec<RespAction> {
         if let RvMessage::TensorRequest { request_index, .. } = msg {
-            // Each request is answered once; a duplicate (the same index again) is dropped.
-            if !self.seen.insert((from, request_index)) {
+            if !self.first_time(from, request_index) {
                 return vec![];
-            }
-            self.seen_order.push_back((from, request_index));
-            if self.seen_order.len() > REMEMBER {
-                if let Some(old) = self.seen_order.pop_front() {
-                    self.seen.remove(&old);
-                }
             }
         }
         match msg {
@@ -157,23 +150,38 @@ impl Responder {
                 remote_addr,
                 rkey,
                 ..
-            } => {
-                match self
-                    .clones
-                    .remove(&(from, request_index))
-                    .map(|(data, _)| data)
-                {
-                    Some(data) => vec![RespAction::WriteClone {
-                        to: from,
-                        data,
-                        addr: remote_addr,
-                        rkey,
-                        imm: request_index,
-                    }],
-                    None => vec![], // duplicate or stale: nothing is waiting for it
-                }
-            }
+            } => self.re_request(from, request_index, remote_addr, rkey),
             _ => vec![],
+        }
+    }
+
+    /// Whether request `index` of `from` is new; remembers the last [`REMEMBER`] requests, so
+    /// each is answered once and a duplicate (the same index again) is dropped.
+    fn first_time(&mut self, from: NodeId, index: u32) -> bool {
+        if !self.seen.insert((from, index)) {
+            return false;
+        }
+        self.seen_order.push_back((from, index));
+        if self.seen_order.len() > REMEMBER {
+            if let Some(old) = self.seen_order.pop_front() {
+                self.seen.remove(&old);
+            }
+        }
+        true
+    }
+
+    /// TENSOR_RE_REQUEST: write the clone kept for request `index` of `from` to the newly
+    /// allocated destination; nothing for a duplicate or stale re-request.
+    fn re_request(&mut self, from: NodeId, index: u32, addr: u64, rkey: u32) -> Vec<RespAction> {
+        match self.clones.remove(&(from, index)).map(|(data, _)| data) {
+            Some(data) => vec![RespAction::WriteClone {
+                to: from,
+                data,
+                addr,
+                rkey,
+                imm: index,
+            }],
+            None => vec![],
         }
     }
 
