@@ -4,7 +4,7 @@
 //! prints ns per key and the time of one `memcpy` of the same bytes; it asserts nothing about
 //! speed.
 
-use pslite::kv::store::{Index, KeyStore, Lens};
+use pslite::kv::store::{Index, KeyStore, Lens, Resolved};
 use std::collections::HashMap;
 use std::hint::black_box;
 use std::time::Instant;
@@ -46,17 +46,34 @@ fn main() {
     let keys: Vec<u64> = (0..n as u64).map(|i| i * step).collect();
     let vals: Vec<f32> = (0..n).map(|i| (i % 1000) as f32).collect();
     println!("{n} keys spread over the key space, one f32 each");
+    references(&keys, &vals);
+    maps(&keys);
+    index(&keys);
+    let mut store = KeyStore::<f32>::new();
+    let kept = first_push_and_pull(&mut store, &keys, &vals);
+    rayon_pulls(&store, &keys);
+    rayon_values();
+    kept_resolution(&mut store, &kept, &keys, &vals);
+}
+
+/// One `memcpy` of the keys and one of the values: the floor of every line that follows.
+fn references(keys: &[u64], vals: &[f32]) {
+    let n = keys.len();
     let mut dst = vec![0u64; n];
     time("reference: memcpy of the keys (8 B/key)", n, || {
-        dst.copy_from_slice(&keys);
+        dst.copy_from_slice(keys);
         dst[n / 2] as usize
     });
     let mut vdst = vec![0f32; n];
     time("reference: memcpy of the values (4 B/key)", n, || {
-        vdst.copy_from_slice(&vals);
+        vdst.copy_from_slice(vals);
         vdst[n / 2] as usize
     });
+}
 
+/// `std`'s map with SipHash and hashbrown with foldhash: insert every key, look every key up.
+fn maps(keys: &[u64]) {
+    let n = keys.len();
     let mut sip: HashMap<u64, u32> = HashMap::new();
     time("std HashMap (SipHash): insert", n, || {
         keys.iter().enumerate().for_each(|(i, &k)| {
@@ -78,7 +95,11 @@ fn main() {
     time("hashbrown + foldhash: lookup", n, || {
         keys.iter().map(|k| fold[k] as usize).sum()
     });
-    drop(fold);
+}
+
+/// The store's [`Index`]: inserts growing from empty, sized with prefetching, and lookups.
+fn index(keys: &[u64]) {
+    let n = keys.len();
     // The index maps keys to entry numbers; entry i here is keys[i] (the store's entries hold
     // their keys the same way).
     let mut ix = Index::default();
@@ -105,26 +126,34 @@ fn main() {
     );
     time("pslite Index: lookup", n, || {
         keys.iter()
-            .map(|&k| ix.get(k, &keys[..]).unwrap_or(0) as usize)
+            .map(|&k| ix.get(k, keys).unwrap_or(0) as usize)
             .sum()
     });
-    drop(ix);
+}
 
-    let mut store = KeyStore::<f32>::new();
+/// The first push of every key into `store`, then one resolution of a pull of them all, which
+/// is returned (to be kept).
+fn first_push_and_pull(store: &mut KeyStore<f32>, keys: &[u64], vals: &[f32]) -> Resolved {
+    let n = keys.len();
     time("KeyStore: first push (resolve_push + copy in)", n, || {
-        let r = store.resolve_push(&keys, Lens::Uniform(1)).expect("push");
-        store.push(&r, &vals);
+        let r = store.resolve_push(keys, Lens::Uniform(1)).expect("push");
+        store.push(&r, vals);
         r.runs()
     });
     let mut kept = None;
     time("KeyStore: resolve_pull (one lookup per key)", n, || {
-        let r = store.resolve_pull(&keys).expect("pull");
+        let r = store.resolve_pull(keys).expect("pull");
         let runs = r.runs();
         kept = Some(r);
         runs
     });
-    // Rayon: the store's own code on a pool of one thread against the default pool (the
-    // thresholds in src/kv/store/parallel.rs come from these lines).
+    kept.expect("resolved")
+}
+
+/// Rayon: the cost of a fork-join, and the store's own `resolve_pull` on a pool of one thread
+/// against the default pool (the thresholds in src/kv/store/parallel.rs come from these lines).
+fn rayon_pulls(store: &KeyStore<f32>, keys: &[u64]) {
+    let n = keys.len();
     let one = rayon::ThreadPoolBuilder::new()
         .num_threads(1)
         .build()
@@ -151,6 +180,11 @@ fn main() {
             || store.resolve_pull(k).expect("pull").runs(),
         );
     }
+}
+
+/// Rayon: summing and copying 100,000 to 40,000,000 values on one thread against two halves
+/// joined (the summing and answering paths of the store).
+fn rayon_values() {
     for m in [100_000usize, 300_000, 1_000_000, 10_000_000, 40_000_000] {
         let src: Vec<f32> = vec![1.0; m];
         let mut acc: Vec<f32> = vec![2.0; m];
@@ -188,19 +222,23 @@ fn main() {
             },
         );
     }
-    let r = kept.expect("resolved");
+}
+
+/// A push and a gather with the kept resolution `r`, against a push resolved again.
+fn kept_resolution(store: &mut KeyStore<f32>, r: &Resolved, keys: &[u64], vals: &[f32]) {
+    let n = keys.len();
     time("KeyStore: push with a kept resolution (sum)", n, || {
-        store.push(&r, &vals);
+        store.push(r, vals);
         r.values()
     });
     time(
         "KeyStore: gather with a kept resolution (answer)",
         n,
-        || store.gather(&r).len(),
+        || store.gather(r).len(),
     );
     time("KeyStore: push re-resolved (resolve_push + sum)", n, || {
-        let r = store.resolve_push(&keys, Lens::Uniform(1)).expect("push");
-        store.push(&r, &vals);
+        let r = store.resolve_push(keys, Lens::Uniform(1)).expect("push");
+        store.push(&r, vals);
         r.runs()
     });
 }

@@ -158,6 +158,7 @@ fn spawn(
     })
 }
 
+/// Runs the cluster until every process has exited or one has failed; returns the exit code.
 fn run(
     servers: usize,
     workers: usize,
@@ -188,67 +189,84 @@ fn run(
             .map_err(|e| format!("cannot install the Ctrl-C handler: {e}"))?;
     }
     let mut procs: Vec<Proc> = Vec::new();
-    let mut start =
-        |name: String, role: &str, rank: Option<usize>, args: &[String]| -> Result<(), String> {
-            let p = spawn(&exe, &name, role, rank, &env, args)?;
-            procs.push(p);
-            Ok(())
-        };
-    let started = (|| {
-        start("scheduler".into(), "scheduler", None, &[])?;
-        for r in 0..servers {
-            start(format!("server {r}"), "server", Some(r), &[])?;
-        }
-        for r in 0..workers {
-            start(format!("worker {r}"), "worker", Some(r), worker_args)?;
-        }
-        Ok::<(), String>(())
-    })();
-    if let Err(e) = started {
+    if let Err(e) = start_all(&exe, &env, servers, workers, worker_args, &mut procs) {
         kill_all(&mut procs);
         return Err(e);
     }
+    watch(&mut procs, &stop)
+}
+
+/// Starts the scheduler, then `servers` servers and `workers` workers, into `procs`; stops at
+/// the first that cannot be started (those started stay in `procs`).
+fn start_all(
+    exe: &PathBuf,
+    env: &[(&str, String)],
+    servers: usize,
+    workers: usize,
+    worker_args: &[String],
+    procs: &mut Vec<Proc>,
+) -> Result<(), String> {
+    let mut start =
+        |name: String, role: &str, rank: Option<usize>, args: &[String]| -> Result<(), String> {
+            let p = spawn(exe, &name, role, rank, env, args)?;
+            procs.push(p);
+            Ok(())
+        };
+    start("scheduler".into(), "scheduler", None, &[])?;
+    for r in 0..servers {
+        start(format!("server {r}"), "server", Some(r), &[])?;
+    }
+    for r in 0..workers {
+        start(format!("worker {r}"), "worker", Some(r), worker_args)?;
+    }
+    Ok(())
+}
+
+/// Waits until every process has exited (0), one has failed (its exit code) or `stop` is set
+/// (130), polling every 20 ms; then stops every process.
+fn watch(procs: &mut [Proc], stop: &AtomicBool) -> Result<i32, String> {
     let mut live: Vec<bool> = vec![true; procs.len()];
     loop {
         if stop.load(Ordering::SeqCst) {
             eprintln!("pslite-launch: interrupted; stopping every process");
-            kill_all(&mut procs);
+            kill_all(procs);
             return Ok(130);
         }
-        let mut failed = None;
-        for (i, p) in procs.iter_mut().enumerate() {
-            if !live[i] {
-                continue;
-            }
-            match p.child.try_wait() {
-                Ok(Some(status)) => {
-                    live[i] = false;
-                    if !status.success() {
-                        eprintln!(
-                            "pslite-launch: {} exited with {status}; stopping the others",
-                            p.name
-                        );
-                        failed = Some(Ok(exit_code(status)));
-                        break;
-                    }
-                }
-                Ok(None) => {}
-                Err(e) => {
-                    failed = Some(Err(format!("cannot watch {}: {e}", p.name)));
-                    break;
-                }
-            }
-        }
-        if let Some(result) = failed {
-            kill_all(&mut procs);
+        if let Some(result) = first_failure(procs, &mut live) {
+            kill_all(procs);
             return result;
         }
         if live.iter().all(|l| !l) {
-            kill_all(&mut procs);
+            kill_all(procs);
             return Ok(0);
         }
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// Looks at each process still `live` once, marking those that have exited: the exit code of
+/// the first that failed, or the error of the first that cannot be watched; `None` otherwise.
+fn first_failure(procs: &mut [Proc], live: &mut [bool]) -> Option<Result<i32, String>> {
+    for (i, p) in procs.iter_mut().enumerate() {
+        if !live[i] {
+            continue;
+        }
+        match p.child.try_wait() {
+            Ok(Some(status)) => {
+                live[i] = false;
+                if !status.success() {
+                    eprintln!(
+                        "pslite-launch: {} exited with {status}; stopping the others",
+                        p.name
+                    );
+                    return Some(Ok(exit_code(status)));
+                }
+            }
+            Ok(None) => {}
+            Err(e) => return Some(Err(format!("cannot watch {}: {e}", p.name))),
+        }
+    }
+    None
 }
 
 fn exit_code(status: ExitStatus) -> i32 {

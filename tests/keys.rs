@@ -212,28 +212,47 @@ fn ask(c: &Cluster, catcher: &crossbeam_channel::Receiver<Message>, mut msg: Mes
         .expect("an answer")
 }
 
-#[test]
-fn a_server_answers_unknown_and_malformed_key_references_and_keeps_no_bad_list() {
-    let c = cluster(1, 1, 20.0);
+/// A route of its own on worker 0 (customer 99) for [`ask`]'s answers: the customer (keep it
+/// alive) and where the answers arrive.
+fn catcher(c: &Cluster) -> (Customer, crossbeam_channel::Receiver<Message>) {
     let (tx, rx) = crossbeam_channel::unbounded();
     let route = Route::Worker {
         app_id: 0,
         customer_id: 99,
     };
-    let _catch = Customer::new(&c.workers[0], route, move |ev| {
+    let catch = Customer::new(&c.workers[0], route, move |ev| {
         if let pslite::van::VanEvent::Message(m) = ev {
             let _ = tx.send(m);
         }
     })
     .expect("a route of its own");
-    let push = |keys: Option<KeyRef>, data: Vec<bytes::Bytes>| Message {
+    (catch, rx)
+}
+
+/// A push request with the key reference `keys` and the frames `data`.
+fn push(keys: Option<KeyRef>, data: Vec<bytes::Bytes>) -> Message {
+    Message {
         meta: Meta {
             push: true,
             keys,
             ..Meta::default()
         },
         data,
-    };
+    }
+}
+
+/// Asserts that `error` is present and contains `part`.
+fn assert_error_contains(error: &Option<String>, part: &str) {
+    assert!(
+        error.as_deref().is_some_and(|e| e.contains(part)),
+        "{error:?}"
+    );
+}
+
+#[test]
+fn a_server_answers_unknown_and_malformed_key_references_and_keeps_no_bad_list() {
+    let c = cluster(1, 1, 20.0);
+    let (_catch, rx) = catcher(&c);
     let keys: Vec<Key> = (0..40).map(|i| i * 1000).collect();
     let vals = vec![1f32; 40];
 
@@ -246,33 +265,7 @@ fn a_server_answers_unknown_and_malformed_key_references_and_keeps_no_bad_list()
     assert_eq!(a.meta.keys, Some(KeyRef::Unknown { digest: 42 }));
     assert_eq!(a.meta.error, None);
 
-    // Keys registered under 7, then unsorted keys registered under 7: the first list goes
-    // (never older than the worker's last registration), the bad one is not kept.
-    let reg = |d| {
-        Some(KeyRef::Register {
-            digest: d,
-            evict: vec![],
-        })
-    };
-    let a = ask(&c, &rx, push(reg(7), encode(&keys, &vals, &[])));
-    assert_eq!(a.meta.error, None);
-    let mut unsorted = keys.clone();
-    unsorted.swap(3, 4);
-    let a = ask(&c, &rx, push(reg(7), encode(&unsorted, &vals, &[])));
-    assert!(
-        a.meta
-            .error
-            .as_deref()
-            .is_some_and(|e| e.contains("keys must be sorted and unique")),
-        "{:?}",
-        a.meta.error
-    );
-    let a = ask(
-        &c,
-        &rx,
-        push(Some(KeyRef::Cached { digest: 7 }), encode(&[], &vals, &[])),
-    );
-    assert_eq!(a.meta.keys, Some(KeyRef::Unknown { digest: 7 }));
+    a_bad_registration_is_not_kept(&c, &rx, &keys, &vals);
 
     // An answer's reference in a request is refused by name.
     let a = ask(
@@ -280,14 +273,7 @@ fn a_server_answers_unknown_and_malformed_key_references_and_keeps_no_bad_list()
         &rx,
         push(Some(KeyRef::AsRequested), encode(&keys, &vals, &[])),
     );
-    assert!(
-        a.meta
-            .error
-            .as_deref()
-            .is_some_and(|e| e.contains("belongs in an answer")),
-        "{:?}",
-        a.meta.error
-    );
+    assert_error_contains(&a.meta.error, "belongs in an answer");
 
     // Only the one valid push was applied.
     let kv = KVWorker::<f32>::new(&c.workers[0], 0, 0).expect("worker");
@@ -296,6 +282,34 @@ fn a_server_answers_unknown_and_malformed_key_references_and_keeps_no_bad_list()
     assert_eq!(out, vec![1f32; 40]);
     drop(kv);
     c.finish();
+}
+
+/// Keys registered under 7, then unsorted keys registered under 7: the first list goes (never
+/// older than the worker's last registration), the bad one is not kept.
+fn a_bad_registration_is_not_kept(
+    c: &Cluster,
+    rx: &crossbeam_channel::Receiver<Message>,
+    keys: &[Key],
+    vals: &[f32],
+) {
+    let reg = |d| {
+        Some(KeyRef::Register {
+            digest: d,
+            evict: vec![],
+        })
+    };
+    let a = ask(c, rx, push(reg(7), encode(keys, vals, &[])));
+    assert_eq!(a.meta.error, None);
+    let mut unsorted = keys.to_vec();
+    unsorted.swap(3, 4);
+    let a = ask(c, rx, push(reg(7), encode(&unsorted, vals, &[])));
+    assert_error_contains(&a.meta.error, "keys must be sorted and unique");
+    let a = ask(
+        c,
+        rx,
+        push(Some(KeyRef::Cached { digest: 7 }), encode(&[], vals, &[])),
+    );
+    assert_eq!(a.meta.keys, Some(KeyRef::Unknown { digest: 7 }));
 }
 
 /// Answers every pull with nothing at all.

@@ -1,7 +1,9 @@
 //! The RDMA van's configuration: the variables of TF contrib/verbs (`shared/seeds/003_*`) with
-//! its defaults, each range-checked with an error naming the variable.
+//! its defaults, each range-checked with an error naming the variable, the value and the range
+//! (read by `crate::config::vars`, as the cluster's variables are).
 
-use crate::error::{Error, Result};
+use crate::config::vars::Vars;
+use crate::error::Result;
 
 /// RDMA settings of one node.
 #[derive(Clone, Debug, PartialEq)]
@@ -50,29 +52,11 @@ impl Default for RdmaConfig {
     }
 }
 
-fn ranged<T: std::str::FromStr + PartialOrd + Copy + std::fmt::Display>(
-    lookup: &impl Fn(&str) -> Option<String>,
-    var: &str,
-    lo: T,
-    hi: T,
-    default: T,
-) -> Result<T> {
-    match lookup(var) {
-        None => Ok(default),
-        Some(s) => match s.trim().parse::<T>() {
-            Ok(v) if v >= lo && v <= hi => Ok(v),
-            _ => Err(Error::Config(format!(
-                "{var} is {s:?}: expected a whole number from {lo} to {hi}"
-            ))),
-        },
-    }
-}
-
 impl RdmaConfig {
     /// Reads the variables from the process environment.
     ///
     /// # Errors
-    /// [`Error::Config`] naming the variable that is out of range or malformed.
+    /// [`crate::Error::Config`] naming the variable that is out of range or malformed.
     pub fn from_env() -> Result<RdmaConfig> {
         RdmaConfig::from_lookup(|k| std::env::var(k).ok())
     }
@@ -83,42 +67,38 @@ impl RdmaConfig {
     /// As [`RdmaConfig::from_env`].
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<RdmaConfig> {
         let d = RdmaConfig::default();
-        let device = lookup("RDMA_DEVICE")
+        let vars = Vars::new(lookup);
+        let device = vars
+            .raw("RDMA_DEVICE")
             .map(|s| s.trim().to_string())
             .filter(|s| !s.is_empty());
-        let gid_index = match lookup("RDMA_GID_INDEX") {
-            None => None,
-            Some(_) => Some(ranged(&lookup, "RDMA_GID_INDEX", 0u32, 1023, 0)?),
-        };
-        let mtu = match lookup("RDMA_QP_MTU") {
-            None => None,
-            Some(s) => match s.trim().parse::<u32>() {
-                Ok(m @ (256 | 512 | 1024 | 2048 | 4096)) => Some(m),
-                _ => {
-                    return Err(Error::Config(format!(
-                        "RDMA_QP_MTU is {s:?}: expected 256, 512, 1024, 2048 or 4096"
-                    )))
-                }
-            },
-        };
+        // The two optional values first, then the rest: the first error is the one reported.
         Ok(RdmaConfig {
             device,
-            port: ranged(&lookup, "RDMA_DEVICE_PORT", 1u8, 255, d.port)?,
-            gid_index,
-            pkey_index: ranged(&lookup, "RDMA_QP_PKEY_INDEX", 0u16, u16::MAX, d.pkey_index)?,
-            queue_depth: ranged(&lookup, "RDMA_QP_QUEUE_DEPTH", 2u32, 65536, d.queue_depth)?,
-            timeout: ranged(&lookup, "RDMA_QP_TIMEOUT", 0u8, 31, d.timeout)?,
-            retry_count: ranged(&lookup, "RDMA_QP_RETRY_COUNT", 0u8, 7, d.retry_count)?,
-            sl: ranged(&lookup, "RDMA_QP_SL", 0u8, 7, d.sl)?,
-            mtu,
-            traffic_class: ranged(&lookup, "RDMA_TRAFFIC_CLASS", 0u8, 255, d.traffic_class)?,
-            ring_bytes: ranged(
-                &lookup,
-                "PS_RDMA_RING_BYTES",
-                64u64 << 10,
-                1 << 30,
-                d.ring_bytes,
-            )?,
+            gid_index: vars.ranged("RDMA_GID_INDEX", 0u32, 1023)?,
+            mtu: vars.parsed("RDMA_QP_MTU", "256, 512, 1024, 2048 or 4096", |m: &u32| {
+                matches!(m, 256 | 512 | 1024 | 2048 | 4096)
+            })?,
+            port: vars.ranged("RDMA_DEVICE_PORT", 1u8, 255)?.unwrap_or(d.port),
+            pkey_index: vars
+                .ranged("RDMA_QP_PKEY_INDEX", 0u16, u16::MAX)?
+                .unwrap_or(d.pkey_index),
+            queue_depth: vars
+                .ranged("RDMA_QP_QUEUE_DEPTH", 2u32, 65536)?
+                .unwrap_or(d.queue_depth),
+            timeout: vars
+                .ranged("RDMA_QP_TIMEOUT", 0u8, 31)?
+                .unwrap_or(d.timeout),
+            retry_count: vars
+                .ranged("RDMA_QP_RETRY_COUNT", 0u8, 7)?
+                .unwrap_or(d.retry_count),
+            sl: vars.ranged("RDMA_QP_SL", 0u8, 7)?.unwrap_or(d.sl),
+            traffic_class: vars
+                .ranged("RDMA_TRAFFIC_CLASS", 0u8, 255)?
+                .unwrap_or(d.traffic_class),
+            ring_bytes: vars
+                .ranged("PS_RDMA_RING_BYTES", 64u64 << 10, 1 << 30)?
+                .unwrap_or(d.ring_bytes),
         })
     }
 }

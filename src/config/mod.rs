@@ -1,4 +1,4 @@
-//! Cluster configuration from ps-lite's environment variables, each overridable by a flag.
+//! Cluster configuration from ps-lite's environment variables, some overridable by a flag.
 //!
 //! | variable | meaning | form | default |
 //! | --- | --- | --- | --- |
@@ -9,23 +9,31 @@
 //! | `DMLC_NUM_WORKER` | workers in the cluster | whole number ≥ 1 | required |
 //! | `DMLC_NODE_HOST` | address this node listens on | IP address or host name | see below |
 //! | `DMLC_INTERFACE` | network interface whose IPv4 address to listen on | interface name | — |
-//! | `DMLC_PS_VAN_TYPE` | the van | `zmq` (`rdma`/`ibverbs`: not in this build) | `zmq` |
+//! | `DMLC_PS_VAN_TYPE` | the van | `zmq`, or `rdma` (also `ibverbs`) in a build with the cargo feature `rdma` (its `RDMA_*` variables: [`crate::van::rdma::RdmaConfig`]) | `zmq` |
 //! | `PS_VERBOSE` | log level | 0 (warnings), 1 (info), 2 (debug), 3 (trace) | 0 |
 //! | `PS_TIMEOUT` | deadline of every wait: start-up, barrier, `wait(ts)` | seconds, > 0 | 60 |
 //! | `PS_HEARTBEAT_INTERVAL` | how often a node tells the scheduler it is alive | seconds, > 0 | 1 |
 //! | `PS_HEARTBEAT_TIMEOUT` | silence after which the scheduler declares a node lost | seconds, > 0 | 10 |
 //! | `PS_DATA_VALIDATION` | rendezvous pulls carry and check a crc32c of the content | 0 or 1 | 0 |
-//! | `PS_POOL_BYTES` | size of the registered memory pool for zero-copy pulls | bytes | 268435456 |
+//! | `PS_POOL_BYTES` | size of the registered memory pool for zero-copy pulls | bytes ≥ 4096 | 268435456 |
 //! | `PS_KEY_CACHE` | workers send a digest instead of a key list the server already keeps (see [`crate::kv::keycache`]) | 0 or 1 | 1 |
 //! | `PS_KEY_CACHE_KEYS` | keys of the lists a server keeps per worker customer (the worker keeps the same), and × `DMLC_NUM_WORKER` in all | whole number ≥ 1 | 16777216 |
-//! | `PSLITE_RANK` | rank this server/worker asks for (the launcher sets it) | whole number | registration order |
+//! | `PSLITE_RANK` | rank this server/worker asks for (the launcher sets it) | whole number ≥ 0 | registration order |
 //!
 //! The listening address is `DMLC_NODE_HOST` if set, else the IPv4 address of `DMLC_INTERFACE`,
 //! else 127.0.0.1 when the scheduler is on loopback, else the first non-loopback IPv4 address.
+//!
+//! Numbers and choices are read trimmed. Flags: `--root-uri`, `--root-port`, `--num-servers`, `--num-workers`,
+//! `--node-host`, `--interface`, `--van`, `--verbose` and `--timeout` replace the variable on
+//! their row ([`Overrides`]). An error names the variable (and its flag), the value given and
+//! the expected form.
+
+pub(crate) mod vars;
 
 use crate::error::{Error, Result};
 use crate::wire::Role;
 use std::time::Duration;
+use vars::Vars;
 
 /// Default size of the registered memory pool: 256 MiB (reserved, touched only when used).
 pub const DEFAULT_POOL_BYTES: usize = 256 << 20;
@@ -123,175 +131,57 @@ impl Config {
     }
 
     /// As [`Config::from_env`], reading variables through `lookup` (for tests and embedding).
+    ///
+    /// # Errors
+    /// As [`Config::from_env`].
     pub fn from_lookup(
         role: Role,
         flags: &Overrides,
         lookup: impl Fn(&str) -> Option<String>,
     ) -> Result<Config> {
-        let get = |flag: &Option<String>, var: &str| flag.clone().or_else(|| lookup(var));
-        if let Some(r) = lookup("DMLC_ROLE") {
-            let want = role.name();
-            if r.trim() != want {
-                return Err(Error::Config(format!(
-                    "DMLC_ROLE={r:?} but this binary runs the {want} role: \
-                     expected DMLC_ROLE unset or {want:?}"
-                )));
-            }
-        }
-        let root_uri = required(
-            get(&flags.root_uri, "DMLC_PS_ROOT_URI"),
-            "DMLC_PS_ROOT_URI",
-            "--root-uri",
-            "an IP address or host name, e.g. 127.0.0.1",
-        )?;
-        if root_uri.trim().is_empty() || root_uri.contains(char::is_whitespace) {
-            return Err(bad(
-                "DMLC_PS_ROOT_URI",
-                "--root-uri",
-                &root_uri,
-                "an IP address or host name, e.g. 127.0.0.1",
-            ));
-        }
-        let port_s = required(
-            get(&flags.root_port, "DMLC_PS_ROOT_PORT"),
-            "DMLC_PS_ROOT_PORT",
-            "--root-port",
-            "a port number 1–65535",
-        )?;
-        let root_port = match port_s.trim().parse::<u16>() {
-            Ok(p) if p > 0 => p,
-            _ => {
-                return Err(bad(
-                    "DMLC_PS_ROOT_PORT",
-                    "--root-port",
-                    &port_s,
-                    "a port number 1–65535",
-                ))
-            }
-        };
-        let count = |flag: &Option<String>, var: &'static str, f: &'static str| -> Result<usize> {
-            let s = required(get(flag, var), var, f, "a whole number ≥ 1")?;
-            match s.trim().parse::<usize>() {
-                Ok(n) if n >= 1 => Ok(n),
-                _ => Err(bad(var, f, &s, "a whole number ≥ 1")),
-            }
-        };
-        let num_servers = count(&flags.num_servers, "DMLC_NUM_SERVER", "--num-servers")?;
-        let num_workers = count(&flags.num_workers, "DMLC_NUM_WORKER", "--num-workers")?;
-        let van = match get(&flags.van, "DMLC_PS_VAN_TYPE") {
-            None => VanType::Zmq,
-            Some(s) => match s.trim() {
-                "zmq" | "" => VanType::Zmq,
-                "rdma" | "ibverbs" => VanType::Rdma,
-                _ => {
-                    return Err(bad(
-                        "DMLC_PS_VAN_TYPE",
-                        "--van",
-                        &s,
-                        "zmq or rdma (also ibverbs)",
-                    ))
-                }
-            },
-        };
-        let verbose = match get(&flags.verbose, "PS_VERBOSE") {
-            None => 0,
-            Some(s) => match s.trim().parse::<u8>() {
-                Ok(v) if v <= 3 => v,
-                _ => return Err(bad("PS_VERBOSE", "--verbose", &s, "0, 1, 2 or 3")),
-            },
-        };
-        let secs = |flag: &Option<String>,
-                    var: &'static str,
-                    f: &'static str,
-                    default: f64|
-         -> Result<Duration> {
-            match get(flag, var) {
-                None => Ok(Duration::from_secs_f64(default)),
-                Some(s) => match s.trim().parse::<f64>() {
-                    Ok(v) if v > 0.0 && v.is_finite() && v < 1e9 => Ok(Duration::from_secs_f64(v)),
-                    _ => Err(bad(var, f, &s, "a number of seconds > 0, e.g. 60 or 0.5")),
-                },
-            }
-        };
-        let timeout = secs(&flags.timeout, "PS_TIMEOUT", "--timeout", 60.0)?;
-        let heartbeat_interval = secs(&None, "PS_HEARTBEAT_INTERVAL", "(no flag)", 1.0)?;
-        let heartbeat_timeout = secs(&None, "PS_HEARTBEAT_TIMEOUT", "(no flag)", 10.0)?;
-        let rank_hint = match lookup("PSLITE_RANK") {
-            None => None,
-            Some(s) => match s.trim().parse::<u32>() {
-                Ok(r) => Some(r),
-                _ => {
-                    return Err(Error::Config(format!(
-                        "PSLITE_RANK is {s:?}: expected a whole number ≥ 0"
-                    )))
-                }
-            },
-        };
-        let data_validation = match lookup("PS_DATA_VALIDATION").as_deref().map(str::trim) {
-            None | Some("0") | Some("") => false,
-            Some("1") => true,
-            Some(other) => {
-                return Err(Error::Config(format!(
-                    "PS_DATA_VALIDATION is {other:?}: expected 0 or 1"
-                )))
-            }
-        };
-        let pool_bytes = match lookup("PS_POOL_BYTES") {
-            None => DEFAULT_POOL_BYTES,
-            Some(s) => match s.trim().parse::<usize>() {
-                Ok(b) if b >= 4096 => b,
-                _ => {
-                    return Err(Error::Config(format!(
-                        "PS_POOL_BYTES is {s:?}: expected a number of bytes ≥ 4096"
-                    )))
-                }
-            },
-        };
-        let key_cache = match lookup("PS_KEY_CACHE").as_deref().map(str::trim) {
-            None | Some("1") | Some("") => true,
-            Some("0") => false,
-            Some(other) => {
-                return Err(Error::Config(format!(
-                    "PS_KEY_CACHE is {other:?}: expected 0 (off) or 1 (on)"
-                )))
-            }
-        };
-        let key_cache_keys = match lookup("PS_KEY_CACHE_KEYS") {
-            None => DEFAULT_KEY_CACHE_KEYS,
-            Some(s) => match s.trim().parse::<usize>() {
-                Ok(n) if n >= 1 => n,
-                _ => {
-                    return Err(Error::Config(format!(
-                        "PS_KEY_CACHE_KEYS is {s:?}: expected a whole number of keys ≥ 1"
-                    )))
-                }
-            },
-        };
-        let key_cache_keys = if key_cache { key_cache_keys } else { 0 };
-        let node_host = match get(&flags.node_host, "DMLC_NODE_HOST") {
-            Some(h) if !h.trim().is_empty() => h.trim().to_string(),
-            _ => match get(&flags.interface, "DMLC_INTERFACE") {
-                Some(ifname) => interface_ipv4(&ifname)?,
-                None if is_loopback(&root_uri) => "127.0.0.1".to_string(),
-                None => first_ipv4().unwrap_or_else(|| "127.0.0.1".to_string()),
-            },
-        };
+        use VanType::{Rdma, Zmq};
+        let vars = flags.reader(lookup);
+        check_role(&vars, role)?;
+        let (root_uri, root_port) = scheduler_address(&vars)?;
+        let count = |var| vars.required_parsed(var, "a whole number ≥ 1", |&n: &usize| n >= 1);
+        let secs = |var, default| vars.seconds(var).map(|s| s.unwrap_or(default));
+        // The fields in the order they are checked: the first error is the one reported.
         Ok(Config {
             role,
-            root_uri: root_uri.trim().to_string(),
+            root_uri: root_uri.clone(),
             root_port,
-            num_servers,
-            num_workers,
-            node_host,
-            van,
-            verbose,
-            timeout,
-            heartbeat_interval,
-            heartbeat_timeout,
-            rank_hint,
-            data_validation,
-            pool_bytes,
-            key_cache_keys,
+            num_servers: count("DMLC_NUM_SERVER")?,
+            num_workers: count("DMLC_NUM_WORKER")?,
+            van: vars
+                .choice(
+                    "DMLC_PS_VAN_TYPE",
+                    &[("zmq", Zmq), ("", Zmq), ("rdma", Rdma), ("ibverbs", Rdma)],
+                    "zmq or rdma (also ibverbs)",
+                )?
+                .unwrap_or(Zmq),
+            verbose: vars
+                .parsed("PS_VERBOSE", "0, 1, 2 or 3", |&v: &u8| v <= 3)?
+                .unwrap_or(0),
+            timeout: secs("PS_TIMEOUT", Duration::from_secs(60))?,
+            heartbeat_interval: secs("PS_HEARTBEAT_INTERVAL", Duration::from_secs(1))?,
+            heartbeat_timeout: secs("PS_HEARTBEAT_TIMEOUT", Duration::from_secs(10))?,
+            rank_hint: vars.parsed("PSLITE_RANK", "a whole number ≥ 0", |_: &u32| true)?,
+            data_validation: vars
+                .choice(
+                    "PS_DATA_VALIDATION",
+                    &[("0", false), ("", false), ("1", true)],
+                    "0 or 1",
+                )?
+                .unwrap_or(false),
+            pool_bytes: vars
+                .parsed(
+                    "PS_POOL_BYTES",
+                    "a number of bytes ≥ 4096",
+                    |&b: &usize| b >= 4096,
+                )?
+                .unwrap_or(DEFAULT_POOL_BYTES),
+            key_cache_keys: key_cache_keys(&vars)?,
+            node_host: node_host(&vars, &root_uri)?,
         })
     }
 
@@ -306,18 +196,92 @@ impl Config {
     }
 }
 
-fn required(v: Option<String>, var: &str, flag: &str, expected: &str) -> Result<String> {
-    v.ok_or_else(|| {
-        Error::Config(format!(
-            "{var} is not set (nor {flag} given): expected {expected}"
-        ))
+impl Overrides {
+    /// A reader of the variables `lookup` returns, each replaced by its flag when given.
+    fn reader<F: Fn(&str) -> Option<String>>(&self, lookup: F) -> Vars<'_, F> {
+        Vars::new(lookup)
+            .with_flag("DMLC_PS_ROOT_URI", "--root-uri", self.root_uri.as_deref())
+            .with_flag(
+                "DMLC_PS_ROOT_PORT",
+                "--root-port",
+                self.root_port.as_deref(),
+            )
+            .with_flag(
+                "DMLC_NUM_SERVER",
+                "--num-servers",
+                self.num_servers.as_deref(),
+            )
+            .with_flag(
+                "DMLC_NUM_WORKER",
+                "--num-workers",
+                self.num_workers.as_deref(),
+            )
+            .with_flag("DMLC_NODE_HOST", "--node-host", self.node_host.as_deref())
+            .with_flag("DMLC_INTERFACE", "--interface", self.interface.as_deref())
+            .with_flag("DMLC_PS_VAN_TYPE", "--van", self.van.as_deref())
+            .with_flag("PS_VERBOSE", "--verbose", self.verbose.as_deref())
+            .with_flag("PS_TIMEOUT", "--timeout", self.timeout.as_deref())
+    }
+}
+
+/// `DMLC_ROLE`, when set, must be the role of this binary.
+fn check_role<F: Fn(&str) -> Option<String>>(vars: &Vars<'_, F>, role: Role) -> Result<()> {
+    match vars.raw("DMLC_ROLE") {
+        Some(r) if r.trim() != role.name() => {
+            let want = role.name();
+            Err(Error::Config(format!(
+                "DMLC_ROLE={r:?} but this binary runs the {want} role: \
+                 expected DMLC_ROLE unset or {want:?}"
+            )))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// The scheduler's address and port (`DMLC_PS_ROOT_URI`, `DMLC_PS_ROOT_PORT`).
+fn scheduler_address<F: Fn(&str) -> Option<String>>(vars: &Vars<'_, F>) -> Result<(String, u16)> {
+    const HOST: &str = "an IP address or host name, e.g. 127.0.0.1";
+    let uri = vars.required("DMLC_PS_ROOT_URI", HOST)?;
+    if uri.trim().is_empty() || uri.contains(char::is_whitespace) {
+        return Err(vars.invalid("DMLC_PS_ROOT_URI", &uri, HOST));
+    }
+    let port = vars.required_parsed(
+        "DMLC_PS_ROOT_PORT",
+        "a port number 1–65535",
+        |&p: &u16| p > 0,
+    )?;
+    Ok((uri.trim().to_string(), port))
+}
+
+/// Keys kept per worker customer: `PS_KEY_CACHE_KEYS`, or 0 when `PS_KEY_CACHE` is 0.
+fn key_cache_keys<F: Fn(&str) -> Option<String>>(vars: &Vars<'_, F>) -> Result<usize> {
+    let on = vars.choice(
+        "PS_KEY_CACHE",
+        &[("1", true), ("", true), ("0", false)],
+        "0 (off) or 1 (on)",
+    )?;
+    let keys = vars.parsed(
+        "PS_KEY_CACHE_KEYS",
+        "a whole number of keys ≥ 1",
+        |&n: &usize| n >= 1,
+    )?;
+    Ok(match on {
+        Some(false) => 0,
+        _ => keys.unwrap_or(DEFAULT_KEY_CACHE_KEYS),
     })
 }
 
-fn bad(var: &str, flag: &str, value: &str, expected: &str) -> Error {
-    Error::Config(format!(
-        "{var} (or {flag}) is {value:?}: expected {expected}"
-    ))
+/// The address to listen on: `DMLC_NODE_HOST`, else `DMLC_INTERFACE`'s IPv4 address, else
+/// 127.0.0.1 for a scheduler on loopback, else the first non-loopback IPv4 address.
+fn node_host<F: Fn(&str) -> Option<String>>(vars: &Vars<'_, F>, root_uri: &str) -> Result<String> {
+    match vars.raw("DMLC_NODE_HOST") {
+        Some(h) if !h.trim().is_empty() => Ok(h.trim().to_string()),
+        _ => match vars.raw("DMLC_INTERFACE") {
+            Some(ifname) => interface_ipv4(vars, &ifname),
+            None if is_loopback(root_uri) => Ok("127.0.0.1".to_string()),
+            None => Ok(first_ipv4().unwrap_or_else(|| "127.0.0.1".to_string())),
+        },
+    }
 }
 
 fn is_loopback(host: &str) -> bool {
@@ -328,7 +292,7 @@ fn is_loopback(host: &str) -> bool {
             .unwrap_or(false)
 }
 
-fn interface_ipv4(name: &str) -> Result<String> {
+fn interface_ipv4<F: Fn(&str) -> Option<String>>(vars: &Vars<'_, F>, name: &str) -> Result<String> {
     let addrs = if_addrs::get_if_addrs().map_err(|e| {
         Error::Config(format!(
             "DMLC_INTERFACE={name:?}: cannot list interfaces: {e}"
@@ -340,9 +304,8 @@ fn interface_ipv4(name: &str) -> Result<String> {
         .map(|a| a.ip().to_string())
         .ok_or_else(|| {
             let names: Vec<&str> = addrs.iter().map(|a| a.name.as_str()).collect();
-            Error::Config(format!(
-                "DMLC_INTERFACE (or --interface) is {name:?}: expected an interface with an IPv4 address, one of {names:?}"
-            ))
+            let expected = format!("an interface with an IPv4 address, one of {names:?}");
+            vars.invalid("DMLC_INTERFACE", name, &expected)
         })
 }
 
@@ -461,6 +424,22 @@ mod tests {
                 "server",
                 "expected DMLC_ROLE unset or \"worker\"",
             ),
+            (
+                "PS_HEARTBEAT_INTERVAL",
+                "x",
+                "expected a number of seconds > 0",
+            ),
+            (
+                "PS_HEARTBEAT_TIMEOUT",
+                "-1",
+                "expected a number of seconds > 0",
+            ),
+            ("PSLITE_RANK", "-1", "expected a whole number ≥ 0"),
+            (
+                "DMLC_PS_ROOT_URI",
+                " 10.0.0.1",
+                "expected an IP address or host name",
+            ),
         ];
         for (var, val, expected) in cases {
             let mut pairs = BASE.to_vec();
@@ -471,6 +450,28 @@ mod tests {
                 "{var}={val}: {err}"
             );
         }
+    }
+
+    #[test]
+    fn errors_name_the_flag_where_there_is_one() {
+        let mut pairs = BASE.to_vec();
+        pairs.push(("PS_TIMEOUT", "soon"));
+        assert_eq!(
+            load(&pairs).expect_err("bad timeout").to_string(),
+            "PS_TIMEOUT (or --timeout) is \"soon\": expected a number of seconds > 0, e.g. 60 or 0.5"
+        );
+        let mut pairs = BASE.to_vec();
+        pairs.push(("PS_POOL_BYTES", "1k"));
+        assert_eq!(
+            load(&pairs).expect_err("bad pool").to_string(),
+            "PS_POOL_BYTES is \"1k\": expected a number of bytes ≥ 4096"
+        );
+        let e = env(&BASE[1..]);
+        let err = Config::from_lookup(Role::Worker, &Overrides::default(), |k| e.get(k).cloned());
+        assert_eq!(
+            err.expect_err("no scheduler").to_string(),
+            "DMLC_PS_ROOT_URI is not set (nor --root-uri given): expected an IP address or host name, e.g. 127.0.0.1"
+        );
     }
 
     #[test]
