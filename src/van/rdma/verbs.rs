@@ -23,7 +23,7 @@ use super::{unavailable, RdmaConfig};
 use crate::error::{Error, Result};
 use crate::sync::lock;
 use crate::van::ring::{
-    fragments, min_record, RingReceiver, RingSender, FLAG_MORE, FLAG_PAD, HEADER,
+    fragments, min_record, Header, HeaderBytes, Reassembler, RingReceiver, RingSender, HEADER,
 };
 use crate::van::{zmq::ZmqVan, Registration, RemoteWrite, Van, VanEvent, WriteSource};
 use crate::wire::{
@@ -277,7 +277,7 @@ struct ChanState {
     failed: Option<String>,
     unsignaled: u32,
     outstanding: u32,
-    reassembly: Vec<u8>,
+    reassembly: Reassembler,
     /// Send WRs posted / known complete, counted from the start.
     posted: u64,
     completed: u64,
@@ -388,17 +388,14 @@ impl Channel {
         }
     }
 
-    fn header(buf: &Buf, at: u64) -> (u32, u32) {
-        let mut h = [0u8; 8];
+    fn header(buf: &Buf, at: u64) -> HeaderBytes {
+        let mut h = [0u8; HEADER as usize];
         // SAFETY: the ring state machine only asks for offsets within the ring; volatile because
         // the HCA writes the ring.
         for (i, b) in h.iter_mut().enumerate() {
             *b = unsafe { std::ptr::read_volatile(buf.ptr().add(at as usize + i)) };
         }
-        (
-            u32::from_le_bytes([h[0], h[1], h[2], h[3]]),
-            u32::from_le_bytes([h[4], h[5], h[6], h[7]]),
-        )
+        h
     }
 }
 
@@ -592,7 +589,7 @@ impl Inner {
                 failed: None,
                 unsignaled: 0,
                 outstanding: 0,
-                reassembly: Vec::new(),
+                reassembly: Reassembler::new(),
                 posted: 0,
                 completed: 0,
                 held: VecDeque::new(),
@@ -739,7 +736,6 @@ impl Inner {
                         .map_err(|_| Error::Stopped)?
                         .0;
             };
-            let flags = if more { FLAG_MORE } else { 0 };
             tracing::trace!(
                 "record to {}: offset {} pad {:?} payload {}",
                 Node::describe(c.peer),
@@ -747,9 +743,7 @@ impl Inner {
                 p.pad_at,
                 b - a
             );
-            let mut head = [0u8; 8];
-            head[..4].copy_from_slice(&((b - a) as u32).to_le_bytes());
-            head[4..].copy_from_slice(&flags.to_le_bytes());
+            let head = Header::record((b - a) as u32, more).encode();
             Channel::ring_write(&c.send_ring, p.offset, &head);
             Channel::ring_write(
                 &c.send_ring,
@@ -759,9 +753,7 @@ impl Inner {
             let lkey = c.send_ring.mr.lkey();
             let mut wrs = Vec::with_capacity(2);
             if let Some(pad) = p.pad_at {
-                let mut ph = [0u8; 8];
-                ph[4..].copy_from_slice(&FLAG_PAD.to_le_bytes());
-                Channel::ring_write(&c.send_ring, pad, &ph);
+                Channel::ring_write(&c.send_ring, pad, &Header::padding().encode());
                 wrs.push(Wr {
                     local: c.send_ring.addr() + pad,
                     len: 8,
@@ -976,16 +968,8 @@ impl Inner {
             )
         };
         st.receiver.consume(&rec);
-        if rec.more {
-            st.reassembly.extend_from_slice(&payload);
+        let Some(whole) = st.reassembly.push(payload, rec.more) else {
             return;
-        }
-        let whole = if st.reassembly.is_empty() {
-            payload
-        } else {
-            let mut w = std::mem::take(&mut st.reassembly);
-            w.extend_from_slice(&payload);
-            w
         };
         drop(st);
         let _ = self
