@@ -26,9 +26,8 @@ use crate::van::ring::{
     fragments, min_record, Header, HeaderBytes, Reassembler, RingReceiver, RingSender, HEADER,
 };
 use crate::van::{zmq::ZmqVan, Registration, RemoteWrite, Van, VanEvent, WriteSource};
-use crate::wire::{
-    decode_frames, encode_meta, Command, Control, Message, Meta, Node, NodeId, MAX_META_BYTES,
-};
+use crate::wire::container::{self, ContainerError};
+use crate::wire::{Command, Control, Message, Meta, Node, NodeId};
 use bytes::Bytes;
 use crossbeam_channel::{Receiver, Sender};
 use serde::{Deserialize, Serialize};
@@ -399,61 +398,6 @@ impl Channel {
     }
 }
 
-/// A message as one byte string: frame count (u32), each frame's length (u64), the frames.
-fn container(mut msg: Message) -> Result<Vec<u8>> {
-    let head = encode_meta(&mut msg)?;
-    let n = 1 + msg.data.len();
-    let mut out = Vec::with_capacity(4 + 8 * n + head.len() + msg.data_bytes());
-    out.extend_from_slice(&(n as u32).to_le_bytes());
-    out.extend_from_slice(&(head.len() as u64).to_le_bytes());
-    for f in &msg.data {
-        out.extend_from_slice(&(f.len() as u64).to_le_bytes());
-    }
-    out.extend_from_slice(&head);
-    for f in &msg.data {
-        out.extend_from_slice(f);
-    }
-    Ok(out)
-}
-
-/// The inverse of [`container`], validating every length before slicing.
-fn uncontainer(b: Bytes) -> Result<Message> {
-    let bad = |why: String| Error::Van(format!("malformed message from the ring: {why}"));
-    let n = b
-        .get(..4)
-        .map(|x| u32::from_le_bytes([x[0], x[1], x[2], x[3]]) as usize)
-        .ok_or_else(|| bad("shorter than its frame count".into()))?;
-    if n == 0 || n > 64 {
-        return Err(bad(format!("{n} frames")));
-    }
-    let mut at = 4 + 8 * n;
-    if b.len() < at {
-        return Err(bad("shorter than its frame table".into()));
-    }
-    let mut frames = Vec::with_capacity(n);
-    for i in 0..n {
-        let o = 4 + 8 * i;
-        let len = u64::from_le_bytes(
-            b[o..o + 8]
-                .try_into()
-                .map_err(|_| bad("frame table".into()))?,
-        ) as usize;
-        if i == 0 && len > MAX_META_BYTES {
-            return Err(bad(format!("meta frame of {len} bytes")));
-        }
-        let end = at
-            .checked_add(len)
-            .filter(|&e| e <= b.len())
-            .ok_or_else(|| bad(format!("frame {i} of {len} bytes overruns the message")))?;
-        frames.push(b.slice(at..end));
-        at = end;
-    }
-    if at != b.len() {
-        return Err(bad(format!("{} trailing bytes", b.len() - at)));
-    }
-    Ok(decode_frames(frames)?)
-}
-
 /// State shared with the poller and bootstrap threads.
 struct Inner {
     // Channels (QPs, MRs) before the device (PD, CQs): fields drop in order.
@@ -696,7 +640,7 @@ impl Inner {
         mut st: MutexGuard<'a, ChanState>,
         msg: Message,
     ) -> Result<MutexGuard<'a, ChanState>> {
-        let bytes = container(msg)?;
+        let bytes = container::encode(msg)?;
         let deadline = Instant::now() + self.send_timeout;
         let depth = self.dev.cfg.queue_depth;
         let Some(remote) = lock(&c.remote).clone() else {
@@ -972,9 +916,14 @@ impl Inner {
             return;
         };
         drop(st);
-        let _ = self
-            .tx
-            .send(uncontainer(Bytes::from(whole)).map(VanEvent::Message));
+        let event = match container::decode(Bytes::from(whole)) {
+            Ok(msg) => Ok(VanEvent::Message(msg)),
+            Err(ContainerError::Layout(why)) => Err(Error::Van(format!(
+                "malformed message from the ring: {why}"
+            ))),
+            Err(ContainerError::Frames(e)) => Err(Error::Wire(e)),
+        };
+        let _ = self.tx.send(event);
     }
 
     /// Forwards ZMQ traffic (scheduler control, pre-QP messages) and handles QP bootstraps.
@@ -1172,31 +1121,5 @@ impl Van for RdmaVan {
         );
         st.held.push_back((seq, src.into_hold()));
         Ok(true)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn container_round_trip_and_rejections() {
-        let msg = Message {
-            meta: Meta {
-                head: 5,
-                ..Meta::default()
-            },
-            data: vec![Bytes::from_static(b"abc"), Bytes::new()],
-        };
-        let b = Bytes::from(container(msg).expect("encodes"));
-        let back = uncontainer(b.clone()).expect("decodes");
-        assert_eq!(back.meta.head, 5);
-        assert_eq!(back.data, vec![Bytes::from_static(b"abc"), Bytes::new()]);
-        assert!(uncontainer(b.slice(..b.len() - 1)).is_err());
-        assert!(uncontainer(Bytes::from_static(&[0, 0, 0, 0])).is_err());
-        assert!(uncontainer(Bytes::from_static(&[
-            1, 0, 0, 0, 255, 255, 255, 255, 255, 255, 255, 255
-        ]))
-        .is_err());
     }
 }
