@@ -1,19 +1,22 @@
 //! Registered buffers: memory the van owns and has registered with the device (the rings and
 //! credit words of each channel), and the only place that reads or writes their bytes. The
-//! device (or, through it, the peer) may write such memory at any time, so reads are volatile.
+//! device (or, through it, the peer) may write such memory at any time, so reads are volatile,
+//! and the memory is made of atomics (interior mutability): it is written through shared
+//! references.
 
 use crate::error::{Error, Result};
 use crate::van::ring::{HeaderBytes, HEADER};
 use sideway::ibverbs::memory_region::MemoryRegion;
 use sideway::ibverbs::protection_domain::ProtectionDomain;
 use sideway::ibverbs::AccessFlags;
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
 /// Registered memory of at least 64 bytes, 8-byte aligned, zeroed, registered for local and
 /// remote write. Field order is drop order: the memory region goes before the memory.
 pub(super) struct RegisteredBuf {
     mr: Arc<MemoryRegion>,
-    mem: Box<[u64]>,
+    mem: Box<[AtomicU64]>,
     /// Registered bytes (the requested size rounded up to 8, at least 64).
     len: usize,
 }
@@ -25,7 +28,7 @@ impl RegisteredBuf {
     /// [`Error::Van`] when the device refuses the registration (e.g. the locked-memory limit).
     pub fn new(pd: &Arc<ProtectionDomain>, bytes: usize) -> Result<RegisteredBuf> {
         let words = bytes.div_ceil(8).max(8);
-        let mem = vec![0u64; words + 8].into_boxed_slice();
+        let mem: Box<[AtomicU64]> = (0..words + 8).map(|_| AtomicU64::new(0)).collect();
         let acc = AccessFlags::LocalWrite | AccessFlags::RemoteWrite;
         // SAFETY: the region stays registered while `mem` lives (both are dropped together, the
         // MR first: field order).
@@ -54,6 +57,7 @@ impl RegisteredBuf {
         self.mr.rkey()
     }
 
+    /// The first byte, writable: the atomics' cells allow writes through a shared reference.
     fn ptr(&self) -> *mut u8 {
         self.mem.as_ptr() as *mut u8
     }
@@ -110,13 +114,13 @@ impl RegisteredBuf {
     pub fn read_word(&self) -> u64 {
         // SAFETY: 8 aligned bytes of our registered buffer (at least 64 long); the device
         // writes it, so read volatile.
-        u64::from_le(unsafe { std::ptr::read_volatile(self.mem.as_ptr()) })
+        u64::from_le(unsafe { std::ptr::read_volatile(self.ptr() as *const u64) })
     }
 
     /// Writes `v` little-endian at offset 0, volatile: the source of a credit write. A write
     /// still reading an older value may see this newer one, which only returns more credit.
     pub fn write_word(&self, v: u64) {
         // SAFETY: 8 aligned bytes of our registered buffer (at least 64 long).
-        unsafe { std::ptr::write_volatile(self.mem.as_ptr() as *mut u64, v.to_le()) }
+        unsafe { std::ptr::write_volatile(self.ptr() as *mut u64, v.to_le()) }
     }
 }

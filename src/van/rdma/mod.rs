@@ -40,7 +40,8 @@
 //! | `buf.rs` | registered buffers and every access to their bytes |
 //! | `send_queue.rs` | send-queue slots, signalling, held write sources, `wr_id` packing (sans-IO) |
 //! | `connect.rs` | `Endpoint`; `PreparedChannel` → `handshake(self, Endpoint)` → `Channel` |
-//! | `channel.rs` | the connected `Channel`: writing messages, content writes, credits, the one wait for room |
+//! | `channel/mod.rs` | the connected `Channel` and its send side: messages, content writes, the one wait for room |
+//! | `channel/receive.rs` | its receive side (the poller's): records, reassembly, receive WRs, credit returns |
 //! | `channels.rs` | the table of channels by peer: connected, or pending (prepared, endpoint first, failed) |
 //! | `bootstrap.rs` | `connect`, the endpoint exchange over ZMQ, the `rdma-bootstrap` thread |
 //! | `poller.rs` | the `rdma-poller` thread: receive CQ, send CQ, credit returns |
