@@ -9,10 +9,11 @@
 //!
 //! Layout: positions are monotonic byte counts (`u64`); the ring offset is `position % capacity`.
 //! A record is an 8-byte [`Header`] — payload length (u32 LE) and flags (u32 LE), encoded and
-//! decoded only in [`header`] — then the payload, padded to [`ALIGN`] bytes. A record never wraps: if it does not fit before the ring's end, the
-//! sender first writes a padding header ([`FLAG_PAD`]) there and places the record at offset 0;
-//! the receiver skips to 0 when it reads a padding header. A message larger than
-//! [`RingSender::max_payload`] is split into records flagged [`FLAG_MORE`] except the last.
+//! decoded only in `header.rs` — then the payload, padded to [`ALIGN`] bytes. A record never
+//! wraps: if it does not fit before the ring's end, the sender first writes a padding header
+//! ([`FLAG_PAD`]) there and places the record at offset 0; the receiver skips to 0 when it reads
+//! a padding header. A message larger than [`RingSender::max_payload`] is split into records
+//! flagged [`FLAG_MORE`] except the last.
 //!
 //! Immediate: every record write carries `0xFFFF_FFFF` (the seed's control-message immediate);
 //! the record is at the receiver's head, so the immediate need not say where. RC delivers writes
@@ -20,8 +21,8 @@
 //! it — is in memory.
 //!
 //! Files: this one holds the sender's and receiver's offsets and credits and the fragment split;
-//! [`header`] the header's bytes; [`reassembly`] the joining of fragments ([`Reassembler`]).
-//! Nothing here does IO: the RDMA van copies the bytes and posts the writes.
+//! `header.rs` the header's bytes ([`Header`]); `reassembly.rs` the joining of fragments
+//! ([`Reassembler`]). Nothing here does IO: the RDMA van copies the bytes and posts the writes.
 
 mod header;
 mod reassembly;
