@@ -33,16 +33,20 @@ impl VanState {
         if !Node::is_worker_server_pair(me, id) {
             return Ok(());
         }
-        let (ours, theirs) = {
+        if self.channels.has_channel(&self.channels.pending(), id) {
+            return Ok(());
+        }
+        // Made without holding `pending`: registering the rings takes a while.
+        let prepared = PreparedChannel::new(&self.dev, id)?;
+        let ours = prepared.endpoint(&self.dev);
+        let theirs = {
             let mut pending = self.channels.pending();
             if self.channels.has_channel(&pending, id) {
-                return Ok(());
+                return Ok(()); // a concurrent `connect` to the same peer won; ours is dropped
             }
-            let prepared = PreparedChannel::new(&self.dev, id)?;
-            let ours = prepared.endpoint(&self.dev);
             match pending.insert(id, Pending::Prepared(prepared)) {
-                Some(Pending::EndpointFirst(theirs)) => (ours, Some(theirs)),
-                _ => (ours, None),
+                Some(Pending::EndpointFirst(theirs)) => Some(theirs),
+                _ => None,
             }
         };
         self.announce(me, id, &ours)?;
