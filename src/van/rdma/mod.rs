@@ -61,8 +61,18 @@
 //!
 //! Lock order (a lock may be taken while holding those to its left, never the reverse):
 //! `channels.pending` → `channels.up` (write, only to publish a connected channel); a channel's
-//! `send` → `tx` → `qp`, and `rx` → `tx` → `qp`. `up` is only held to look up or clone a
-//! channel, never while a channel lock is taken. `mrs` is taken alone.
+//! `send` → `tx` → `qp`, and `rx` → `tx` → `qp` (`send` and `rx` are never held together). `up`
+//! is only held to look up or clone a channel, never while a channel lock is taken; `pending`
+//! is never held while a channel lock is taken, nor while waiting for the poller (the poller
+//! takes it, holding nothing, when a receive completion names a peer not yet in `up`: the
+//! handshake publishes the channel under it). `mrs` is taken alone.
+//!
+//! What crosses threads: messages queued in a prepared channel (callers → bootstrap, under
+//! `pending`); the connected `Arc<Channel>` (published in `up` by the bootstrap, or by
+//! `connect` when the peer's endpoint came first); events (poller and bootstrap → `recv`, a
+//! crossbeam channel); the `tx` state (callers, bootstrap and poller, with its condvar: send
+//! completions, failures); credits (the peer's RDMA write into our credit word, read by the
+//! sender).
 
 #[cfg(feature = "rdma")]
 mod bootstrap;
