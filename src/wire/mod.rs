@@ -8,6 +8,7 @@
 //! is detected before anything reads it.
 
 mod codec;
+pub mod container;
 mod ids;
 mod meta;
 

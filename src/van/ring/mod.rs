@@ -8,25 +8,30 @@
 //! registered credit word on the sender, and waits when the ring is full.
 //!
 //! Layout: positions are monotonic byte counts (`u64`); the ring offset is `position % capacity`.
-//! A record is an 8-byte header — payload length (u32 LE) and flags (u32 LE) — then the payload,
-//! padded to [`ALIGN`] bytes. A record never wraps: if it does not fit before the ring's end, the
-//! sender first writes a padding header ([`FLAG_PAD`]) there and places the record at offset 0;
-//! the receiver skips to 0 when it reads a padding header. A message larger than
-//! [`RingSender::max_payload`] is split into records flagged [`FLAG_MORE`] except the last.
+//! A record is an 8-byte [`Header`] — payload length (u32 LE) and flags (u32 LE), encoded and
+//! decoded only in `header.rs` — then the payload, padded to [`ALIGN`] bytes. A record never
+//! wraps: if it does not fit before the ring's end, the sender first writes a padding header
+//! ([`FLAG_PAD`]) there and places the record at offset 0; the receiver skips to 0 when it reads
+//! a padding header. A message larger than [`RingSender::max_payload`] is split into records
+//! flagged [`FLAG_MORE`] except the last.
 //!
 //! Immediate: every record write carries `0xFFFF_FFFF` (the seed's control-message immediate);
 //! the record is at the receiver's head, so the immediate need not say where. RC delivers writes
 //! in order, so when a record's completion arrives, its header — and any padding header before
 //! it — is in memory.
+//!
+//! Files: this one holds the sender's and receiver's offsets and credits and the fragment split;
+//! `header.rs` the header's bytes ([`Header`]); `reassembly.rs` the joining of fragments
+//! ([`Reassembler`]). Nothing here does IO: the RDMA van copies the bytes and posts the writes.
+
+mod header;
+mod reassembly;
+
+pub use header::{Header, HeaderBytes, FLAG_MORE, FLAG_PAD, HEADER};
+pub use reassembly::Reassembler;
 
 /// Record alignment and granularity, in bytes.
 pub const ALIGN: u64 = 64;
-/// Header size: payload length and flags.
-pub const HEADER: u64 = 8;
-/// More records of the same message follow.
-pub const FLAG_MORE: u32 = 1;
-/// Padding up to the ring's end; the next record is at offset 0.
-pub const FLAG_PAD: u32 = 2;
 
 fn record_size(payload: u64, min: u64) -> u64 {
     ((HEADER + payload).div_ceil(ALIGN) * ALIGN).max(min)
@@ -177,23 +182,24 @@ impl RingReceiver {
     }
 
     /// The record at the head, after skipping a padding header. `header(offset)` reads the
-    /// (length, flags) header at a ring offset.
+    /// [`HEADER`] bytes at a ring offset (a multiple of [`ALIGN`] below the capacity); this
+    /// decodes them ([`Header::decode`]).
     ///
     /// # Errors
     /// A text naming the offset when the header is impossible (a corrupt ring or a peer that
     /// breaks the protocol).
-    pub fn next(&mut self, header: impl Fn(u64) -> (u32, u32)) -> Result<Record, String> {
+    pub fn next(&mut self, header: impl Fn(u64) -> HeaderBytes) -> Result<Record, String> {
         let mut off = self.head % self.capacity;
-        let (mut len, mut flags) = header(off);
-        if flags & FLAG_PAD != 0 {
+        let mut h = Header::decode(header(off));
+        if h.is_padding() {
             self.head += self.capacity - off;
             off = 0;
-            (len, flags) = header(0);
-            if flags & FLAG_PAD != 0 {
+            h = Header::decode(header(0));
+            if h.is_padding() {
                 return Err("two padding headers in a row at ring offset 0".into());
             }
         }
-        let len = len as u64;
+        let len = h.len as u64;
         if off + record_size(len, self.min_record) > self.capacity || len > self.capacity / 2 {
             return Err(format!(
                 "record of {len} bytes at ring offset {off} does not fit a {}-byte ring",
@@ -203,7 +209,7 @@ impl RingReceiver {
         Ok(Record {
             payload_at: off + HEADER,
             len,
-            more: flags & FLAG_MORE != 0,
+            more: h.more(),
         })
     }
 

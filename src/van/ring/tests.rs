@@ -34,10 +34,9 @@ impl Sim {
         }
     }
 
-    fn put_header(&mut self, off: u64, len: u32, flags: u32) {
+    fn put_header(&mut self, off: u64, h: Header) {
         let o = off as usize;
-        self.mem[o..o + 4].copy_from_slice(&len.to_le_bytes());
-        self.mem[o + 4..o + 8].copy_from_slice(&flags.to_le_bytes());
+        self.mem[o..o + HEADER as usize].copy_from_slice(&h.encode());
     }
 
     /// Tries to write one record; false when the ring is full.
@@ -50,7 +49,7 @@ impl Sim {
                 !self.unread[pad as usize..].iter().any(|&u| u),
                 "padding over unread bytes"
             );
-            self.put_header(pad, 0, FLAG_PAD);
+            self.put_header(pad, Header::padding());
         }
         let (o, s) = (p.offset as usize, p.size as usize);
         assert!(o + s <= self.mem.len(), "record past the ring's end");
@@ -58,11 +57,7 @@ impl Sim {
             !self.unread[o..o + s].iter().any(|&u| u),
             "write over unread bytes at {o}"
         );
-        self.put_header(
-            p.offset,
-            payload.len() as u32,
-            if more { FLAG_MORE } else { 0 },
-        );
+        self.put_header(p.offset, Header::record(payload.len() as u32, more));
         self.mem[o + 8..o + 8 + payload.len()].copy_from_slice(payload);
         self.unread[o..o + s].iter_mut().for_each(|u| *u = true);
         self.imms.push_back(());
@@ -77,9 +72,7 @@ impl Sim {
             .receiver
             .next(|off| {
                 let o = off as usize;
-                let len = u32::from_le_bytes(mem[o..o + 4].try_into().unwrap_or_default());
-                let flags = u32::from_le_bytes(mem[o + 4..o + 8].try_into().unwrap_or_default());
-                (len, flags)
+                mem[o..o + HEADER as usize].try_into().unwrap_or_default()
             })
             .expect("valid record");
         let a = r.payload_at as usize;
@@ -114,7 +107,7 @@ proptest! {
             .flat_map(|(i, m)| fragments(m.len() as u64, max).map(move |(a, b, more)| (i, a, b, more)))
             .collect();
         let mut got: Vec<Vec<u8>> = Vec::new();
-        let mut partial = Vec::new();
+        let mut reassembler = Reassembler::new();
         let mut step = 0usize;
         let mut idle = 0;
         while got.len() < messages.len() {
@@ -135,9 +128,8 @@ proptest! {
             let n = consumer[step % consumer.len()].max(u8::from(step.is_multiple_of(consumer.len())));
             for _ in 0..n {
                 if let Some((data, more)) = sim.recv() {
-                    partial.extend_from_slice(&data);
-                    if !more {
-                        got.push(std::mem::take(&mut partial));
+                    if let Some(whole) = reassembler.push(data, more) {
+                        got.push(whole);
                     }
                     progressed = true;
                 }
@@ -151,6 +143,7 @@ proptest! {
             idle = if progressed { 0 } else { idle + 1 };
         }
         prop_assert_eq!(got, messages, "FIFO order and bytes");
+        prop_assert_eq!(reassembler.pending(), 0);
         prop_assert!(sim.sender.in_flight() <= cap);
     }
 }
@@ -203,13 +196,18 @@ fn padding_moves_a_record_to_offset_zero() {
 fn corrupt_headers_are_errors() {
     let mut r = RingReceiver::new(256);
     assert!(r
-        .next(|_| (1000, 0))
+        .next(|_| Header::record(1000, false).encode())
         .unwrap_err()
         .contains("does not fit a 256-byte ring"));
     assert!(r
-        .next(|_| (0, FLAG_PAD))
+        .next(|_| Header::padding().encode())
         .unwrap_err()
         .contains("two padding headers"));
+    // A header of a record that fits, but past what half the ring may hold, is refused too.
+    assert!(r
+        .next(|_| Header::record(129, true).encode())
+        .unwrap_err()
+        .contains("does not fit"));
 }
 
 #[test]
