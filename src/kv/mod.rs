@@ -2,6 +2,7 @@
 
 pub mod keycache;
 pub mod pairs;
+pub mod request;
 pub mod sarray;
 pub mod server;
 pub mod slicer;
@@ -11,10 +12,11 @@ pub mod worker;
 mod zero_copy;
 
 pub use pairs::{KVPairs, KVRequest};
+pub use request::{Callback, Op, RequestOptions};
 pub use sarray::SArray;
 pub use server::{DefaultHandler, KVServer, ReqMeta, RequestHandler};
 pub use value::Value;
-pub use worker::{Callback, KVWorker};
+pub use worker::KVWorker;
 
 /// A key.
 pub type Key = u64;

@@ -3,6 +3,7 @@
 
 use super::keycache::Mirror;
 use super::pairs::{check_shape, frame_of, view, KVPairs};
+use super::request::{Callback, Op, RequestOptions};
 use super::sarray::SArray;
 use super::slicer::slice;
 use super::value::Value;
@@ -20,10 +21,6 @@ use std::marker::PhantomData;
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
-
-/// Called once when a request completes, on the worker's customer thread, with the pulled pairs
-/// (empty for a push) or the error.
-pub type Callback<V> = Box<dyn FnOnce(Result<KVPairs<V>>) + Send>;
 
 struct Part {
     server: usize,
@@ -241,7 +238,13 @@ impl<V: Value> KVWorker<V> {
     /// [`Error::InvalidArgument`] for unsorted/duplicate keys or lengths that do not add up;
     /// [`Error::Van`] if a message cannot be sent.
     pub fn push(&self, keys: &[Key], vals: &[V], lens: Option<&[u32]>) -> Result<Timestamp> {
-        self.request(keys, vals, lens.unwrap_or(&[]), true, false, 0, None)
+        self.request(
+            Op::Push,
+            keys,
+            vals,
+            lens.unwrap_or(&[]),
+            RequestOptions::default(),
+        )
     }
 
     /// Pulls the values of `keys`; after [`wait`](Self::wait), [`take_pulled`](Self::take_pulled)
@@ -250,7 +253,7 @@ impl<V: Value> KVWorker<V> {
     /// # Errors
     /// As [`push`](Self::push).
     pub fn pull(&self, keys: &[Key]) -> Result<Timestamp> {
-        self.request(keys, &[], &[], false, true, 0, None)
+        self.request(Op::Pull, keys, &[], &[], RequestOptions::default())
     }
 
     /// Pushes `vals` and pulls the result of the update in one round trip (ps-lite's `ZPushPull`).
@@ -258,27 +261,33 @@ impl<V: Value> KVWorker<V> {
     /// # Errors
     /// As [`push`](Self::push).
     pub fn push_pull(&self, keys: &[Key], vals: &[V], lens: Option<&[u32]>) -> Result<Timestamp> {
-        self.request(keys, vals, lens.unwrap_or(&[]), true, true, 0, None)
+        self.request(
+            Op::PushPull,
+            keys,
+            vals,
+            lens.unwrap_or(&[]),
+            RequestOptions::default(),
+        )
     }
 
-    /// The general form: push and/or pull with an application command `cmd` (ps-lite's `head`)
-    /// and an optional callback. A request with a callback completes into the callback alone: it
-    /// cannot be waited on.
+    /// The general form (ps-lite's `ZPush`/`ZPull`/`ZPushPull` with `cmd` and callback): `op`
+    /// on `keys`, with `vals` (empty for [`Op::Pull`]) and `lens` (values per key, one per key,
+    /// or empty for the even split `vals.len() / keys.len()`). `options` give the application
+    /// command and an optional callback; a request with a callback completes into the callback
+    /// alone: it cannot be waited on.
     ///
     /// # Errors
-    /// As [`push`](Self::push); [`Error::InvalidArgument`] if neither push nor pull is asked.
-    #[allow(clippy::too_many_arguments)]
+    /// As [`push`](Self::push); [`Error::InvalidArgument`] if a pull carries values or a push
+    /// of keys carries none.
     pub fn request(
         &self,
+        op: Op,
         keys: &[Key],
         vals: &[V],
         lens: &[u32],
-        push: bool,
-        pull: bool,
-        cmd: i32,
-        callback: Option<Callback<V>>,
+        options: RequestOptions<V>,
     ) -> Result<Timestamp> {
-        self.send_request(keys, Vals::Borrowed(vals), lens, push, pull, cmd, callback)
+        self.send_request(op, keys, Vals::Borrowed(vals), lens, options)
     }
 
     /// As [`request`](Self::request) with shared values (ps-lite's `ZPush`): the values are
@@ -286,18 +295,15 @@ impl<V: Value> KVWorker<V> {
     ///
     /// # Errors
     /// As [`request`](Self::request).
-    #[allow(clippy::too_many_arguments)]
     pub fn request_shared(
         &self,
+        op: Op,
         keys: &[Key],
         vals: &SArray<V>,
         lens: &[u32],
-        push: bool,
-        pull: bool,
-        cmd: i32,
-        callback: Option<Callback<V>>,
+        options: RequestOptions<V>,
     ) -> Result<Timestamp> {
-        self.send_request(keys, Vals::Shared(vals), lens, push, pull, cmd, callback)
+        self.send_request(op, keys, Vals::Shared(vals), lens, options)
     }
 
     /// Pushes shared values without copying them (ps-lite's `ZPush`).
@@ -310,25 +316,25 @@ impl<V: Value> KVWorker<V> {
         vals: &SArray<V>,
         lens: Option<&[u32]>,
     ) -> Result<Timestamp> {
-        self.request_shared(keys, vals, lens.unwrap_or(&[]), true, false, 0, None)
+        self.request_shared(
+            Op::Push,
+            keys,
+            vals,
+            lens.unwrap_or(&[]),
+            RequestOptions::default(),
+        )
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn send_request(
         &self,
+        op: Op,
         keys: &[Key],
         vals: Vals<'_, V>,
         lens: &[u32],
-        push: bool,
-        pull: bool,
-        cmd: i32,
-        callback: Option<Callback<V>>,
+        options: RequestOptions<V>,
     ) -> Result<Timestamp> {
-        if !push && !pull {
-            return Err(Error::InvalidArgument(
-                "a request must push, pull, or both".into(),
-            ));
-        }
+        let RequestOptions { cmd, callback } = options;
+        let (push, pull) = (op.pushes(), op.pulls());
         if !push && !vals.is_empty() {
             return Err(Error::InvalidArgument("a pull carries no values".into()));
         }
@@ -341,15 +347,7 @@ impl<V: Value> KVWorker<V> {
         }
         let slices = slice(self.po.server_key_ranges(), keys, vals.len(), lens);
         let ts = self.next_ts.fetch_add(1, Ordering::Relaxed);
-        let what = format!(
-            "timestamp {ts} ({} of {} keys)",
-            match (push, pull) {
-                (true, true) => "push-pull",
-                (true, false) => "push",
-                _ => "pull",
-            },
-            keys.len()
-        );
+        let what = format!("timestamp {ts} ({} of {} keys)", op.name(), keys.len());
         let servers: Vec<usize> = slices.iter().map(|s| s.server).collect();
         let pending = Pending {
             what,

@@ -17,7 +17,7 @@ pub mod many;
 
 use super::stats::{gbps, percentile};
 use crate::error::{Error, Result};
-use crate::kv::{KVPairs, KVWorker, Key, SArray};
+use crate::kv::{KVPairs, KVWorker, Key, Op, RequestOptions, SArray};
 use crate::postoffice::{Postoffice, WORKER_GROUP};
 use crate::van::pool::PoolBuf;
 use crossbeam_channel::unbounded;
@@ -40,13 +40,13 @@ pub enum Mode {
 }
 
 impl Mode {
-    /// The requests of one round, in order: (push, pull).
-    fn phases(self) -> &'static [(bool, bool)] {
+    /// The requests of one round, in order.
+    fn phases(self) -> &'static [Op] {
         match self {
-            Mode::Push => &[(true, false)],
-            Mode::Pull => &[(false, true)],
-            Mode::PushPull => &[(true, true)],
-            Mode::PushThenPull => &[(true, false), (false, true)],
+            Mode::Push => &[Op::Push],
+            Mode::Pull => &[Op::Pull],
+            Mode::PushPull => &[Op::PushPull],
+            Mode::PushThenPull => &[Op::Push, Op::Pull],
         }
     }
 }
@@ -214,7 +214,8 @@ pub fn run(po: &Arc<Postoffice>, a: &BenchArgs) -> Result<BenchReport> {
         if done_rounds || (limit_rounds.is_none() && start.elapsed() >= limit_time) {
             break;
         }
-        for &(push, pull) in phases {
+        for &op in phases {
+            let (push, pull) = (op.pushes(), op.pulls());
             let mut issued = Vec::with_capacity(keys.len());
             for (i, k) in keys.iter().enumerate() {
                 let tx = tx.clone();
@@ -232,18 +233,11 @@ pub fn run(po: &Arc<Postoffice>, a: &BenchArgs) -> Result<BenchReport> {
                         let cb = move |r: Result<KVPairs<u8>>| {
                             let _ = tx.send((i, Instant::now(), r.map(Got::Pairs)));
                         };
+                        let options = RequestOptions::callback(cb);
                         if push {
-                            kv.request_shared(
-                                &[*k],
-                                &zeros,
-                                &[],
-                                push,
-                                pull,
-                                0,
-                                Some(Box::new(cb)),
-                            )?;
+                            kv.request_shared(op, &[*k], &zeros, &[], options)?;
                         } else {
-                            kv.request(&[*k], &[], &[], push, pull, 0, Some(Box::new(cb)))?;
+                            kv.request(op, &[*k], &[], &[], options)?;
                         }
                     }
                 }

@@ -17,7 +17,7 @@ pub use libsvm::Dataset;
 pub use optimizer::{OptConfig, Optimizer, OptimizerHandler, CMD_CONFIG, CMD_GRADIENT};
 
 use crate::error::{Error, Result};
-use crate::kv::{KVWorker, Key};
+use crate::kv::{KVWorker, Key, Op, RequestOptions};
 use crate::postoffice::{Postoffice, WORKER_GROUP};
 use std::collections::HashMap;
 use std::io::IsTerminal;
@@ -174,13 +174,11 @@ pub fn run(
     let cfg_vals: Vec<f32> = server_keys.iter().flat_map(|_| cfg.encode()).collect();
     let lens = vec![3u32; server_keys.len()];
     kv.wait(kv.request(
+        Op::Push,
         &server_keys,
         &cfg_vals,
         &lens,
-        true,
-        false,
-        CMD_CONFIG,
-        None,
+        RequestOptions::cmd(CMD_CONFIG),
     )?)?;
 
     let test_keys = test.as_ref().map(|t| keys_for(t.idx.iter().copied()));
@@ -219,7 +217,13 @@ pub fn run(
             }
             let scale = 1.0 / rows.len() as f32;
             grad.iter_mut().for_each(|g| *g *= scale);
-            kv.wait(kv.request(&keys, &grad, &[], true, false, CMD_GRADIENT, None)?)?;
+            kv.wait(kv.request(
+                Op::Push,
+                &keys,
+                &grad,
+                &[],
+                RequestOptions::cmd(CMD_GRADIENT),
+            )?)?;
             bar.inc(1);
         }
         let seconds = t0.elapsed().as_secs_f64();
