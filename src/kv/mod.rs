@@ -9,7 +9,6 @@ pub mod slicer;
 pub mod store;
 pub mod value;
 pub mod worker;
-mod zero_copy;
 
 pub use pairs::{KVPairs, KVRequest};
 pub use request::{Callback, Op, RequestOptions};

@@ -16,9 +16,9 @@
 //! (at most `PS_TIMEOUT`; then it is refused with an error naming the wait, and nothing of it is
 //! applied). Writes from pool copies and messages need no wait.
 
-use super::server::RequestHandler;
-use super::value::Value;
-use super::Key;
+use super::RequestHandler;
+use crate::kv::value::Value;
+use crate::kv::Key;
 use crate::postoffice::{reply_meta, Postoffice};
 use crate::rendezvous::responder::Lookup;
 use crate::rendezvous::{RespAction, Responder, RvMessage, TensorMeta};
