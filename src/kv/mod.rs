@@ -1,5 +1,6 @@
 //! The key-value layer: [`KVWorker`], [`KVServer`], request handlers, the slicer, timestamps.
 
+mod carrier;
 pub mod keycache;
 pub mod pairs;
 pub mod request;

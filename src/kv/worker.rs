@@ -1,6 +1,7 @@
 //! `KVWorker`: pushes and pulls, sliced by server key range and merged back (ps-lite's
 //! `KVWorker<Val>`).
 
+use super::carrier::{self, Arrival};
 use super::keycache::Mirror;
 use super::pairs::{check_shape, frame_of, view, KVPairs};
 use super::request::{Callback, Op, RequestOptions};
@@ -10,11 +11,11 @@ use super::value::Value;
 use super::{Key, Timestamp};
 use crate::error::{Error, Result};
 use crate::postoffice::{Customer, Postoffice, Route};
-use crate::rendezvous::{Dest, ReqAction, Requester, RvMessage};
+use crate::rendezvous::{Dest, ReqAction, Requester};
 use crate::sync::lock;
 use crate::van::pool::PoolBuf;
 use crate::van::{RemoteWrite, VanEvent};
-use crate::wire::{KeyRef, Message, Meta, Node, NodeId, Rendezvous};
+use crate::wire::{KeyRef, Message, Meta, Node, NodeId};
 use bytes::Bytes;
 use std::collections::HashMap;
 use std::marker::PhantomData;
@@ -705,7 +706,6 @@ fn drive<V: Value>(
             }
             ReqAction::Send { to, msg } => {
                 let meta = Meta {
-                    rendezvous: Some(Rendezvous::Control),
                     app_id: shared.app_id,
                     customer_id: shared.customer_id,
                     recver: to,
@@ -715,10 +715,7 @@ fn drive<V: Value>(
                     ..Meta::default()
                 };
                 let index = msg.request_index();
-                if let Err(e) = shared.po.send(Message {
-                    meta,
-                    data: vec![Bytes::from(msg.encode())],
-                }) {
+                if let Err(e) = shared.po.send(carrier::control(meta, &msg)) {
                     finished.extend(st.abandon(index, e));
                 }
             }
@@ -804,32 +801,6 @@ fn on_content_message<V: Value>(shared: &Shared<V>, from: NodeId, imm: u32, cont
         .then(|| crc32c::crc32c(content));
     let actions = st.machine.on_write(from, imm, len as u64, crc);
     finish(shared, st, actions);
-}
-
-/// A rendezvous message (META_DATA_RESPONSE, ERROR_STATUS, …) or content message arrived.
-fn on_rendezvous<V: Value>(shared: &Shared<V>, msg: Message, kind: Rendezvous) {
-    let from = msg.meta.sender;
-    let Some(frame) = msg.data.first() else {
-        tracing::warn!(
-            "dropped a rendezvous message without a body from {}",
-            Node::describe(from)
-        );
-        return;
-    };
-    match kind {
-        Rendezvous::Write { imm } => on_content_message(shared, from, imm, frame),
-        Rendezvous::Control => match RvMessage::decode(frame) {
-            Ok(m) => {
-                let mut st = lock(&shared.rv);
-                let actions = st.machine.on_message(from, m);
-                finish(shared, st, actions);
-            }
-            Err(e) => tracing::warn!(
-                "dropped a rendezvous message from {}: {e}",
-                Node::describe(from)
-            ),
-        },
-    }
 }
 
 /// Drives the requester's `actions`, then reports the pulls that ended, outside the lock.
@@ -942,12 +913,19 @@ enum Outcome {
 
 /// An event for this worker's customer: a server's answer, or rendezvous traffic.
 fn on_event<V: Value>(shared: &Shared<V>, ev: VanEvent) {
-    match ev {
-        VanEvent::RemoteWrite(w) => on_remote_write(shared, w),
-        VanEvent::Message(msg) => match msg.meta.rendezvous {
-            Some(kind) => on_rendezvous(shared, msg, kind),
-            None => on_answer(shared, msg),
-        },
+    match carrier::arrival(ev) {
+        None => {}
+        Some(Arrival::KeyValue(msg)) => on_answer(shared, msg),
+        Some(Arrival::Control { meta, msg }) => {
+            // META_DATA_RESPONSE or ERROR_STATUS.
+            let mut st = lock(&shared.rv);
+            let actions = st.machine.on_message(meta.sender, msg);
+            finish(shared, st, actions);
+        }
+        Some(Arrival::Content { from, imm, content }) => {
+            on_content_message(shared, from, imm, &content)
+        }
+        Some(Arrival::Written(w)) => on_remote_write(shared, w),
     }
 }
 

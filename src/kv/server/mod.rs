@@ -19,6 +19,7 @@ mod zserve;
 
 pub use default::DefaultHandler;
 
+use super::carrier::{self, Arrival};
 use super::keycache::KeptLists;
 use super::pairs::{decode_checked, encode_owned, KVPairs, KVRequest};
 use super::value::Value;
@@ -26,7 +27,7 @@ use super::Key;
 use crate::error::Result;
 use crate::postoffice::{reply_meta, Customer, Postoffice, Route};
 use crate::van::VanEvent;
-use crate::wire::{KeyRef, Message, Meta, Node, NodeId, Rendezvous};
+use crate::wire::{KeyRef, Message, Meta, Node, NodeId};
 use bytes::Bytes;
 use std::marker::PhantomData;
 use std::mem::ManuallyDrop;
@@ -139,16 +140,12 @@ struct Served<H> {
 }
 
 impl<H> Served<H> {
-    /// One event for this server: a rendezvous message goes to the responder, anything else is
-    /// a key-value request.
+    /// One event for this server: a rendezvous control message goes to the responder, a
+    /// key-value request to the handler.
     fn on_event<V: Value>(&mut self, ev: VanEvent)
     where
         H: RequestHandler<V>,
     {
-        let VanEvent::Message(msg) = ev else {
-            tracing::warn!("a key-value server got a remote write; dropped");
-            return;
-        };
         let Served {
             handler,
             rv,
@@ -156,10 +153,25 @@ impl<H> Served<H> {
             timeout,
             po,
         } = self;
-        if msg.meta.rendezvous == Some(Rendezvous::Control) {
-            rv.serve(po, &**handler, msg);
-            return;
-        }
+        let msg = match carrier::arrival(ev) {
+            None => return,
+            Some(Arrival::KeyValue(msg)) => msg,
+            Some(Arrival::Control { meta, msg }) => {
+                rv.serve(po, &**handler, &meta, msg);
+                return;
+            }
+            Some(Arrival::Written(_)) => {
+                tracing::warn!("a key-value server got a remote write; dropped");
+                return;
+            }
+            Some(Arrival::Content { from, .. }) => {
+                tracing::warn!(
+                    "a key-value server got rendezvous content from {}; dropped",
+                    Node::describe(from)
+                );
+                return;
+            }
+        };
         // A push, or an application command (which may change values), waits for the
         // zero-copy writes of stored values still in flight.
         let may_change = msg.meta.push || msg.meta.head != 0;
