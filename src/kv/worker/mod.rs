@@ -1,8 +1,10 @@
 //! `KVWorker`: pushes and pulls, sliced by server key range and merged back (ps-lite's
 //! `KVWorker<Val>`, `kv_app.h`), and zero-copy pulls through TF contrib/verbs' rendezvous.
 //!
-//! - this file: the API, and slicing a request into one part per server;
-//! - [`tracker`]: pending requests by timestamp, answers, merging, key caching's resend;
+//! - this file: the API;
+//! - [`call`]: a call's pairs checked and cut into one part per server, and pulled parts
+//!   merged back;
+//! - [`tracker`]: pending requests by timestamp, answers, key caching's send and resend, waits;
 //! - [`zpull`]: the rendezvous requester's driver (`zpull*`, and `pull_into` of one key into
 //!   the pool).
 //!
@@ -18,21 +20,21 @@
 //! under a mirror (a request's part) or under `zpulls` (a rendezvous request), so the
 //! postoffice's own locks come after these.
 
+mod call;
 mod tracker;
 mod zpull;
 
-use super::pairs::{check_shape, frame_of, KVPairs};
+use super::pairs::KVPairs;
 use super::request::{Op, RequestOptions};
 use super::sarray::SArray;
-use super::slicer::{slice, Slice};
+use super::slicer::slice;
 use super::value::Value;
 use super::{Key, Timestamp};
 use crate::error::{Error, Result};
 use crate::kv::carrier::{self, Arrival};
 use crate::postoffice::{Customer, Postoffice, Route};
 use crate::van::VanEvent;
-use crate::wire::{Message, Meta, Node};
-use bytes::Bytes;
+use call::{Call, Vals};
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::{Arc, Mutex};
 use tracker::Tracker;
@@ -77,72 +79,6 @@ pub struct KVWorker<V: Value> {
 impl<V: Value> Drop for KVWorker<V> {
     fn drop(&mut self) {
         self.state.po.release_imm_slot(self.imm_slot);
-    }
-}
-
-/// The values of a request: borrowed (copied into the frames) or shared (sliced, no copy).
-enum Vals<'a, V> {
-    Borrowed(&'a [V]),
-    Shared(&'a SArray<V>),
-}
-
-impl<V: Value> Vals<'_, V> {
-    fn len(&self) -> usize {
-        match self {
-            Vals::Borrowed(v) => v.len(),
-            Vals::Shared(v) => v.len(),
-        }
-    }
-
-    fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-}
-
-/// One call's pairs and what it asks, before slicing.
-struct Call<'a, V> {
-    op: Op,
-    keys: &'a [Key],
-    vals: Vals<'a, V>,
-    lens: &'a [u32],
-    cmd: i32,
-}
-
-impl<V: Value> Call<'_, V> {
-    /// Checks the shapes.
-    ///
-    /// # Errors
-    /// [`Error::InvalidArgument`]: values in a pull; unsorted or duplicate keys, or lens that do
-    /// not add up (as [`check_shape`]); a push of keys without values.
-    fn check(&self) -> Result<()> {
-        if !self.op.pushes() && !self.vals.is_empty() {
-            return Err(Error::InvalidArgument("a pull carries no values".into()));
-        }
-        check_shape(self.keys, self.vals.len(), self.lens).map_err(Error::InvalidArgument)?;
-        if self.op.pushes() && !self.keys.is_empty() && self.vals.is_empty() {
-            return Err(Error::InvalidArgument(format!(
-                "push of {} keys with no values",
-                self.keys.len()
-            )));
-        }
-        Ok(())
-    }
-
-    /// The values and lens frames of slice `s` (no values unless it pushes).
-    fn frames(&self, s: &Slice) -> (Bytes, Bytes) {
-        let lens = if self.lens.is_empty() {
-            &[][..]
-        } else {
-            &self.lens[s.keys.clone()]
-        };
-        let vals = match (&self.vals, self.op.pushes()) {
-            (_, false) => Bytes::new(),
-            (Vals::Borrowed(v), true) => {
-                Bytes::copy_from_slice(bytemuck::cast_slice::<V, u8>(&v[s.vals.clone()]))
-            }
-            (Vals::Shared(v), true) => v.frame(s.vals.clone()),
-        };
-        (vals, frame_of(lens.to_vec()))
     }
 }
 
@@ -300,23 +236,7 @@ impl<V: Value> KVWorker<V> {
             return Ok(ts);
         }
         for s in &slices {
-            let meta = Meta {
-                head: call.cmd,
-                app_id: self.state.app_id,
-                customer_id: self.state.customer_id,
-                timestamp: ts,
-                recver: Node::server_id(s.server),
-                request: true,
-                push: call.op.pushes(),
-                pull: call.op.pulls(),
-                dtype: V::DTYPE,
-                ..Meta::default()
-            };
-            let (vals, lens) = call.frames(s);
-            let part = Message {
-                meta,
-                data: vec![Bytes::new(), vals, lens],
-            };
+            let part = call.part(s, ts, self.state.app_id, self.state.customer_id);
             let keys = &call.keys[s.keys.clone()];
             let sent = self
                 .state
@@ -347,7 +267,7 @@ impl<V: Value> KVWorker<V> {
     /// # Errors
     /// As [`wait`](Self::wait); [`Error::Remote`] if an answer is malformed.
     pub fn take_pulled(&self, ts: Timestamp) -> Result<KVPairs<V>> {
-        tracker::merge(self.state.requests.take_parts(ts, self.timeout())?)
+        call::merge(self.state.requests.take_parts(ts, self.timeout())?)
     }
 
     /// Pulls `keys` into `out` and waits: `out.len()` must equal the total pulled length. One

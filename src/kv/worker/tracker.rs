@@ -7,16 +7,18 @@
 //! the server keeps. An answer ([`Tracker::on_answer`], on the customer thread) is settled into
 //! the pending request; a server that does not keep a list it was named answers "unknown", and
 //! the part is sent again with its keys. The last answer completes the request: its callback
-//! runs, or its waiters ([`Tracker::wait`], [`Tracker::take_parts`]) wake.
+//! runs (with the parts merged, [`super::call::merge`]), or its waiters ([`Tracker::wait`],
+//! [`Tracker::take_parts`]) wake.
 //!
 //! **Lock order:** a server's mirror, then `pending`. A part is prepared and sent under its
 //! server's mirror, so each server sees requests in the order its mirror recorded them;
 //! `pending` is taken inside (to record what was asked) and alone everywhere else. No callback
 //! runs under either lock.
 
+use super::call::PulledPart;
 use crate::error::{Error, Result};
 use crate::kv::keycache::Mirror;
-use crate::kv::pairs::{check_shape, view, KVPairs};
+use crate::kv::pairs::{view, KVPairs};
 use crate::kv::request::Callback;
 use crate::kv::value::Value;
 use crate::kv::{Key, Timestamp};
@@ -27,16 +29,6 @@ use bytes::Bytes;
 use std::collections::HashMap;
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
-
-/// One server's answer to a pull: its three frames (keys, values, lens).
-pub(super) struct PulledPart {
-    /// Server rank.
-    server: usize,
-    keys: Bytes,
-    /// The values, `V`s as bytes.
-    pub(super) vals: Bytes,
-    lens: Bytes,
-}
 
 /// What was asked of one server: the keys (for the answer, which carries none when they are
 /// the request's), and the request itself while it names a cached key list (sent again, with
@@ -327,7 +319,7 @@ impl<V: Value> Tracker<V> {
             if let Some(cb) = p.callback.take() {
                 let r = match p.error {
                     Some(e) => Err(e),
-                    None => merge(p.parts),
+                    None => super::call::merge(p.parts),
                 };
                 cb(r);
             }
@@ -419,39 +411,4 @@ fn not_outstanding(ts: Timestamp) -> Error {
     Error::InvalidArgument(format!(
         "timestamp {ts} is not outstanding (already waited for, or it had a callback)"
     ))
-}
-
-/// Merges pulled parts (in key order) into one [`KVPairs`]: `lens` is filled in for every key
-/// when any part has lens.
-///
-/// # Errors
-/// [`Error::Remote`] naming the server whose answer is malformed.
-pub(super) fn merge<V: Value>(parts: Vec<PulledPart>) -> Result<KVPairs<V>> {
-    let mut out = KVPairs::default();
-    let bad = |server: usize, e: String| Error::Remote {
-        node: Node::describe(Node::server_id(server)),
-        message: format!("malformed answer: {e}"),
-    };
-    let any_lens = parts.iter().any(|p| !p.lens.is_empty());
-    for p in &parts {
-        let keys = view::<Key>(&p.keys, "keys").map_err(|e| bad(p.server, e))?;
-        let vals = view::<V>(&p.vals, "values").map_err(|e| bad(p.server, e))?;
-        let lens = view::<u32>(&p.lens, "lens").map_err(|e| bad(p.server, e))?;
-        check_shape(&keys, vals.len(), &lens).map_err(|e| bad(p.server, e))?;
-        if any_lens {
-            if lens.is_empty() {
-                let w = if keys.is_empty() {
-                    0
-                } else {
-                    (vals.len() / keys.len()) as u32
-                };
-                out.lens.extend(std::iter::repeat_n(w, keys.len()));
-            } else {
-                out.lens.extend_from_slice(&lens);
-            }
-        }
-        out.keys.extend_from_slice(&keys);
-        out.vals.extend_from_slice(&vals);
-    }
-    Ok(out)
 }
