@@ -2,10 +2,10 @@
 //! `KVWorker<Val>`, `kv_app.h`), and zero-copy pulls through TF contrib/verbs' rendezvous.
 //!
 //! - this file: the API;
-//! - [`call`]: a call's pairs checked and cut into one part per server, and pulled parts
+//! - `call.rs`: a call's pairs checked and cut into one part per server, and pulled parts
 //!   merged back;
-//! - [`tracker`]: pending requests by timestamp, answers, key caching's send and resend, waits;
-//! - [`zpull`]: the rendezvous requester's driver (`zpull*`, and `pull_into` of one key into
+//! - `tracker.rs`: pending requests by timestamp, answers, key caching's send and resend, waits;
+//! - `zpull.rs`: the rendezvous requester's driver (`zpull*`, and `pull_into` of one key into
 //!   the pool).
 //!
 //! **Threads.** Any number of caller threads use one `KVWorker` (`&self` methods): they slice
@@ -13,7 +13,7 @@
 //! `push_pull_into` or `zpull_wait`. One customer thread (`customer-<route>`,
 //! [`crate::postoffice::Customer`]) receives everything for this worker: answers, rendezvous
 //! messages, RDMA write completions; it settles requests and runs request callbacks and `zpull`
-//! callbacks. They share [`WorkerState`].
+//! callbacks. They share `WorkerState`.
 //!
 //! **Lock order** (all in `WorkerState`): a server's key-cache mirror, then `pending` (both in
 //! the tracker); `zpulls` alone. No kv lock is held while a callback runs; messages are sent
