@@ -323,7 +323,8 @@ impl<V: Value> KVWorker<V> {
     /// # Errors
     /// Every failure reaches `done`: server errors (ERROR_STATUS) as [`Error::Remote`]; a
     /// request that cannot be sent as [`Error::Van`], at once, on this thread; an exhausted
-    /// pool (for a grown value) as [`Error::InvalidArgument`]. The returned `Result` is `Ok`.
+    /// pool (for a grown value) as [`Error::InvalidArgument`]. The call itself returns
+    /// `Ok(())` once the pull is started.
     pub fn zpull(
         &self,
         key: Key,
