@@ -57,7 +57,10 @@ pub mod wire;
 
 pub use config::{Config, VanType};
 pub use error::{Error, Result};
-pub use kv::{DefaultHandler, KVPairs, KVServer, KVWorker, Key, RequestHandler, Timestamp, Value};
+pub use kv::{
+    DefaultHandler, KVPairs, KVServer, KVWorker, Key, Op, RequestHandler, RequestOptions,
+    Timestamp, Value,
+};
 pub use postoffice::Postoffice;
 pub use wire::{DType, Role};
 

@@ -4,7 +4,7 @@
 mod common;
 
 use common::{cfg, cluster, cluster_with};
-use pslite::kv::{KVRequest, ReqMeta};
+use pslite::kv::{KVRequest, Op, ReqMeta, RequestOptions};
 use pslite::postoffice::WORKER_GROUP;
 use pslite::{Error, KVPairs, KVServer, KVWorker, Postoffice, RequestHandler, Role};
 use std::time::{Duration, Instant};
@@ -40,15 +40,13 @@ fn callback_receives_pulled_pairs() {
         .expect("wait");
     let (tx, rx) = crossbeam_channel::bounded(1);
     kv.request(
+        Op::Pull,
         &[1, 2],
         &[],
         &[],
-        false,
-        true,
-        0,
-        Some(Box::new(move |r| {
+        RequestOptions::callback(move |r| {
             let _ = tx.send(r);
-        })),
+        }),
     )
     .expect("pull");
     let got = rx

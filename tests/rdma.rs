@@ -148,7 +148,7 @@ fn zero_copy_pulls_racing_pushes_never_see_a_half_updated_value() {
     // The server writes the value straight from its store; a push must not change it while a
     // write of it is in flight. Every pulled value has all elements equal, and never goes down.
     // (On rxe the write's source is read before the next push runs, so this passes even
-    // without the wait — kv::zero_copy's unit test checks the wait itself; this one found
+    // without the wait — kv::server::zserve's unit test checks the wait itself; this one found
     // fragments of concurrent messages interleaving in the ring.)
     let c = cluster_cfg(
         1,

@@ -8,7 +8,7 @@
 
 use super::{progress_bar, BenchArgs, BenchReport, Measured};
 use crate::error::{Error, Result};
-use crate::kv::{KVWorker, Key, SArray};
+use crate::kv::{KVWorker, Key, Op, SArray};
 use crate::postoffice::{Postoffice, WORKER_GROUP};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -74,20 +74,18 @@ pub fn run(po: &Arc<Postoffice>, a: &BenchArgs, n: usize) -> Result<BenchReport>
         .repeat
         .map_or(start.elapsed() < limit_time, |r| rounds < r)
     {
-        for &(push, pull) in phases {
+        for &op in phases {
             let t0 = Instant::now();
-            match (push, pull) {
-                (true, false) => {
-                    kv.wait(kv.request_shared(&keys, &zeros, &[], true, false, 0, None)?)?
-                }
-                (false, true) => kv.pull_into(&keys, &mut out)?,
-                _ => kv.push_pull_into(&keys, &zeros[..], None, &mut out)?,
+            match op {
+                Op::Push => kv.wait(kv.push_shared(&keys, &zeros, None)?)?,
+                Op::Pull => kv.pull_into(&keys, &mut out)?,
+                Op::PushPull => kv.push_pull_into(&keys, &zeros[..], None, &mut out)?,
             }
             lat.push(t0.elapsed());
-            if push {
+            if op.pushes() {
                 pushed += (n * len) as u64;
             }
-            if pull {
+            if op.pulls() {
                 if out != want {
                     let i = out.iter().zip(&want).position(|(a, b)| a != b).unwrap_or(0);
                     return Err(Error::InvalidArgument(format!(

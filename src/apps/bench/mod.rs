@@ -7,20 +7,19 @@
 //! its completion callback.
 //!
 //! With `--keys-per-request N` each request carries N keys instead (see [`many`]), and the
-//! report adds keys/s and the `memcpy` reference.
+//! report adds keys/s and the `memcpy` reference. The one-key run is in `one_key.rs`.
 //!
 //! Checking: worker rank 0 first pushes a known pattern for every key; later pushes carry zeros,
 //! so the servers' sums stay equal to the pattern, and every pulled value is compared with it
 //! byte for byte. Any difference fails the run.
 
 pub mod many;
+mod one_key;
 
 use super::stats::{gbps, percentile};
 use crate::error::{Error, Result};
-use crate::kv::{KVPairs, KVWorker, Key, SArray};
-use crate::postoffice::{Postoffice, WORKER_GROUP};
-use crate::van::pool::PoolBuf;
-use crossbeam_channel::unbounded;
+use crate::kv::Op;
+use crate::postoffice::Postoffice;
 use std::io::IsTerminal;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -40,13 +39,13 @@ pub enum Mode {
 }
 
 impl Mode {
-    /// The requests of one round, in order: (push, pull).
-    fn phases(self) -> &'static [(bool, bool)] {
+    /// The requests of one round, in order.
+    fn phases(self) -> &'static [Op] {
         match self {
-            Mode::Push => &[(true, false)],
-            Mode::Pull => &[(false, true)],
-            Mode::PushPull => &[(true, true)],
-            Mode::PushThenPull => &[(true, false), (false, true)],
+            Mode::Push => &[Op::Push],
+            Mode::Pull => &[Op::Pull],
+            Mode::PushPull => &[Op::PushPull],
+            Mode::PushThenPull => &[Op::Push, Op::Pull],
         }
     }
 }
@@ -144,20 +143,6 @@ pub struct BenchReport {
     pub received_bytes: u64,
 }
 
-fn pattern(key_index: usize, len: usize) -> Vec<u8> {
-    (0..len)
-        .map(|i| (i.wrapping_mul(7) ^ key_index.wrapping_mul(131)) as u8)
-        .collect()
-}
-
-/// What a completed request hands back.
-enum Got {
-    Pairs(KVPairs<u8>),
-    Buf(PoolBuf<u8>),
-}
-
-type Done = (usize, Instant, Result<Got>);
-
 /// Runs the benchmark on this worker.
 ///
 /// # Errors
@@ -177,113 +162,24 @@ pub fn run(po: &Arc<Postoffice>, a: &BenchArgs) -> Result<BenchReport> {
             "--zero-copy applies to the pull modes: pull, push-then-pull".into(),
         ));
     }
-    let kv = KVWorker::<u8>::new(po, 0, 0)?;
-    let keys: Vec<Key> = po
-        .server_key_ranges()
-        .iter()
-        .flat_map(|r| (0..a.keys_per_server as u64).map(move |j| r.begin + j))
-        .collect();
-    let patterns: Vec<Vec<u8>> = (0..keys.len()).map(|i| pattern(i, a.len)).collect();
-    // Pushed from one shared buffer, as ps-lite's ZPush shares its SArray: no copy per request.
-    let zeros = SArray::from_vec(vec![0u8; a.len]);
-    if po.my_rank() == 0 {
-        for (k, p) in keys.iter().zip(&patterns) {
-            let t = kv.push(&[*k], p, None)?;
-            kv.wait(t)?;
-        }
-    }
-    po.barrier(WORKER_GROUP)?;
-
+    let mut bench = one_key::OneKeyBench::start(po, a)?;
     let limit_rounds = a.repeat;
     let limit_time = Duration::from_secs_f64(a.seconds.unwrap_or(10.0).max(0.0));
     let bar = progress_bar(limit_rounds, limit_time);
-    let (tx, rx) = unbounded::<Done>();
-    let mut lat = Vec::new();
-    let (mut pushed, mut pulled, mut rounds) = (0u64, 0u64, 0usize);
-    let mut bufs: Vec<Option<PoolBuf<u8>>> = Vec::new();
-    if a.zero_copy {
-        for _ in &keys {
-            bufs.push(Some(kv.alloc(a.len)?));
-        }
-    }
     let mut trips_first = None;
+    let mut rounds = 0usize;
     let start = Instant::now();
-    let phases = a.mode.phases();
     loop {
         let done_rounds = limit_rounds.is_some_and(|n| rounds >= n);
         if done_rounds || (limit_rounds.is_none() && start.elapsed() >= limit_time) {
             break;
         }
-        for &(push, pull) in phases {
-            let mut issued = Vec::with_capacity(keys.len());
-            for (i, k) in keys.iter().enumerate() {
-                let tx = tx.clone();
-                let t0 = Instant::now();
-                let buf = if pull {
-                    bufs.get_mut(i).and_then(Option::take)
-                } else {
-                    None
-                };
-                match buf {
-                    Some(buf) => kv.zpull(*k, buf, move |r| {
-                        let _ = tx.send((i, Instant::now(), r.map(Got::Buf)));
-                    })?,
-                    _ => {
-                        let cb = move |r: Result<KVPairs<u8>>| {
-                            let _ = tx.send((i, Instant::now(), r.map(Got::Pairs)));
-                        };
-                        if push {
-                            kv.request_shared(
-                                &[*k],
-                                &zeros,
-                                &[],
-                                push,
-                                pull,
-                                0,
-                                Some(Box::new(cb)),
-                            )?;
-                        } else {
-                            kv.request(&[*k], &[], &[], push, pull, 0, Some(Box::new(cb)))?;
-                        }
-                    }
-                }
-                issued.push(t0);
-            }
-            for _ in 0..keys.len() {
-                let (i, at, r) = rx.recv_timeout(po.config().timeout).map_err(|_| {
-                    Error::Timeout(format!(
-                        "bench: a request did not complete within {:.0} s (PS_TIMEOUT)",
-                        po.config().timeout.as_secs_f64()
-                    ))
-                })?;
-                let got = r?;
-                lat.push(at - issued[i]);
-                if push {
-                    pushed += a.len as u64;
-                }
-                if pull {
-                    let bytes: &[u8] = match &got {
-                        Got::Pairs(p) => &p.vals,
-                        Got::Buf(b) => b,
-                    };
-                    if bytes != patterns[i] {
-                        return Err(Error::InvalidArgument(format!(
-                            "bench: key {} came back with wrong bytes ({} bytes, expected the {} pushed)",
-                            keys[i],
-                            bytes.len(),
-                            a.len
-                        )));
-                    }
-                    pulled += a.len as u64;
-                }
-                if let Got::Buf(b) = got {
-                    bufs[i] = Some(b);
-                }
-            }
+        for &op in a.mode.phases() {
+            bench.phase(op)?;
         }
         rounds += 1;
         if a.zero_copy && rounds == 1 {
-            trips_first = Some(keys.iter().map(|&k| kv.meta_round_trips(k)).sum::<u64>());
+            trips_first = Some(bench.meta_round_trips());
         }
         bar.set_position(match limit_rounds {
             Some(_) => rounds as u64,
@@ -292,29 +188,7 @@ pub fn run(po: &Arc<Postoffice>, a: &BenchArgs) -> Result<BenchReport> {
     }
     let elapsed = start.elapsed();
     bar.finish_and_clear();
-    let trips_total: u64 = keys.iter().map(|&k| kv.meta_round_trips(k)).sum();
-    let nkeys = keys.len() as f64;
-    let (meta_round_trips_first, meta_round_trips_after) = match trips_first {
-        Some(first) => (
-            Some(first as f64 / nkeys),
-            (rounds > 1).then(|| (trips_total - first) as f64 / (nkeys * (rounds - 1) as f64)),
-        ),
-        None => (None, None),
-    };
-    let m = Measured {
-        keys: keys.len(),
-        rounds,
-        latencies: lat,
-        pushed,
-        pulled,
-        elapsed,
-    };
-    Ok(BenchReport {
-        zero_copy: a.zero_copy,
-        meta_round_trips_first,
-        meta_round_trips_after,
-        ..BenchReport::of(po, a, m)
-    })
+    Ok(bench.report(rounds, elapsed, trips_first))
 }
 
 impl BenchReport {

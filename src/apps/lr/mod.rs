@@ -17,10 +17,11 @@ pub use libsvm::Dataset;
 pub use optimizer::{OptConfig, Optimizer, OptimizerHandler, CMD_CONFIG, CMD_GRADIENT};
 
 use crate::error::{Error, Result};
-use crate::kv::{KVWorker, Key};
+use crate::kv::{KVWorker, Key, Op, RequestOptions};
 use crate::postoffice::{Postoffice, WORKER_GROUP};
 use std::collections::HashMap;
 use std::io::IsTerminal;
+use std::ops::Range;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
@@ -168,20 +169,7 @@ pub fn run(
         None
     };
     let kv = KVWorker::<f32>::new(po, LR_APP, 0)?;
-
-    // Configure the optimizer on every server.
-    let server_keys: Vec<Key> = po.server_key_ranges().iter().map(|r| r.begin).collect();
-    let cfg_vals: Vec<f32> = server_keys.iter().flat_map(|_| cfg.encode()).collect();
-    let lens = vec![3u32; server_keys.len()];
-    kv.wait(kv.request(
-        &server_keys,
-        &cfg_vals,
-        &lens,
-        true,
-        false,
-        CMD_CONFIG,
-        None,
-    )?)?;
+    configure_servers(po, &kv, &cfg)?;
 
     let test_keys = test.as_ref().map(|t| keys_for(t.idx.iter().copied()));
     let batches = train.rows().div_ceil(a.batch);
@@ -191,35 +179,12 @@ pub fn run(
         indicatif::ProgressBar::hidden()
     };
     let mut reports = Vec::new();
-    let mut w = Vec::new();
-    let mut grad = Vec::new();
+    let mut scratch = Minibatch::default();
     for epoch in 1..=a.epochs {
         let t0 = Instant::now();
         for b in 0..batches {
             let rows = b * a.batch..((b + 1) * a.batch).min(train.rows());
-            let (keys, pos) = keys_for(rows.clone().flat_map(|r| train.row(r).0.iter().copied()));
-            w.resize(keys.len(), 0.0);
-            kv.pull_into(&keys, &mut w)?;
-            grad.clear();
-            grad.resize(keys.len(), 0.0f32);
-            let bias = pos[&0];
-            for r in rows.clone() {
-                let (ids, vals) = train.row(r);
-                let z = w[bias]
-                    + ids
-                        .iter()
-                        .zip(vals)
-                        .map(|(f, v)| w[pos[f]] * v)
-                        .sum::<f32>();
-                let err = sigmoid(z) - train.labels[r];
-                grad[bias] += err;
-                for (f, v) in ids.iter().zip(vals) {
-                    grad[pos[f]] += err * v;
-                }
-            }
-            let scale = 1.0 / rows.len() as f32;
-            grad.iter_mut().for_each(|g| *g *= scale);
-            kv.wait(kv.request(&keys, &grad, &[], true, false, CMD_GRADIENT, None)?)?;
+            scratch.train(&kv, &train, rows)?;
             bar.inc(1);
         }
         let seconds = t0.elapsed().as_secs_f64();
@@ -252,6 +217,62 @@ pub fn run(
     }
     bar.finish_and_clear();
     Ok(reports)
+}
+
+/// Configures the optimizer `cfg` on every server: one [`CMD_CONFIG`] push of its 3 values to
+/// the first key of each server's range.
+///
+/// # Errors
+/// Transport errors; a server's refusal of the configuration.
+fn configure_servers(po: &Postoffice, kv: &KVWorker<f32>, cfg: &OptConfig) -> Result<()> {
+    let server_keys: Vec<Key> = po.server_key_ranges().iter().map(|r| r.begin).collect();
+    let cfg_vals: Vec<f32> = server_keys.iter().flat_map(|_| cfg.encode()).collect();
+    let lens = vec![3u32; server_keys.len()];
+    let options = RequestOptions::cmd(CMD_CONFIG);
+    kv.wait(kv.request(Op::Push, &server_keys, &cfg_vals, &lens, options)?)
+}
+
+/// The buffers of one minibatch step, kept between steps: pulled weights and the gradient, one
+/// entry per key of the batch.
+#[derive(Default)]
+struct Minibatch {
+    w: Vec<f32>,
+    grad: Vec<f32>,
+}
+
+impl Minibatch {
+    /// One SGD step on `rows` of `train`: pulls the weights of the features they touch (and the
+    /// bias), computes the mean logistic-loss gradient, pushes it ([`CMD_GRADIENT`]) and waits.
+    ///
+    /// # Errors
+    /// Transport and server errors.
+    fn train(&mut self, kv: &KVWorker<f32>, train: &Dataset, rows: Range<usize>) -> Result<()> {
+        let Minibatch { w, grad } = self;
+        let (keys, pos) = keys_for(rows.clone().flat_map(|r| train.row(r).0.iter().copied()));
+        w.resize(keys.len(), 0.0);
+        kv.pull_into(&keys, w)?;
+        grad.clear();
+        grad.resize(keys.len(), 0.0f32);
+        let bias = pos[&0];
+        for r in rows.clone() {
+            let (ids, vals) = train.row(r);
+            let z = w[bias]
+                + ids
+                    .iter()
+                    .zip(vals)
+                    .map(|(f, v)| w[pos[f]] * v)
+                    .sum::<f32>();
+            let err = sigmoid(z) - train.labels[r];
+            grad[bias] += err;
+            for (f, v) in ids.iter().zip(vals) {
+                grad[pos[f]] += err * v;
+            }
+        }
+        let scale = 1.0 / rows.len() as f32;
+        grad.iter_mut().for_each(|g| *g *= scale);
+        let options = RequestOptions::cmd(CMD_GRADIENT);
+        kv.wait(kv.request(Op::Push, &keys, grad, &[], options)?)
+    }
 }
 
 #[cfg(test)]

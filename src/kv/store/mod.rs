@@ -301,6 +301,30 @@ impl<V: Value> KeyStore<V> {
         // One pass: find each key or enter it, new keys into one region (in order) whose place
         // is set once its size is known. A wrong length undoes what the pass entered.
         let first_new = self.entries.len();
+        let entered = self
+            .enter_all(keys, lens, &mut out)
+            .and_then(|new_values| self.place_new(first_new, new_values, &mut out));
+        match entered {
+            Ok(()) => Ok(out),
+            Err(e) => {
+                self.undo(first_new);
+                Err(e)
+            }
+        }
+    }
+
+    /// [`resolve_push`](Self::resolve_push)'s pass: finds each key of `keys` or enters it
+    /// (a new key's entry has no chunk yet, and its offset counts from the start of the new
+    /// values), adding its run to `out`. Returns the number of new values.
+    ///
+    /// # Errors
+    /// As [`resolve_push`](Self::resolve_push); the caller undoes what was entered.
+    fn enter_all(
+        &mut self,
+        keys: &[Key],
+        lens: Lens<'_>,
+        out: &mut Resolved,
+    ) -> Result<usize, String> {
         let mut new_values = 0usize;
         for (i, &key) in keys.iter().enumerate() {
             if let Some(&ahead) = keys.get(i + PREFETCH) {
@@ -308,76 +332,81 @@ impl<V: Value> KeyStore<V> {
             }
             if self.index.is_full() {
                 // Grow once, for every key left in this request, not doubling by doubling.
-                if let Err(e) = self.index.reserve(keys.len() - i, &self.entries[..]) {
-                    self.undo(first_new);
-                    return Err(e);
-                }
+                self.index.reserve(keys.len() - i, &self.entries[..])?;
             }
             let len = lens.of(i);
             let next = self.entries.len();
             if next >= u32::MAX as usize - 1 {
-                self.undo(first_new);
                 return Err(format!(
                     "the store is full ({next} keys): cannot take key {key}"
                 ));
             }
-            let found = match self
+            match self
                 .index
-                .get_or_insert(key, next as u32, &self.entries[..])
+                .get_or_insert(key, next as u32, &self.entries[..])?
             {
-                Ok(found) => found,
-                Err(e) => {
-                    self.undo(first_new);
-                    return Err(e);
-                }
-            };
-            match found {
                 (e, false) => {
                     let e = self.entries[e as usize];
                     if e.len as usize != len {
-                        self.undo(first_new);
                         return Err(mismatch(key, len, e.len));
                     }
                     out.add(e.chunk, false, e.off, len);
                 }
                 (_, true) => {
-                    let Ok(len32) = u32::try_from(len) else {
-                        self.undo(first_new);
-                        return Err(format!("key {key}: {len} values is too many for one key"));
-                    };
-                    if self.entries.len() == self.entries.capacity() {
-                        // Grow once for the rest of the request (a first push of 10M keys:
-                        // one 240 MB block, not a doubling chain copying twice that).
-                        let more = (keys.len() - i).max(self.entries.len());
-                        if self.entries.try_reserve_exact(more).is_err() {
-                            self.undo(first_new);
-                            return Err(format!(
-                                "cannot allocate {} bytes for the key store's entries",
-                                more.saturating_mul(std::mem::size_of::<Entry>())
-                            ));
-                        }
-                    }
-                    self.entries.push(Entry {
-                        key,
-                        off: new_values,
-                        chunk: u32::MAX,
-                        len: len32,
-                    });
+                    self.push_entry(key, len, keys.len() - i, new_values)?;
                     out.add(u32::MAX, true, new_values, len);
                     new_values += len;
                 }
             }
         }
-        if self.entries.len() == first_new {
-            return Ok(out);
-        }
-        let (chunk, base) = match self.arena.alloc(new_values) {
-            Ok(at) => at,
-            Err(e) => {
-                self.undo(first_new);
-                return Err(e);
-            }
+        Ok(new_values)
+    }
+
+    /// Appends the entry of new key `key` (`len` values at offset `off` of the new values, no
+    /// chunk yet); `left` keys of the request remain, this one included.
+    ///
+    /// # Errors
+    /// A text naming a length or an allocation the store cannot take.
+    #[inline]
+    fn push_entry(&mut self, key: Key, len: usize, left: usize, off: usize) -> Result<(), String> {
+        let Ok(len32) = u32::try_from(len) else {
+            return Err(format!("key {key}: {len} values is too many for one key"));
         };
+        if self.entries.len() == self.entries.capacity() {
+            // Grow once for the rest of the request (a first push of 10M keys: one 240 MB
+            // block, not a doubling chain copying twice that).
+            let more = left.max(self.entries.len());
+            if self.entries.try_reserve_exact(more).is_err() {
+                return Err(format!(
+                    "cannot allocate {} bytes for the key store's entries",
+                    more.saturating_mul(std::mem::size_of::<Entry>())
+                ));
+            }
+        }
+        self.entries.push(Entry {
+            key,
+            off,
+            chunk: u32::MAX,
+            len: len32,
+        });
+        Ok(())
+    }
+
+    /// Places the `new_values` values of the keys entered from entry `first_new` on: one
+    /// region of the arena, into which their entries and `out`'s fresh runs now point.
+    ///
+    /// # Errors
+    /// As the arena's allocation.
+    fn place_new(
+        &mut self,
+        first_new: usize,
+        new_values: usize,
+        out: &mut Resolved,
+    ) -> Result<(), String> {
+        if self.entries.len() == first_new {
+            return Ok(());
+        }
+        let (chunk, base) = self.arena.alloc(new_values)?;
         for e in &mut self.entries[first_new..] {
             e.chunk = chunk;
             e.off += base;
@@ -386,7 +415,7 @@ impl<V: Value> KeyStore<V> {
             r.chunk = chunk;
             r.off += base;
         }
-        Ok(out)
+        Ok(())
     }
 
     /// Forgets the keys a failed [`resolve_push`](Self::resolve_push) entered: those whose

@@ -16,30 +16,22 @@
 //! (at most `PS_TIMEOUT`; then it is refused with an error naming the wait, and nothing of it is
 //! applied). Writes from pool copies and messages need no wait.
 
-use super::server::RequestHandler;
-use super::value::Value;
-use super::Key;
+use super::RequestHandler;
+use crate::kv::carrier::{self, WriteTo};
+use crate::kv::value::Value;
+use crate::kv::Key;
 use crate::postoffice::{reply_meta, Postoffice};
 use crate::rendezvous::responder::Lookup;
 use crate::rendezvous::{RespAction, Responder, RvMessage, TensorMeta};
 use crate::sync::lock;
 use crate::van::WriteSource;
-use crate::wire::{Message, Meta, Node, NodeId, Rendezvous};
+use crate::wire::{Meta, Node};
 use bytes::Bytes;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 /// Responses after which an unclaimed rendezvous clone is dropped.
 const CLONE_MAX_AGE: u64 = 4096;
-
-/// Where a content write goes: node, remote address and rkey, and its immediate.
-#[derive(Clone, Copy)]
-struct WriteTo {
-    to: NodeId,
-    addr: u64,
-    rkey: u32,
-    imm: u32,
-}
 
 /// Writes in flight from a handler's memory.
 #[derive(Default)]
@@ -126,29 +118,15 @@ impl ServerRv {
         self.rv.has_parked()
     }
 
-    /// A rendezvous message (TENSOR_REQUEST, TENSOR_RE_REQUEST) arrived.
+    /// A rendezvous message `rvmsg` (TENSOR_REQUEST, TENSOR_RE_REQUEST) arrived under header
+    /// `m`.
     pub(super) fn serve<V: Value>(
         &mut self,
         po: &Postoffice,
         handler: &impl RequestHandler<V>,
-        msg: Message,
+        m: &Meta,
+        rvmsg: RvMessage,
     ) {
-        let m = &msg.meta;
-        let decoded = msg
-            .data
-            .first()
-            .ok_or_else(|| "rendezvous message without a body".to_string())
-            .and_then(|b| RvMessage::decode(b));
-        let rvmsg = match decoded {
-            Ok(x) => x,
-            Err(e) => {
-                tracing::warn!(
-                    "dropped a rendezvous message from {}: {e}",
-                    Node::describe(m.sender)
-                );
-                return;
-            }
-        };
         let actions = self
             .rv
             .on_message(m.sender, rvmsg, handler.serves_values(), |k| {
@@ -219,7 +197,7 @@ impl ServerRv {
     }
 
     /// Writes `content` (a stored value) straight from the handler's memory; else as
-    /// [`write_copy`].
+    /// [`carrier::write_copy`]. False: send it as a message.
     fn write_stored<V: Value>(
         &mut self,
         po: &Postoffice,
@@ -232,19 +210,19 @@ impl ServerRv {
         }
         let at = content.as_ptr() as usize;
         let Some(lkey) = self.lkey(po, handler, at, content.len()) else {
-            return write_copy(po, content, w);
+            return carrier::write_copy(po, content, w);
         };
         let hold = Box::new(Writing::new(&self.in_flight));
         // SAFETY: `content` lies in a region registered with `lkey` (found above); the handler
         // keeps it allocated, and it changes only in pushes and commands, which wait while the
         // hold (an in-flight count) lives.
         let src = unsafe { WriteSource::new(at as u64, content.len(), lkey, hold) };
-        written(po.write_imm(w.to, src, w.addr, w.rkey, w.imm), w.to)
+        carrier::write(po, src, w)
     }
 
-    /// Carries out the responder's actions: control messages as [`Rendezvous::Control`] answers;
-    /// content as an RDMA write or, when the van cannot write, as a [`Rendezvous::Write`] answer
-    /// holding the content.
+    /// Carries out the responder's actions in answer to request `req`: control messages and
+    /// content through the [`carrier`] (content by RDMA write where the van can write, else
+    /// as a message).
     fn run_actions<V: Value>(
         &mut self,
         po: &Postoffice,
@@ -254,10 +232,12 @@ impl ServerRv {
     ) {
         for a in actions {
             let mut meta = reply_meta(req);
-            let (to, data) = match a {
+            meta.pull = true;
+            meta.push = false;
+            let msg = match a {
                 RespAction::Send { to, msg } => {
-                    meta.rendezvous = Some(Rendezvous::Control);
-                    (to, vec![Bytes::from(msg.encode())])
+                    meta.recver = to;
+                    carrier::control(meta, &msg)
                 }
                 RespAction::WriteStored {
                     to,
@@ -279,8 +259,8 @@ impl ServerRv {
                     if self.write_stored(po, handler, content, w) {
                         continue;
                     }
-                    meta.rendezvous = Some(Rendezvous::Write { imm });
-                    (to, vec![Bytes::copy_from_slice(content)])
+                    meta.recver = to;
+                    carrier::content(meta, imm, Bytes::copy_from_slice(content))
                 }
                 RespAction::WriteClone {
                     to,
@@ -295,44 +275,17 @@ impl ServerRv {
                         rkey,
                         imm,
                     };
-                    if po.can_write(to) && write_copy(po, &data, w) {
+                    if po.can_write(to) && carrier::write_copy(po, &data, w) {
                         continue;
                     }
-                    meta.rendezvous = Some(Rendezvous::Write { imm });
-                    (to, vec![data])
+                    meta.recver = to;
+                    carrier::content(meta, imm, data)
                 }
             };
-            meta.recver = to;
-            meta.pull = true;
-            meta.push = false;
-            if let Err(e) = po.send(Message { meta, data }) {
+            let to = msg.meta.recver;
+            if let Err(e) = po.send(msg) {
                 tracing::warn!("cannot answer {}: {e}", Node::describe(to));
             }
-        }
-    }
-}
-
-/// Writes a copy of `content` from a registered pool buffer (one copy here, none on the
-/// worker). False: the caller sends the content as a message instead (pool exhausted, or the
-/// write failed — the requester still gets its content, by the slower path).
-fn write_copy(po: &Postoffice, content: &[u8], w: WriteTo) -> bool {
-    let Ok(mut buf) = po.pool().and_then(|p| p.alloc::<u8>(content.len())) else {
-        return false;
-    };
-    buf.copy_from_slice(content);
-    let src = buf.into_write_source();
-    written(po.write_imm(w.to, src, w.addr, w.rkey, w.imm), w.to)
-}
-
-fn written(r: crate::Result<bool>, to: NodeId) -> bool {
-    match r {
-        Ok(done) => done,
-        Err(e) => {
-            tracing::warn!(
-                "RDMA write to {} failed ({e}); sending the content as a message",
-                Node::describe(to)
-            );
-            false
         }
     }
 }

@@ -1,0 +1,114 @@
+//! [`DefaultHandler`]: sum pushes into a key store, answer pulls from it (ps-lite's
+//! `KVServerDefaultHandle`, `kv_app.h`).
+
+use super::{ReqMeta, RequestHandler};
+use crate::kv::keycache::Memo;
+use crate::kv::pairs::{KVPairs, KVRequest};
+use crate::kv::store::{KeyStore, Resolved};
+use crate::kv::value::Value;
+use crate::kv::Key;
+
+/// Sums pushes into a store; answers pulls from it (ps-lite's `KVServerDefaultHandle`).
+///
+/// A key's length is fixed by its first push; a push of another length is refused with an error
+/// naming the key and both lengths, and nothing of that request is applied. Pulling a key that
+/// was never pushed is an error naming the key. Values live in a [`KeyStore`]: a request's keys
+/// are resolved into runs of contiguous values (one hash lookup per key), and a key list the
+/// server keeps for the worker (key caching) keeps its resolution, so repeating it costs one
+/// summing loop or one copy per run, nothing per key. Pull answers carry no keys (the worker
+/// has them) and no lengths when all are equal.
+///
+/// It serves zero-copy (rendezvous) pulls: [`RequestHandler::value`] shows the stored values and
+/// [`RequestHandler::value_regions`] the store's chunks, so a pull is one RDMA write from the
+/// store on the RDMA van.
+pub struct DefaultHandler<V> {
+    store: KeyStore<V>,
+}
+
+impl<V: Value> Default for DefaultHandler<V> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<V: Value> DefaultHandler<V> {
+    /// An empty store.
+    pub fn new() -> Self {
+        DefaultHandler {
+            store: KeyStore::new(),
+        }
+    }
+
+    /// The stored value of `key` (its values, as long as its first push), `None` if it was
+    /// never pushed.
+    pub fn get(&self, key: Key) -> Option<&[V]> {
+        self.store.get(key)
+    }
+
+    /// The store.
+    pub fn store(&self) -> &KeyStore<V> {
+        &self.store
+    }
+}
+
+impl<V: Value> RequestHandler<V> for DefaultHandler<V> {
+    fn serves_values(&self) -> bool {
+        true
+    }
+
+    fn value(&self, key: Key) -> Option<&[V]> {
+        self.get(key)
+    }
+
+    fn value_regions(&self) -> Vec<(usize, usize)> {
+        self.store.regions()
+    }
+
+    fn handle(&mut self, meta: &ReqMeta, req: KVRequest<'_, V>) -> Result<KVPairs<V>, String> {
+        let mut req = req;
+        let mut memo = req.memo.take();
+        let lens = req.lens();
+        // Without a memo, a push-pull answers from the push's own resolution.
+        let mut resolved_here = None;
+        if meta.push {
+            if resolved(&memo).is_some_and(|r| r.has_lens(lens)) {
+                if let Some(r) = resolved(&memo) {
+                    self.store.push(r, &req.vals);
+                }
+            } else {
+                let r = self.store.resolve_push(&req.keys, lens)?;
+                self.store.push(&r, &req.vals);
+                match memo.as_deref_mut() {
+                    Some(m) => m.set(r.settled()),
+                    None => resolved_here = Some(r),
+                }
+            }
+        }
+        if !meta.pull {
+            return Ok(KVPairs::default());
+        }
+        if let Some(r) = resolved(&memo).or(resolved_here.as_ref()) {
+            return Ok(answer(&self.store, r));
+        }
+        let r = self.store.resolve_pull(&req.keys)?;
+        let out = answer(&self.store, &r);
+        if let Some(m) = memo {
+            m.set(r);
+        }
+        Ok(out)
+    }
+}
+
+/// The resolution kept with a cached key list.
+fn resolved<'m>(memo: &'m Option<&mut Memo>) -> Option<&'m Resolved> {
+    memo.as_deref().and_then(|m| m.get::<Resolved>())
+}
+
+/// A pull answer for the request's keys (empty `keys`: "as requested").
+fn answer<V: Value>(store: &KeyStore<V>, r: &Resolved) -> KVPairs<V> {
+    KVPairs {
+        keys: Vec::new(),
+        vals: store.gather(r),
+        lens: r.lens_frame(),
+    }
+}

@@ -1,0 +1,340 @@
+//! `KVServer`: answers the requests of one application for one value type, through a
+//! [`RequestHandler`] (ps-lite's `KVServer<Val>`, `kv_app.h`).
+//!
+//! - this file: [`KVServer`], the [`RequestHandler`] trait and [`ReqMeta`], and
+//!   `serve_request`, which turns one key-value request into a handler call and its answer
+//!   (key caching: the key list a request names, see [`crate::kv::keycache`]);
+//! - [`default`]: [`DefaultHandler`], sum pushes and answer pulls;
+//! - `zserve`: the responder's driver of zero-copy (rendezvous) pulls.
+//!
+//! **Threads.** Everything of one `KVServer` runs on its customer thread (`customer-<route>`,
+//! [`crate::postoffice::Customer`]): requests and rendezvous messages are handled one at a
+//! time, in arrival order, and the handler, the kept key lists and the rendezvous responder
+//! are owned by that thread, without locks. The only state shared with another thread is the
+//! count of zero-copy writes in flight from the handler's memory: the RDMA van's poller
+//! releases a write's hold on its completion (`zserve::InFlight`, one mutex and condvar).
+
+pub mod default;
+mod zserve;
+
+pub use default::DefaultHandler;
+
+use super::carrier::{self, Arrival};
+use super::keycache::KeptLists;
+use super::pairs::{decode_checked, encode_owned, KVPairs, KVRequest};
+use super::value::Value;
+use super::Key;
+use crate::error::Result;
+use crate::postoffice::{reply_meta, Customer, Postoffice, Route};
+use crate::van::VanEvent;
+use crate::wire::{KeyRef, Message, Meta, Node, NodeId};
+use bytes::Bytes;
+use std::marker::PhantomData;
+use std::mem::ManuallyDrop;
+use std::sync::Arc;
+use std::time::Duration;
+use zserve::ServerRv;
+
+/// What a handler learns about a request besides its pairs.
+#[derive(Clone, Debug)]
+pub struct ReqMeta {
+    /// Application command ([`RequestOptions::cmd`](crate::kv::RequestOptions::cmd) of
+    /// `KVWorker::request`; 0 for plain push/pull).
+    pub cmd: i32,
+    /// A push (values are in the request).
+    pub push: bool,
+    /// A pull (the answer must carry values).
+    pub pull: bool,
+    /// The requesting worker.
+    pub sender: NodeId,
+    /// The worker's timestamp.
+    pub timestamp: i32,
+}
+
+/// Server-side logic: gets each request, returns the pairs to answer with (ignored unless the
+/// request pulls) or an error text, which the worker's `wait` returns as
+/// [`crate::Error::Remote`]. Requests of one `KVServer` are handled one at a time, in order.
+pub trait RequestHandler<V: Value>: Send + 'static {
+    /// Handles one request. `req.keys` are sorted and unique (checked before).
+    ///
+    /// # Errors
+    /// A text naming what was wrong; the server goes on serving.
+    fn handle(&mut self, meta: &ReqMeta, req: KVRequest<'_, V>) -> Result<KVPairs<V>, String>;
+
+    /// Whether [`value`](Self::value) shows stored values, so that zero-copy (rendezvous) pulls
+    /// can be served. Default: no (such pulls get ERROR_STATUS).
+    fn serves_values(&self) -> bool {
+        false
+    }
+
+    /// The current value of `key`, `None` if it has none yet (a rendezvous pull then waits for
+    /// the first push of the key: tag matching).
+    fn value(&self, _key: Key) -> Option<&[V]> {
+        None
+    }
+
+    /// The memory regions, `(address, bytes)`, that hold the values [`value`](Self::value)
+    /// shows, so that a zero-copy pull is one RDMA WRITE from the value itself (the server
+    /// registers each region once, for local reads only, on the first zero-copy pull, and
+    /// deregisters it when the `KVServer` is dropped). The regions must stay allocated and in
+    /// place while the handler lives, and the values in them may change only in
+    /// [`handle`](Self::handle) for pushes and application commands (`cmd` ≠ 0): the server holds
+    /// those back while a write from the regions is in flight; a plain pull must not change
+    /// them. Default: none (values are copied into a registered buffer first).
+    fn value_regions(&self) -> Vec<(usize, usize)> {
+        Vec::new()
+    }
+}
+
+/// The server side of application `app_id` for values of type `V`. Requests are handled on
+/// its own thread; dropping it stops serving.
+pub struct KVServer<V: Value> {
+    _customer: Customer,
+    _v: PhantomData<V>,
+}
+
+impl<V: Value> KVServer<V> {
+    /// Serves application `app_id`'s requests carrying `V` values with `handler`, and
+    /// rendezvous (zero-copy) pulls of the values the handler shows.
+    ///
+    /// # Errors
+    /// [`crate::Error::InvalidArgument`] if this process already serves (`app_id`, `V`).
+    pub fn new(
+        po: &Arc<Postoffice>,
+        app_id: i32,
+        handler: impl RequestHandler<V>,
+    ) -> Result<KVServer<V>> {
+        let cache = po.config().key_cache_keys;
+        let mut served = Served {
+            handler: ManuallyDrop::new(handler),
+            rv: ServerRv::new(po, V::DTYPE),
+            lists: KeptLists::new(cache, cache.saturating_mul(po.num_workers().max(1))),
+            timeout: po.config().timeout,
+            po: po.clone(),
+        };
+        let customer = Customer::new(
+            po,
+            Route::Server {
+                app_id,
+                dtype: V::DTYPE,
+            },
+            move |ev: VanEvent| served.on_event(ev),
+        )?;
+        Ok(KVServer {
+            _customer: customer,
+            _v: PhantomData,
+        })
+    }
+}
+
+/// What a `KVServer`'s customer thread owns: the handler, the rendezvous state that may still
+/// be writing from the handler's memory, and the key lists kept for the workers. Dropping it
+/// waits for those writes (at most `PS_TIMEOUT`); if some never complete, the handler is leaked
+/// rather than freeing memory a NIC may still read.
+struct Served<H> {
+    handler: ManuallyDrop<H>,
+    rv: ServerRv,
+    lists: KeptLists,
+    timeout: Duration,
+    po: Arc<Postoffice>,
+}
+
+impl<H> Served<H> {
+    /// One event for this server: a rendezvous control message goes to the responder, a
+    /// key-value request to the handler.
+    fn on_event<V: Value>(&mut self, ev: VanEvent)
+    where
+        H: RequestHandler<V>,
+    {
+        let Served {
+            handler,
+            rv,
+            lists,
+            timeout,
+            po,
+        } = self;
+        let msg = match carrier::arrival(ev) {
+            None => return,
+            Some(Arrival::KeyValue(msg)) => msg,
+            Some(Arrival::Control { meta, msg }) => {
+                rv.serve(po, &**handler, &meta, msg);
+                return;
+            }
+            Some(Arrival::Written(_)) => {
+                tracing::warn!("a key-value server got a remote write; dropped");
+                return;
+            }
+            Some(Arrival::Content { from, .. }) => {
+                tracing::warn!(
+                    "a key-value server got rendezvous content from {}; dropped",
+                    Node::describe(from)
+                );
+                return;
+            }
+        };
+        // A push, or an application command (which may change values), waits for the
+        // zero-copy writes of stored values still in flight.
+        let may_change = msg.meta.push || msg.meta.head != 0;
+        let gate = if may_change && !rv.in_flight.wait_idle(*timeout) {
+            Err(format!(
+                "zero-copy pulls of this server's values were still being written after {:.0} s (PS_TIMEOUT); the request was not applied",
+                timeout.as_secs_f64()
+            ))
+        } else {
+            Ok(())
+        };
+        let req = Incoming {
+            msg,
+            gate,
+            parked: rv.has_parked(),
+        };
+        if let Some((m, keys)) = serve_request(po, &mut **handler, lists, req) {
+            // Rendezvous pulls that waited for these keys (tag matching).
+            rv.pushed(po, &m, &**handler, keys);
+        }
+    }
+}
+
+impl<H> Drop for Served<H> {
+    fn drop(&mut self) {
+        if self.rv.in_flight.wait_idle(self.timeout) {
+            self.rv.deregister(&self.po);
+            // SAFETY: dropped once, here; nothing reads it afterwards.
+            unsafe { ManuallyDrop::drop(&mut self.handler) }
+        } else {
+            tracing::warn!(
+                "zero-copy writes from a key-value server's values did not complete within {:.0} s: its memory is kept",
+                self.timeout.as_secs_f64()
+            );
+        }
+    }
+}
+
+/// A key-value request as the customer thread hands it on.
+struct Incoming {
+    msg: Message,
+    /// `Err`: refuse the request with this text, applying nothing.
+    gate: Result<(), String>,
+    /// Rendezvous pulls wait for keys' first pushes (the pushed keys are wanted back).
+    parked: bool,
+}
+
+/// Handles one key-value request and answers it. Returns the request's meta and pushed keys
+/// when rendezvous pulls are parked, so they can be served once the keys have values.
+fn serve_request<V: Value>(
+    po: &Postoffice,
+    handler: &mut impl RequestHandler<V>,
+    lists: &mut KeptLists,
+    req: Incoming,
+) -> Option<(Meta, Vec<Key>)> {
+    let Incoming { msg, gate, parked } = req;
+    let Message { meta: m, mut data } = msg;
+    let mut reply = Message::new(reply_meta(&m));
+    // The key list first, before anything can refuse the request: what the server keeps under
+    // a digest then always follows the worker's registrations (see `super::keycache`).
+    let list = match key_list(lists, &m, &mut data) {
+        Ok(list) => list,
+        Err(Refused::UnknownList { digest }) => {
+            reply.meta.keys = Some(KeyRef::Unknown { digest });
+            send_answer(po, reply);
+            return None;
+        }
+        Err(Refused::Malformed(e)) => {
+            reply.meta.error = Some(e);
+            send_answer(po, reply);
+            return None;
+        }
+    };
+    if let Err(e) = gate {
+        reply.meta.error = Some(e);
+        send_answer(po, reply);
+        return None;
+    }
+    let mut pushed = None;
+    let rm = ReqMeta {
+        cmd: m.head,
+        push: m.push,
+        pull: m.pull,
+        sender: m.sender,
+        timestamp: m.timestamp,
+    };
+    // A kept list's keys were checked (sorted, unique) when it was registered.
+    let result = decode_checked::<V>(&data, list.is_some()).and_then(|mut req| {
+        if m.push && req.vals.is_empty() && !req.keys.is_empty() {
+            return Err("push without values".to_string());
+        }
+        if m.push && parked {
+            pushed = Some(req.keys.to_vec());
+        }
+        req.memo = list
+            .and_then(|d| lists.get(m.sender, m.customer_id, d))
+            .map(|l| &mut l.memo);
+        let asked = !req.keys.is_empty();
+        handler.handle(&rm, req).map(|res| (res, asked))
+    });
+    match result {
+        Ok((res, asked)) if m.pull => {
+            // No keys but values: the request's keys (the worker has them).
+            let as_requested =
+                res.keys.is_empty() && asked && !(res.vals.is_empty() && res.lens.is_empty());
+            if as_requested {
+                reply.meta.keys = Some(KeyRef::AsRequested);
+            }
+            reply.data = encode_owned(res);
+        }
+        Ok(_) => {}
+        Err(e) => reply.meta.error = Some(e),
+    }
+    send_answer(po, reply);
+    pushed.map(|keys| (m, keys))
+}
+
+/// Why a request is answered without reaching the handler, before anything of it is applied.
+enum Refused {
+    /// It names a key list this server does not keep for the worker: the answer says
+    /// [`KeyRef::Unknown`], and the worker sends the request again with its keys.
+    UnknownList { digest: u64 },
+    /// A malformed key reference: the answer carries this error text.
+    Malformed(String),
+}
+
+/// The key list request `m` uses (key caching, [`crate::kv::keycache`]): registers the list it
+/// sends (`KeyRef::Register`), or puts the kept list's keys into the empty keys frame of `data`
+/// (`KeyRef::Cached`). Returns the digest of the kept list the request uses, `None` when its
+/// keys travel and are not kept.
+///
+/// # Errors
+/// [`Refused`] for a list this server does not keep or a malformed reference.
+fn key_list(lists: &mut KeptLists, m: &Meta, data: &mut [Bytes]) -> Result<Option<u64>, Refused> {
+    let (sender, customer) = (m.sender, m.customer_id);
+    match &m.keys {
+        None => Ok(None),
+        Some(KeyRef::Register { digest, evict }) => Ok(lists
+            .register(sender, customer, *digest, evict, data)
+            .then_some(*digest)),
+        Some(KeyRef::Cached { digest }) => {
+            let keys = lists.get(sender, customer, *digest).map(|l| l.keys.clone());
+            match (keys, data.first_mut()) {
+                (Some(keys), Some(frame)) if frame.is_empty() => {
+                    *frame = keys;
+                    Ok(Some(*digest))
+                }
+                (None, _) => Err(Refused::UnknownList { digest: *digest }),
+                _ => Err(Refused::Malformed(
+                    "malformed request: a cached key list needs an empty keys frame".into(),
+                )),
+            }
+        }
+        Some(other) => Err(Refused::Malformed(format!(
+            "malformed request: {other:?} belongs in an answer, not a request"
+        ))),
+    }
+}
+
+/// Sends `reply`; a failure is logged (the worker's `wait` names this server at its deadline).
+fn send_answer(po: &Postoffice, reply: Message) {
+    let to = reply.meta.recver;
+    if let Err(e) = po.send(reply) {
+        tracing::warn!("cannot answer {}: {e}", Node::describe(to));
+    }
+}

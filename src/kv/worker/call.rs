@@ -1,0 +1,147 @@
+//! One call of [`KVWorker::request`](super::KVWorker::request) (or a form of it): its pairs
+//! checked and cut into the part each server gets (ps-lite's `KVWorker::Send` with the
+//! `DefaultSlicer`; the key ranges are cut by [`crate::kv::slicer`]), and the parts the servers
+//! answer merged back in key order (ps-lite's `KVWorker::RunCallback` merge).
+
+use crate::error::{Error, Result};
+use crate::kv::pairs::{check_shape, frame_of, view, KVPairs};
+use crate::kv::request::Op;
+use crate::kv::sarray::SArray;
+use crate::kv::slicer::Slice;
+use crate::kv::value::Value;
+use crate::kv::{Key, Timestamp};
+use crate::wire::{Message, Meta, Node};
+use bytes::Bytes;
+
+/// The values of a request: borrowed (copied into the frames) or shared (sliced, no copy).
+pub(super) enum Vals<'a, V> {
+    Borrowed(&'a [V]),
+    Shared(&'a SArray<V>),
+}
+
+impl<V: Value> Vals<'_, V> {
+    /// Number of values.
+    pub(super) fn len(&self) -> usize {
+        match self {
+            Vals::Borrowed(v) => v.len(),
+            Vals::Shared(v) => v.len(),
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// One call's pairs and what it asks, before slicing. Shapes as
+/// [`KVWorker::request`](super::KVWorker::request) states them.
+pub(super) struct Call<'a, V> {
+    pub(super) op: Op,
+    pub(super) keys: &'a [Key],
+    pub(super) vals: Vals<'a, V>,
+    pub(super) lens: &'a [u32],
+    /// Application command (`Meta.head`).
+    pub(super) cmd: i32,
+}
+
+impl<V: Value> Call<'_, V> {
+    /// Checks the shapes.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`]: values in a pull; unsorted or duplicate keys, or lens that do
+    /// not add up (as [`check_shape`]); a push of keys without values.
+    pub(super) fn check(&self) -> Result<()> {
+        if !self.op.pushes() && !self.vals.is_empty() {
+            return Err(Error::InvalidArgument("a pull carries no values".into()));
+        }
+        check_shape(self.keys, self.vals.len(), self.lens).map_err(Error::InvalidArgument)?;
+        if self.op.pushes() && !self.keys.is_empty() && self.vals.is_empty() {
+            return Err(Error::InvalidArgument(format!(
+                "push of {} keys with no values",
+                self.keys.len()
+            )));
+        }
+        Ok(())
+    }
+
+    /// The request of timestamp `ts` to the server of slice `s`, from customer `customer_id`
+    /// of application `app_id`: its meta, an empty keys frame (the key-cache mirror fills it
+    /// in, see `Tracker::send_part`), the values (none unless it pushes) and the lens.
+    pub(super) fn part(&self, s: &Slice, ts: Timestamp, app_id: i32, customer_id: i32) -> Message {
+        let meta = Meta {
+            head: self.cmd,
+            app_id,
+            customer_id,
+            timestamp: ts,
+            recver: Node::server_id(s.server),
+            request: true,
+            push: self.op.pushes(),
+            pull: self.op.pulls(),
+            dtype: V::DTYPE,
+            ..Meta::default()
+        };
+        let lens = if self.lens.is_empty() {
+            &[][..]
+        } else {
+            &self.lens[s.keys.clone()]
+        };
+        let vals = match (&self.vals, self.op.pushes()) {
+            (_, false) => Bytes::new(),
+            (Vals::Borrowed(v), true) => {
+                Bytes::copy_from_slice(bytemuck::cast_slice::<V, u8>(&v[s.vals.clone()]))
+            }
+            (Vals::Shared(v), true) => v.frame(s.vals.clone()),
+        };
+        Message {
+            meta,
+            data: vec![Bytes::new(), vals, frame_of(lens.to_vec())],
+        }
+    }
+}
+
+/// One server's answer to a pull: its three frames (keys, values, lens).
+pub(super) struct PulledPart {
+    /// Server rank.
+    pub(super) server: usize,
+    /// The keys (`Key`s as bytes; the request's, when the answer carried none).
+    pub(super) keys: Bytes,
+    /// The values, `V`s as bytes.
+    pub(super) vals: Bytes,
+    /// Values per key (`u32`s as bytes), or empty when all keys have equally many.
+    pub(super) lens: Bytes,
+}
+
+/// Merges pulled parts (in key order) into one [`KVPairs`]: `lens` is filled in for every key
+/// when any part has lens.
+///
+/// # Errors
+/// [`Error::Remote`] naming the server whose answer is malformed.
+pub(super) fn merge<V: Value>(parts: Vec<PulledPart>) -> Result<KVPairs<V>> {
+    let mut out = KVPairs::default();
+    let bad = |server: usize, e: String| Error::Remote {
+        node: Node::describe(Node::server_id(server)),
+        message: format!("malformed answer: {e}"),
+    };
+    let any_lens = parts.iter().any(|p| !p.lens.is_empty());
+    for p in &parts {
+        let keys = view::<Key>(&p.keys, "keys").map_err(|e| bad(p.server, e))?;
+        let vals = view::<V>(&p.vals, "values").map_err(|e| bad(p.server, e))?;
+        let lens = view::<u32>(&p.lens, "lens").map_err(|e| bad(p.server, e))?;
+        check_shape(&keys, vals.len(), &lens).map_err(|e| bad(p.server, e))?;
+        if any_lens {
+            if lens.is_empty() {
+                let w = if keys.is_empty() {
+                    0
+                } else {
+                    (vals.len() / keys.len()) as u32
+                };
+                out.lens.extend(std::iter::repeat_n(w, keys.len()));
+            } else {
+                out.lens.extend_from_slice(&lens);
+            }
+        }
+        out.keys.extend_from_slice(&keys);
+        out.vals.extend_from_slice(&vals);
+    }
+    Ok(out)
+}

@@ -1,0 +1,414 @@
+//! The request tracker of a [`KVWorker`](super::KVWorker): ps-lite's timestamped push/pull
+//! protocol (`kv_app.h`: `KVWorker::Send`, `Process`, `RunCallback`), plus key caching.
+//!
+//! A request is pending under its timestamp until every server it went to answered. Each
+//! server's part is sent by [`Tracker::send_part`] under that server's key-cache mirror
+//! ([`crate::kv::keycache`]), which decides whether the keys travel or only the digest of a list
+//! the server keeps. An answer ([`Tracker::on_answer`], on the customer thread) is settled into
+//! the pending request; a server that does not keep a list it was named answers "unknown", and
+//! the part is sent again with its keys. The last answer completes the request: its callback
+//! runs (with the parts merged, [`super::call::merge`]), or its waiters ([`Tracker::wait`],
+//! [`Tracker::take_parts`]) wake.
+//!
+//! **Lock order:** a server's mirror, then `pending`. A part is prepared and sent under its
+//! server's mirror, so each server sees requests in the order its mirror recorded them;
+//! `pending` is taken inside (to record what was asked) and alone everywhere else. No callback
+//! runs under either lock.
+
+use super::call::PulledPart;
+use crate::error::{Error, Result};
+use crate::kv::keycache::Mirror;
+use crate::kv::pairs::{view, KVPairs};
+use crate::kv::request::Callback;
+use crate::kv::value::Value;
+use crate::kv::{Key, Timestamp};
+use crate::postoffice::Postoffice;
+use crate::sync::lock;
+use crate::wire::{KeyRef, Message, Node};
+use bytes::Bytes;
+use std::collections::HashMap;
+use std::sync::{Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+/// What was asked of one server: the keys (for the answer, which carries none when they are
+/// the request's), and the request itself while it names a cached key list (sent again, with
+/// its keys, if the server does not keep the list).
+struct Asked {
+    keys: Bytes,
+    resend: Option<Message>,
+}
+
+/// A request waiting for its servers' answers.
+struct Pending<V> {
+    /// Names the request in errors and logs: "timestamp 7 (push of 3 keys)".
+    label: String,
+    /// Ranks of the servers it went to; the vectors below are indexed alike.
+    servers: Vec<usize>,
+    answered: Vec<bool>,
+    asked: Vec<Asked>,
+    /// Pulled parts, in answer order until complete, then by server rank (= key order).
+    parts: Vec<PulledPart>,
+    /// The first failure of any server.
+    error: Option<Error>,
+    callback: Option<Callback<V>>,
+}
+
+impl<V> Pending<V> {
+    fn complete(&self) -> bool {
+        self.answered.iter().all(|&a| a)
+    }
+}
+
+/// What one server's answer to a request brought.
+enum Outcome {
+    /// The request failed there (the server's error, or the worker could not send it).
+    Failed(Error),
+    /// A push done.
+    Pushed,
+    /// Pulled pairs; `keys: None` when they are the request's (`KeyRef::AsRequested`).
+    Pulled {
+        keys: Option<Bytes>,
+        vals: Bytes,
+        lens: Bytes,
+    },
+}
+
+/// Pending requests by timestamp and the key-cache mirrors of the servers (see the module docs
+/// for the lock order).
+pub(super) struct Tracker<V> {
+    /// What each server keeps for this worker (key caching), by server rank.
+    mirrors: Vec<Mutex<Mirror>>,
+    pending: Mutex<HashMap<Timestamp, Pending<V>>>,
+    /// Notified whenever a server's answer was settled.
+    settled: Condvar,
+}
+
+impl<V: Value> Tracker<V> {
+    /// No request pending; `servers` mirrors holding at most `cache_keys` keys each
+    /// (`PS_KEY_CACHE_KEYS`).
+    pub(super) fn new(servers: usize, cache_keys: usize) -> Tracker<V> {
+        Tracker {
+            mirrors: (0..servers)
+                .map(|_| Mutex::new(Mirror::new(cache_keys)))
+                .collect(),
+            pending: Mutex::new(HashMap::new()),
+            settled: Condvar::new(),
+        }
+    }
+
+    /// Starts tracking request `ts` to the servers of rank `servers`, named `label`. Returns
+    /// whether it waits for answers: a request to no server completes at once (its callback
+    /// runs now, on this thread, with empty pairs; without one, `wait` returns at once).
+    pub(super) fn open(
+        &self,
+        ts: Timestamp,
+        label: String,
+        servers: Vec<usize>,
+        callback: Option<Callback<V>>,
+    ) -> bool {
+        let pending = Pending {
+            label,
+            answered: vec![false; servers.len()],
+            // Filled in as each server's request is prepared, before it is sent.
+            asked: servers
+                .iter()
+                .map(|_| Asked {
+                    keys: Bytes::new(),
+                    resend: None,
+                })
+                .collect(),
+            servers,
+            parts: Vec::new(),
+            error: None,
+            callback,
+        };
+        if pending.servers.is_empty() {
+            if let Some(cb) = pending.callback {
+                cb(Ok(KVPairs::default()));
+            } else {
+                lock(&self.pending).insert(ts, pending);
+            }
+            return false;
+        }
+        lock(&self.pending).insert(ts, pending);
+        true
+    }
+
+    /// Forgets request `ts` (a part of it could not be sent; the caller reports the error).
+    pub(super) fn abandon(&self, ts: Timestamp) {
+        lock(&self.pending).remove(&ts);
+    }
+
+    /// Sends `part` (a request's meta and its values and lens frames, frames 1 and 2) to server
+    /// `server` with `keys`, under that server's mirror: the mirror decides whether the keys
+    /// travel or a digest of a list the server keeps, after forgetting `stale` (a list the
+    /// server said it does not keep). Records in the pending request what was asked, before
+    /// sending. A failed send leaves the mirror not counting on a registration the server never
+    /// got.
+    ///
+    /// # Errors
+    /// As [`Postoffice::send`]; an unknown server rank.
+    pub(super) fn send_part(
+        &self,
+        po: &Postoffice,
+        server: usize,
+        keys: &[Key],
+        part: Message,
+        stale: Option<u64>,
+    ) -> Result<()> {
+        let mirror = self
+            .mirrors
+            .get(server)
+            .ok_or_else(|| Error::InvalidArgument(format!("internal: no server rank {server}")))?;
+        let mut mirror = lock(mirror);
+        if let Some(d) = stale {
+            mirror.forget(d);
+        }
+        let p = mirror.prepare(keys);
+        let registered = match p.key_ref {
+            Some(KeyRef::Register { digest, .. }) => Some(digest),
+            _ => None,
+        };
+        let Message { mut meta, data } = part;
+        meta.keys = p.key_ref;
+        let keys_frame = if p.send { p.keys.clone() } else { Bytes::new() };
+        let msg = Message {
+            meta,
+            data: vec![
+                keys_frame,
+                data.get(1).cloned().unwrap_or_default(),
+                data.get(2).cloned().unwrap_or_default(),
+            ],
+        };
+        let asked = Asked {
+            keys: p.keys,
+            resend: (!p.send).then(|| msg.clone()),
+        };
+        if let Some(pd) = lock(&self.pending).get_mut(&msg.meta.timestamp) {
+            if let Some(slot) = pd.servers.iter().position(|&s| s == server) {
+                pd.asked[slot] = asked;
+            }
+        }
+        po.send(msg).map(|_| ()).inspect_err(|_| {
+            if let Some(d) = registered {
+                mirror.forget(d);
+            }
+        })
+    }
+
+    /// The server does not keep the key list `req` named (a `Cached` request): send it again,
+    /// with `keys`.
+    ///
+    /// # Errors
+    /// When it cannot be sent.
+    fn resend_with_keys(
+        &self,
+        po: &Postoffice,
+        server: usize,
+        keys: &[u8],
+        req: Message,
+    ) -> Result<()> {
+        let Some(KeyRef::Cached { digest }) = req.meta.keys else {
+            return Err(Error::InvalidArgument(
+                "internal: only a request naming a cached key list is sent again".into(),
+            ));
+        };
+        let keys = view::<Key>(keys, "keys").map_err(Error::InvalidArgument)?;
+        self.send_part(po, server, &keys, req, Some(digest))
+    }
+
+    /// A server's answer `msg` arrived (customer thread): settles it, or sends the part again
+    /// with its keys when the server does not keep the key list it named.
+    pub(super) fn on_answer(&self, po: &Postoffice, msg: Message) {
+        let (ts, from) = (msg.meta.timestamp, msg.meta.sender);
+        let server = Node::rank_of(from);
+        if let Some(KeyRef::Unknown { .. }) = msg.meta.keys {
+            // The server keeps no such list: nothing was applied; ask again with the keys.
+            let asked = lock(&self.pending).get_mut(&ts).and_then(|p| {
+                let slot = p.servers.iter().position(|&s| s == server)?;
+                let a = &mut p.asked[slot];
+                a.resend.take().map(|req| (a.keys.clone(), req))
+            });
+            let outcome = match asked {
+                Some((keys, req)) => match self.resend_with_keys(po, server, &keys, req) {
+                    Ok(()) => return,
+                    Err(e) => Outcome::Failed(e),
+                },
+                None => Outcome::Failed(Error::Remote {
+                    node: Node::describe(from),
+                    message: "answered \"unknown key list\" to a request that named none".into(),
+                }),
+            };
+            self.settle(ts, server, outcome);
+            return;
+        }
+        let outcome = if let Some(e) = msg.meta.error {
+            Outcome::Failed(Error::Remote {
+                node: Node::describe(from),
+                message: e,
+            })
+        } else if msg.meta.pull {
+            let as_requested = msg.meta.keys == Some(KeyRef::AsRequested);
+            let mut it = msg.data.into_iter();
+            let (keys, vals, lens) = (
+                it.next().unwrap_or_default(),
+                it.next().unwrap_or_default(),
+                it.next().unwrap_or_default(),
+            );
+            Outcome::Pulled {
+                keys: (!as_requested).then_some(keys),
+                vals,
+                lens,
+            }
+        } else {
+            Outcome::Pushed
+        };
+        self.settle(ts, server, outcome);
+    }
+
+    /// Records server `server`'s outcome for request `ts`; completes the request (its waiter or
+    /// callback) once every server involved answered. The callback runs after the lock is
+    /// released.
+    fn settle(&self, ts: Timestamp, server: usize, outcome: Outcome) {
+        let completed = {
+            let mut map = lock(&self.pending);
+            let Some(p) = map.get_mut(&ts) else {
+                tracing::debug!(
+                    "late answer for timestamp {ts} from {}",
+                    Node::describe(Node::server_id(server))
+                );
+                return;
+            };
+            let Some(slot) = p.servers.iter().position(|&s| s == server) else {
+                tracing::warn!(
+                    "answer for {} from {}, which was not asked",
+                    p.label,
+                    Node::describe(Node::server_id(server))
+                );
+                return;
+            };
+            if p.answered[slot] {
+                return;
+            }
+            p.answered[slot] = true;
+            p.asked[slot].resend = None;
+            match outcome {
+                Outcome::Failed(e) => {
+                    p.error.get_or_insert(e);
+                }
+                Outcome::Pushed => {}
+                Outcome::Pulled { keys, vals, lens } => p.parts.push(PulledPart {
+                    server,
+                    keys: keys.unwrap_or_else(|| p.asked[slot].keys.clone()),
+                    vals,
+                    lens,
+                }),
+            }
+            if !p.complete() {
+                return;
+            }
+            p.parts.sort_by_key(|x| x.server);
+            if p.callback.is_some() {
+                map.remove(&ts)
+            } else {
+                None
+            }
+        };
+        self.settled.notify_all();
+        if let Some(mut p) = completed {
+            if let Some(cb) = p.callback.take() {
+                let r = match p.error {
+                    Some(e) => Err(e),
+                    None => super::call::merge(p.parts),
+                };
+                cb(r);
+            }
+        }
+    }
+
+    /// Blocks until request `ts` completed (at most `timeout`). A failed request and a finished
+    /// push are forgotten; pulled parts stay for [`take_parts`](Self::take_parts).
+    ///
+    /// # Errors
+    /// As [`take_parts`](Self::take_parts).
+    pub(super) fn wait(&self, ts: Timestamp, timeout: Duration) -> Result<()> {
+        let mut map = self.wait_complete(ts, timeout)?;
+        let p = map.get_mut(&ts).ok_or_else(|| not_outstanding(ts))?;
+        if let Some(e) = p.error.take() {
+            map.remove(&ts);
+            return Err(e);
+        }
+        if p.parts.is_empty() {
+            map.remove(&ts);
+        }
+        Ok(())
+    }
+
+    /// Waits for request `ts` (at most `timeout`), forgets it, and returns its pulled parts in
+    /// key order.
+    ///
+    /// # Errors
+    /// The first server error ([`Error::Remote`]); [`Error::Timeout`] naming the servers that
+    /// did not answer within `timeout` (`PS_TIMEOUT`); [`Error::InvalidArgument`] for a
+    /// timestamp that is not outstanding.
+    pub(super) fn take_parts(&self, ts: Timestamp, timeout: Duration) -> Result<Vec<PulledPart>> {
+        let mut map = self.wait_complete(ts, timeout)?;
+        let p = map.remove(&ts).ok_or_else(|| not_outstanding(ts))?;
+        drop(map);
+        match p.error {
+            Some(e) => Err(e),
+            None => Ok(p.parts),
+        }
+    }
+
+    /// Waits until request `ts` completed; returns the locked map, which holds it. On the
+    /// deadline the request is forgotten.
+    ///
+    /// # Errors
+    /// [`Error::Timeout`] naming the silent servers; [`Error::InvalidArgument`] for a timestamp
+    /// that is not outstanding.
+    fn wait_complete(
+        &self,
+        ts: Timestamp,
+        timeout: Duration,
+    ) -> Result<MutexGuard<'_, HashMap<Timestamp, Pending<V>>>> {
+        let deadline = Instant::now() + timeout;
+        let mut map = lock(&self.pending);
+        loop {
+            let p = map.get(&ts).ok_or_else(|| not_outstanding(ts))?;
+            if p.complete() {
+                return Ok(map);
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                let missing: Vec<String> = p
+                    .servers
+                    .iter()
+                    .zip(&p.answered)
+                    .filter(|(_, &a)| !a)
+                    .map(|(&s, _)| Node::describe(Node::server_id(s)))
+                    .collect();
+                let msg = format!(
+                    "{}: no answer within {:.0} s (PS_TIMEOUT) from {}",
+                    p.label,
+                    timeout.as_secs_f64(),
+                    missing.join(", ")
+                );
+                map.remove(&ts);
+                return Err(Error::Timeout(msg));
+            }
+            map = self
+                .settled
+                .wait_timeout(map, (deadline - now).min(Duration::from_millis(200)))
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+    }
+}
+
+/// The error for a timestamp nobody waits for.
+fn not_outstanding(ts: Timestamp) -> Error {
+    Error::InvalidArgument(format!(
+        "timestamp {ts} is not outstanding (already waited for, or it had a callback)"
+    ))
+}
