@@ -341,6 +341,12 @@ impl<V: Value> KeyStore<V> {
                     "the store is full ({next} keys): cannot take key {key}"
                 ));
             }
+            // Everything that can refuse a new key is checked before the index holds it: the
+            // undo forgets entries, and an index cell without its entry would outlive it.
+            let Ok(len32) = u32::try_from(len) else {
+                return Err(format!("key {key}: {len} values is too many for one key"));
+            };
+            self.room_for_entries(keys.len() - i)?;
             match self
                 .index
                 .get_or_insert(key, next as u32, &self.entries[..])?
@@ -353,7 +359,12 @@ impl<V: Value> KeyStore<V> {
                     out.add(e.chunk, false, e.off, len);
                 }
                 (_, true) => {
-                    self.push_entry(key, len, keys.len() - i, new_values)?;
+                    self.entries.push(Entry {
+                        key,
+                        off: new_values,
+                        chunk: u32::MAX,
+                        len: len32,
+                    });
                     out.add(u32::MAX, true, new_values, len);
                     new_values += len;
                 }
@@ -362,34 +373,24 @@ impl<V: Value> KeyStore<V> {
         Ok(new_values)
     }
 
-    /// Appends the entry of new key `key` (`len` values at offset `off` of the new values, no
-    /// chunk yet); `left` keys of the request remain, this one included.
+    /// Makes room for one more entry if the entries are full: grows once for the `left` keys
+    /// of the request still to enter (a first push of 10M keys: one 240 MB block, not a
+    /// doubling chain copying twice that).
     ///
     /// # Errors
-    /// A text naming a length or an allocation the store cannot take.
+    /// A text naming the allocation the store cannot take.
     #[inline]
-    fn push_entry(&mut self, key: Key, len: usize, left: usize, off: usize) -> Result<(), String> {
-        let Ok(len32) = u32::try_from(len) else {
-            return Err(format!("key {key}: {len} values is too many for one key"));
-        };
-        if self.entries.len() == self.entries.capacity() {
-            // Grow once for the rest of the request (a first push of 10M keys: one 240 MB
-            // block, not a doubling chain copying twice that).
-            let more = left.max(self.entries.len());
-            if self.entries.try_reserve_exact(more).is_err() {
-                return Err(format!(
-                    "cannot allocate {} bytes for the key store's entries",
-                    more.saturating_mul(std::mem::size_of::<Entry>())
-                ));
-            }
+    fn room_for_entries(&mut self, left: usize) -> Result<(), String> {
+        if self.entries.len() < self.entries.capacity() {
+            return Ok(());
         }
-        self.entries.push(Entry {
-            key,
-            off,
-            chunk: u32::MAX,
-            len: len32,
-        });
-        Ok(())
+        let more = left.max(self.entries.len());
+        self.entries.try_reserve_exact(more).map_err(|_| {
+            format!(
+                "cannot allocate {} bytes for the key store's entries",
+                more.saturating_mul(std::mem::size_of::<Entry>())
+            )
+        })
     }
 
     /// Places the `new_values` values of the keys entered from entry `first_new` on: one
