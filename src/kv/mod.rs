@@ -60,8 +60,7 @@ pub use server::{DefaultHandler, KVServer, ReqMeta, RequestHandler};
 pub use value::Value;
 pub use worker::KVWorker;
 
-/// A key.
-pub type Key = u64;
+pub use crate::wire::Key;
 
 /// Identifies one request of a [`KVWorker`]; returned by push/pull, given to `wait`.
 pub type Timestamp = i32;

@@ -1,7 +1,7 @@
 //! The rendezvous messages, with the fields of TF contrib/verbs' "Message structure" table.
 
-use crate::kv::Key;
 use crate::wire::DType;
+use crate::wire::Key;
 use serde::{Deserialize, Serialize};
 
 /// A value's meta-data (TF's `RdmaTensorMetaData`: data type, shape, is_dead, bytes).

@@ -12,7 +12,7 @@
 
 use super::message::{RvMessage, TensorMeta};
 use super::{Dest, RESERVED_IMM_ACK};
-use crate::kv::Key;
+use crate::wire::Key;
 use crate::wire::{DType, Node, NodeId};
 use std::collections::HashMap;
 

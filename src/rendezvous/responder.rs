@@ -10,7 +10,7 @@
 
 use super::message::{RvMessage, TensorMeta};
 use super::{ERR_DTYPE, ERR_NOT_SERVED};
-use crate::kv::Key;
+use crate::wire::Key;
 use crate::wire::{DType, NodeId};
 use bytes::Bytes;
 use std::collections::{HashMap, HashSet, VecDeque};

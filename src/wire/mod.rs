@@ -18,6 +18,10 @@ pub use meta::{BarrierFailure, Command, Control, DType, KeyRef, Meta, Node, Rend
 
 use bytes::Bytes;
 
+/// A key of the key-value layer (`u64`, as ps-lite's `Key`): in the keys frame, in rendezvous
+/// messages, and in key ranges.
+pub type Key = u64;
+
 /// One message: a header and its payload frames (zero or more byte buffers).
 ///
 /// For key-value requests and responses (ps-lite's `KVPairs`) the frames are, in order:
