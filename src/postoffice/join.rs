@@ -47,24 +47,27 @@ impl Postoffice {
         if ready {
             return Ok(());
         }
-        Err(self.start_up_timeout())
+        self.start_up_timeout()
     }
 
-    /// The start-up deadline passed: on the scheduler, tells the nodes that registered.
-    fn start_up_timeout(&self) -> Error {
+    /// The start-up deadline passed: on the scheduler, tells the nodes that registered, unless
+    /// the last one registered meanwhile (then the start goes on).
+    fn start_up_timeout(&self) -> Result<()> {
         let secs = self.cfg.timeout.as_secs_f64();
         match &self.scheduler {
             Some(s) => {
-                let (joined, why) = crate::sync::lock(s).give_up(self.cfg.timeout);
+                let Some((joined, why)) = crate::sync::lock(s).give_up(self.cfg.timeout) else {
+                    return Ok(());
+                };
                 self.refuse_all(&joined, &why);
-                Error::Timeout(why)
+                Err(Error::Timeout(why))
             }
-            None => Error::Timeout(format!(
+            None => Err(Error::Timeout(format!(
                 "start-up: no answer from the scheduler at {}:{} within {secs:.0} s \
                  (PS_TIMEOUT); is it running, and are DMLC_PS_ROOT_URI and \
                  DMLC_PS_ROOT_PORT right?",
                 self.cfg.root_uri, self.cfg.root_port
-            )),
+            ))),
         }
     }
 

@@ -111,8 +111,12 @@ impl Scheduler {
     }
 
     /// Start-up failed (`PS_TIMEOUT` after `timeout`): the nodes that registered, to be told
-    /// why, and the text naming how many of each role came.
-    pub fn give_up(&mut self, timeout: Duration) -> (Vec<Node>, String) {
+    /// why, and the text naming how many of each role came. `None` when every node registered
+    /// meanwhile (the start-up did not fail after all).
+    pub fn give_up(&mut self, timeout: Duration) -> Option<(Vec<Node>, String)> {
+        if self.ready {
+            return None;
+        }
         let servers = self
             .joining
             .iter()
@@ -126,7 +130,7 @@ impl Scheduler {
             self.servers,
             self.workers
         );
-        (std::mem::take(&mut self.joining), why)
+        Some((std::mem::take(&mut self.joining), why))
     }
 
     /// Node `from` asked for a barrier of `group` (`timeout`: `None` waits while the members
@@ -262,7 +266,7 @@ mod tests {
     fn giving_up_names_what_registered_and_hands_back_the_nodes() {
         let mut s = scheduler(2, 2);
         s.add_node(node(Role::Server, 1, None), Instant::now());
-        let (joined, why) = s.give_up(Duration::from_secs(3));
+        let (joined, why) = s.give_up(Duration::from_secs(3)).expect("not ready");
         assert_eq!(joined.len(), 1);
         assert_eq!(
             why,
@@ -277,6 +281,11 @@ mod tests {
         let t0 = Instant::now();
         s.add_node(node(Role::Server, 1, None), t0);
         s.add_node(node(Role::Worker, 2, None), t0);
+        assert_eq!(
+            s.give_up(Duration::from_secs(3)),
+            None,
+            "ready: nothing to give up"
+        );
         let sec = Duration::from_secs(1);
         assert_eq!(s.barrier(8, 6, None, t0), None);
         assert_eq!(
