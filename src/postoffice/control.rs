@@ -104,6 +104,17 @@ impl Postoffice {
         let expired = lock(&self.routes).expire(Instant::now());
         for e in expired {
             let m = &e.msg.meta;
+            if m.rendezvous.is_some() {
+                // A zero-copy pull: its requester gives up at its own deadline (PS_TIMEOUT).
+                tracing::warn!(
+                    "dropped a zero-copy pull request from {}: no KVServer for app {} with values \
+                     of type {} here",
+                    Node::describe(m.sender),
+                    m.app_id,
+                    m.dtype
+                );
+                continue;
+            }
             let mut meta = reply_meta(m);
             meta.error = Some(format!(
                 "no KVServer for app {} with values of type {} on {} (it serves: {})",
