@@ -90,14 +90,23 @@ fn main() {
     std::process::exit(code)
 }
 
+/// How every node of the cluster is started: this program (`pslite-launch node <role>`) with
+/// the cluster's variables.
+struct Launch<'a> {
+    exe: &'a PathBuf,
+    env: &'a [(&'a str, String)],
+}
+
+/// Starts node `name` with role `role`, rank `rank` (`PSLITE_RANK`) and extra `args`, its
+/// output prefixed with its name.
 fn spawn(
-    exe: &PathBuf,
+    launch: &Launch<'_>,
     name: &str,
     role: &str,
     rank: Option<usize>,
-    env: &[(&str, String)],
     args: &[String],
 ) -> Result<Proc, String> {
+    let Launch { exe, env } = *launch;
     let mut cmd = Command::new(exe);
     cmd.args(["node", role]);
     if let Some(r) = rank {
@@ -189,7 +198,11 @@ fn run(
             .map_err(|e| format!("cannot install the Ctrl-C handler: {e}"))?;
     }
     let mut procs: Vec<Proc> = Vec::new();
-    if let Err(e) = start_all(&exe, &env, servers, workers, worker_args, &mut procs) {
+    let launch = Launch {
+        exe: &exe,
+        env: &env,
+    };
+    if let Err(e) = start_all(&launch, (servers, workers), worker_args, &mut procs) {
         kill_all(&mut procs);
         return Err(e);
     }
@@ -199,16 +212,14 @@ fn run(
 /// Starts the scheduler, then `servers` servers and `workers` workers, into `procs`; stops at
 /// the first that cannot be started (those started stay in `procs`).
 fn start_all(
-    exe: &PathBuf,
-    env: &[(&str, String)],
-    servers: usize,
-    workers: usize,
+    launch: &Launch<'_>,
+    (servers, workers): (usize, usize),
     worker_args: &[String],
     procs: &mut Vec<Proc>,
 ) -> Result<(), String> {
     let mut start =
         |name: String, role: &str, rank: Option<usize>, args: &[String]| -> Result<(), String> {
-            let p = spawn(exe, &name, role, rank, env, args)?;
+            let p = spawn(launch, &name, role, rank, args)?;
             procs.push(p);
             Ok(())
         };

@@ -110,9 +110,7 @@ impl Responder {
                 ..
             } if !serves => vec![error(
                 from,
-                key,
-                step,
-                request_index,
+                (key, step, request_index),
                 ERR_NOT_SERVED,
                 "this server's request handler does not serve zero-copy pulls".into(),
             )],
@@ -125,9 +123,7 @@ impl Responder {
             } if dtype != self.dtype => {
                 vec![error(
                     from,
-                    key,
-                    step,
-                    request_index,
+                    (key, step, request_index),
                     ERR_DTYPE,
                     format!(
                         "key {key} holds {} values, requested as {dtype}",
@@ -266,11 +262,10 @@ impl Responder {
     }
 }
 
+/// ERROR_STATUS to `to` for its request `(key, step, request_index)`, with `code` and text.
 fn error(
     to: NodeId,
-    key: Key,
-    step: i64,
-    request_index: u32,
+    (key, step, request_index): (Key, i64, u32),
     code: u32,
     message: String,
 ) -> RespAction {
