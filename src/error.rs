@@ -37,5 +37,5 @@ pub enum Error {
     Stopped,
 }
 
-/// `Result` with [`Error`].
+/// `Result` with [`Error`](enum@Error).
 pub type Result<T, E = Error> = std::result::Result<T, E>;

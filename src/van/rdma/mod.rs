@@ -49,7 +49,7 @@
 //!
 //! # Threads and locks
 //!
-//! - **`rdma-poller`** (started by [`RdmaVan::new`]) is the only reader of both CQs and the
+//! - **`rdma-poller`** (started by `RdmaVan::new`) is the only reader of both CQs and the
 //!   only user of each channel's receive side (`rx`: ring receiver, reassembler). It re-posts
 //!   receive WRs, accounts send completions, writes credits, and puts messages and remote
 //!   writes on the van's event queue.
