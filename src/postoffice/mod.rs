@@ -14,8 +14,8 @@
 //! Files: this one is the facade (start, send, barrier, finalize); `join` registers a node and
 //! sends its heartbeats; `control` is the receiving thread (commands in, answers out) and drives
 //! the [`scheduler::Scheduler`] on the scheduler node; `routes` hands data messages to
-//! customers; `memory` holds the registered pool and immediate slots; `barrier`, `liveness` and
-//! `scheduler` are sans-IO state.
+//! customers; `memory` holds the registered pool and immediate slots; `barrier`, `liveness`,
+//! `scheduler` and `resend` (not wired in yet) are sans-IO state.
 
 pub mod barrier;
 mod control;
@@ -24,6 +24,7 @@ mod join;
 pub mod liveness;
 mod memory;
 pub mod range;
+pub mod resend;
 mod routes;
 pub mod scheduler;
 

@@ -1,0 +1,177 @@
+//! The resend book: at-least-once sending with acknowledgements, exactly-once delivery by
+//! duplicate detection (ps-lite's `PS_RESEND`, `src/resender.h`). Sans-IO: the postoffice tells
+//! it what it sent and received, passes the time in, and sends what it returns.
+//!
+//! Unlike ps-lite's resender, which keys messages by a hash of their ids and keeps every key it
+//! ever acknowledged, messages carry a **sequence number per (sender, receiver) pair**. The
+//! receiver keeps, per sender, a watermark below which every number arrived and the numbers
+//! that arrived above it: memory is bounded by how far messages overtake each other, not by how
+//! many were ever sent.
+//!
+//! Protocol, per ordered pair of nodes:
+//! - the sender stamps each data message with the pair's next sequence number
+//!   ([`ResendBook::sent`]) and keeps it until it is acknowledged;
+//! - the receiver asks [`ResendBook::received`] whether the message is new (deliver it) or a
+//!   duplicate (drop it), and acknowledges it either way (an ACK may have been lost);
+//! - an ACK ([`ResendBook::acked`]) ends the sender's copy;
+//! - [`ResendBook::tick`] returns the copies unacknowledged for longer than the resend timeout
+//!   (`PS_RESEND_TIMEOUT`), each at most once per timeout.
+//!
+//! Not wired into the postoffice yet (issue 12): this file is the state machine and its tests.
+
+use crate::wire::NodeId;
+use std::collections::{BTreeSet, HashMap};
+use std::time::{Duration, Instant};
+
+/// How many sequence numbers above the watermark a receiver keeps per sender (messages that
+/// overtook a missing one). Past this, the oldest gap is given up: a message that fills it
+/// later is taken for a duplicate. With resends every timeout this bounds memory, not
+/// correctness, unless a message is overtaken by this many others.
+pub const WINDOW: usize = 1 << 16;
+
+/// One unacknowledged message.
+struct Unacked<T> {
+    msg: T,
+    due: Instant,
+    resends: u32,
+}
+
+/// What a receiver knows of one sender's sequence numbers.
+#[derive(Default, Debug)]
+struct Seen {
+    /// Every number below this arrived.
+    low: u64,
+    /// Numbers at or above `low` that arrived.
+    above: BTreeSet<u64>,
+}
+
+impl Seen {
+    /// Records `seq`; false if it arrived before.
+    fn record(&mut self, seq: u64) -> bool {
+        if seq < self.low || !self.above.insert(seq) {
+            return false;
+        }
+        while self.above.remove(&self.low) {
+            self.low += 1;
+        }
+        if self.above.len() > WINDOW {
+            // Give up the oldest gap: everything below the smallest number kept counts as seen.
+            if let Some(&first) = self.above.first() {
+                self.low = first;
+                while self.above.remove(&self.low) {
+                    self.low += 1;
+                }
+            }
+        }
+        true
+    }
+}
+
+/// The resend state of one node; `T` is the message kept for resending.
+pub struct ResendBook<T> {
+    timeout: Duration,
+    next_seq: HashMap<NodeId, u64>,
+    unacked: HashMap<(NodeId, u64), Unacked<T>>,
+    seen: HashMap<NodeId, Seen>,
+}
+
+/// Whether a received message is to be delivered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// First arrival: deliver it (and acknowledge it).
+    Deliver,
+    /// Arrived before: drop it (and acknowledge it again).
+    Duplicate,
+}
+
+impl<T: Clone> ResendBook<T> {
+    /// A book that resends after `timeout` (`PS_RESEND_TIMEOUT`).
+    pub fn new(timeout: Duration) -> ResendBook<T> {
+        ResendBook {
+            timeout,
+            next_seq: HashMap::new(),
+            unacked: HashMap::new(),
+            seen: HashMap::new(),
+        }
+    }
+
+    /// The sequence number to stamp on the next message to `to`; the caller then hands the
+    /// stamped message to [`sent`](Self::sent).
+    pub fn next_seq(&mut self, to: NodeId) -> u64 {
+        let n = self.next_seq.entry(to).or_insert(0);
+        let seq = *n;
+        *n += 1;
+        seq
+    }
+
+    /// Message `msg` (stamped `seq`) went to `to` at `now`: kept until acknowledged.
+    pub fn sent(&mut self, to: NodeId, seq: u64, msg: T, now: Instant) {
+        self.unacked.insert(
+            (to, seq),
+            Unacked {
+                msg,
+                due: now + self.timeout,
+                resends: 0,
+            },
+        );
+    }
+
+    /// `from` acknowledged message `seq`; a repeated or unknown ACK changes nothing.
+    pub fn acked(&mut self, from: NodeId, seq: u64) {
+        self.unacked.remove(&(from, seq));
+    }
+
+    /// Message `seq` from `from` arrived: deliver it or drop it as a duplicate.
+    pub fn received(&mut self, from: NodeId, seq: u64) -> Verdict {
+        if self.seen.entry(from).or_default().record(seq) {
+            Verdict::Deliver
+        } else {
+            Verdict::Duplicate
+        }
+    }
+
+    /// The messages to send again at `now`: each unacknowledged for a timeout, with its
+    /// receiver, its sequence number and how often it was resent before. Each is due again a
+    /// timeout later.
+    pub fn tick(&mut self, now: Instant) -> Vec<(NodeId, u64, u32, T)> {
+        let mut out = Vec::new();
+        for (&(to, seq), u) in self.unacked.iter_mut() {
+            if now >= u.due {
+                out.push((to, seq, u.resends, u.msg.clone()));
+                u.resends += 1;
+                u.due = now + self.timeout;
+            }
+        }
+        out.sort_by_key(|&(to, seq, _, _)| (to, seq));
+        out
+    }
+
+    /// Forgets everything about `peer` (it was declared lost): its unacknowledged messages,
+    /// returned so their requests can fail, and what it sent.
+    pub fn forget(&mut self, peer: NodeId) -> Vec<T> {
+        self.seen.remove(&peer);
+        self.next_seq.remove(&peer);
+        let keys: Vec<(NodeId, u64)> = self
+            .unacked
+            .keys()
+            .filter(|(to, _)| *to == peer)
+            .copied()
+            .collect();
+        keys.into_iter()
+            .filter_map(|k| self.unacked.remove(&k).map(|u| u.msg))
+            .collect()
+    }
+
+    /// Messages waiting for an acknowledgement.
+    pub fn unacked(&self) -> usize {
+        self.unacked.len()
+    }
+
+    /// Sequence numbers kept above the watermarks (the receiver's memory), over all senders.
+    pub fn kept_above(&self) -> usize {
+        self.seen.values().map(|s| s.above.len()).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests;
