@@ -18,6 +18,9 @@
 //! | `PS_POOL_BYTES` | size of the registered memory pool for zero-copy pulls | bytes ≥ 4096 | 268435456 |
 //! | `PS_KEY_CACHE` | workers send a digest instead of a key list the server already keeps (see [`crate::kv::keycache`]) | 0 or 1 | 1 |
 //! | `PS_KEY_CACHE_KEYS` | keys of the lists a server keeps per worker customer (the worker keeps the same), and × `DMLC_NUM_WORKER` in all | whole number ≥ 1 | 16777216 |
+//! | `PS_RESEND` | acknowledge every data message and send it again until acknowledged; drop duplicates (ps-lite's `PS_RESEND`) | 0 or 1 | 0 |
+//! | `PS_RESEND_TIMEOUT` | how long a data message waits for its acknowledgement before it is sent again | milliseconds, 1–3600000 | 1000 |
+//! | `PS_DROP_MSG` | for tests: the share of received data messages dropped (ps-lite's knob) | percent, 0–99 | 0 |
 //! | `PSLITE_RANK` | rank this server/worker asks for (the launcher sets it) | whole number ≥ 0 | registration order |
 //!
 //! The listening address is `DMLC_NODE_HOST` if set, else the IPv4 address of `DMLC_INTERFACE`,
@@ -86,6 +89,11 @@ pub struct Config {
     /// Key caching (`PS_KEY_CACHE`): keys of the lists cached per worker and server
     /// (`PS_KEY_CACHE_KEYS`), 0 when it is off.
     pub key_cache_keys: usize,
+    /// Resend (`PS_RESEND=1`): how long a data message waits for its acknowledgement before
+    /// it is sent again (`PS_RESEND_TIMEOUT`, ms); `None` when resend is off.
+    pub resend_timeout: Option<Duration>,
+    /// Percent of received data messages dropped, for tests (`PS_DROP_MSG`); 0 normally.
+    pub drop_msg_percent: u32,
 }
 
 /// Values given as flags; each one, when `Some`, replaces its environment variable.
@@ -181,6 +189,8 @@ impl Config {
                 )?
                 .unwrap_or(DEFAULT_POOL_BYTES),
             key_cache_keys: key_cache_keys(&vars)?,
+            resend_timeout: resend_timeout(&vars)?,
+            drop_msg_percent: vars.ranged("PS_DROP_MSG", 0, 99)?.unwrap_or(0),
             node_host: node_host(&vars, &root_uri)?,
         })
     }
@@ -271,6 +281,17 @@ fn key_cache_keys<F: Fn(&str) -> Option<String>>(vars: &Vars<'_, F>) -> Result<u
     })
 }
 
+/// `PS_RESEND_TIMEOUT` (ms, default 1000) when `PS_RESEND` is 1; `None` when it is 0 or unset.
+fn resend_timeout<F: Fn(&str) -> Option<String>>(vars: &Vars<'_, F>) -> Result<Option<Duration>> {
+    let on = vars.choice(
+        "PS_RESEND",
+        &[("0", false), ("", false), ("1", true)],
+        "0 (off) or 1 (on)",
+    )?;
+    let ms = vars.ranged("PS_RESEND_TIMEOUT", 1u64, 3_600_000)?;
+    Ok((on == Some(true)).then(|| Duration::from_millis(ms.unwrap_or(1000))))
+}
+
 /// The address to listen on: `DMLC_NODE_HOST`, else `DMLC_INTERFACE`'s IPv4 address, else
 /// 127.0.0.1 for a scheduler on loopback, else the first non-loopback IPv4 address.
 fn node_host<F: Fn(&str) -> Option<String>>(vars: &Vars<'_, F>, root_uri: &str) -> Result<String> {
@@ -336,6 +357,8 @@ impl Config {
             data_validation: false,
             pool_bytes: DEFAULT_POOL_BYTES,
             key_cache_keys: DEFAULT_KEY_CACHE_KEYS,
+            resend_timeout: None,
+            drop_msg_percent: 0,
         }
     }
 }
@@ -398,6 +421,29 @@ mod tests {
     }
 
     #[test]
+    fn resend_is_off_unless_asked_and_its_timeout_is_in_milliseconds() {
+        let base = load(&BASE).expect("loads");
+        assert_eq!((base.resend_timeout, base.drop_msg_percent), (None, 0));
+        let mut pairs = BASE.to_vec();
+        pairs.push(("PS_RESEND_TIMEOUT", "250"));
+        assert_eq!(
+            load(&pairs).expect("loads").resend_timeout,
+            None,
+            "PS_RESEND unset"
+        );
+        pairs.extend([("PS_RESEND", "1"), ("PS_DROP_MSG", "10")]);
+        let c = load(&pairs).expect("loads");
+        assert_eq!(c.resend_timeout, Some(Duration::from_millis(250)));
+        assert_eq!(c.drop_msg_percent, 10);
+        pairs.retain(|(k, _)| *k != "PS_RESEND_TIMEOUT");
+        assert_eq!(
+            load(&pairs).expect("loads").resend_timeout,
+            Some(Duration::from_secs(1)),
+            "ps-lite's default"
+        );
+    }
+
+    #[test]
     fn malformed_values_are_named_with_the_expected_form() {
         let cases = [
             (
@@ -435,6 +481,13 @@ mod tests {
                 "expected a number of seconds > 0",
             ),
             ("PSLITE_RANK", "-1", "expected a whole number ≥ 0"),
+            ("PS_RESEND", "yes", "expected 0 (off) or 1 (on)"),
+            (
+                "PS_RESEND_TIMEOUT",
+                "0",
+                "expected a whole number from 1 to 3600000",
+            ),
+            ("PS_DROP_MSG", "100", "expected a whole number from 0 to 99"),
             (
                 "DMLC_PS_ROOT_URI",
                 " 10.0.0.1",

@@ -44,6 +44,7 @@ impl Postoffice {
             }
             po.scheduler_tick();
             po.expire_parked();
+            po.resend_due();
         }
     }
 
@@ -52,7 +53,9 @@ impl Postoffice {
             lock(&self.state).last_from_scheduler = Some(Instant::now());
         }
         let Some(cmd) = msg.meta.command() else {
-            lock(&self.routes).deliver(msg, Instant::now());
+            if self.admit(&msg.meta) {
+                lock(&self.routes).deliver(msg, Instant::now());
+            }
             return;
         };
         let scheduler = self.scheduler.is_some();
@@ -71,6 +74,7 @@ impl Postoffice {
             ),
             (Command::Heartbeat, true, true) => self.on_heartbeat(&msg.meta),
             (Command::Heartbeat, false, false) => {}
+            (Command::Ack, _, _) => self.on_ack(msg.meta.sender, &control),
             (Command::Terminate, _, _) => {
                 self.stopped.store(true, Ordering::Release);
                 self.cv.notify_all();

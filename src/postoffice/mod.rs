@@ -14,8 +14,9 @@
 //! Files: this one is the facade (start, send, barrier, finalize); `join` registers a node and
 //! sends its heartbeats; `control` is the receiving thread (commands in, answers out) and drives
 //! the [`scheduler::Scheduler`] on the scheduler node; `routes` hands data messages to
-//! customers; `memory` holds the registered pool and immediate slots; `barrier`, `liveness`,
-//! `scheduler` and `resend` (not wired in yet) are sans-IO state.
+//! customers; `memory` holds the registered pool and immediate slots; `resender` stamps,
+//! acknowledges, de-duplicates and resends data messages (`PS_RESEND`); `barrier`, `liveness`,
+//! `scheduler` and `resend` are sans-IO state.
 
 pub mod barrier;
 mod control;
@@ -25,6 +26,7 @@ pub mod liveness;
 mod memory;
 pub mod range;
 pub mod resend;
+mod resender;
 mod routes;
 pub mod scheduler;
 
@@ -39,6 +41,7 @@ use crate::van::{zmq::ZmqVan, Van, VanEvent};
 use crate::wire::{Command, Control, Message, Meta, Node, Role};
 use crossbeam_channel::Sender;
 use memory::Memory;
+use resend::ResendBook;
 use routes::Routes;
 use scheduler::Scheduler;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -74,7 +77,7 @@ struct State {
 /// [`Postoffice::finalize`].
 ///
 /// Lock order: `barrier_lock` (held by a thread waiting in a barrier), then `scheduler`, then
-/// `state`; `routes` and `memory`'s locks are taken alone.
+/// `state`; `routes`, `resend` and `memory`'s locks are taken alone.
 pub struct Postoffice {
     cfg: Config,
     van: Arc<dyn Van>,
@@ -89,6 +92,11 @@ pub struct Postoffice {
     ranges: Vec<Range>,
     barrier_lock: Mutex<()>,
     memory: Memory,
+    /// Resend's book (`PS_RESEND=1`); `None` when resend is off.
+    resend: Option<Mutex<ResendBook<Message>>>,
+    /// `PS_DROP_MSG`: the state of its random numbers, and the messages it dropped.
+    drop_rng: AtomicU64,
+    dropped: AtomicU64,
     /// Payload bytes (data frames, not headers) sent and received through the van.
     sent_bytes: AtomicU64,
     received_bytes: AtomicU64,
@@ -148,7 +156,9 @@ impl Postoffice {
         };
         let scheduler = is_scheduler
             .then(|| Mutex::new(Scheduler::new(me.clone(), cfg.num_servers, cfg.num_workers)));
+        let resend = cfg.resend_timeout.map(|t| Mutex::new(ResendBook::new(t)));
         let po = Arc::new(Postoffice {
+            resend,
             ranges: range::server_key_ranges(cfg.num_servers),
             cfg,
             van,
@@ -161,6 +171,8 @@ impl Postoffice {
             threads: Mutex::new(Vec::new()),
             barrier_lock: Mutex::new(()),
             memory: Memory::default(),
+            drop_rng: AtomicU64::new(drop_seed()),
+            dropped: 0.into(),
             sent_bytes: 0.into(),
             received_bytes: 0.into(),
         });
@@ -258,7 +270,12 @@ impl Postoffice {
         }
         msg.meta.sender = self.my_id();
         let payload = msg.data_bytes() as u64;
-        let n = self.van.send(msg)?;
+        let kept = self.stamp(&mut msg);
+        let n = self.van.send(msg).inspect_err(|_| {
+            if let Some(k) = kept {
+                self.unstamp(k);
+            }
+        })?;
         self.sent_bytes.fetch_add(payload, Ordering::Relaxed);
         Ok(n)
     }
@@ -380,6 +397,7 @@ impl Postoffice {
             return;
         }
         self.cv.notify_all();
+        self.report_loss();
         let threads: Vec<_> = lock(&self.threads).drain(..).collect();
         let me = std::thread::current().id();
         for t in &threads {
@@ -392,6 +410,14 @@ impl Postoffice {
         }
         self.van.stop();
     }
+}
+
+/// A seed for `PS_DROP_MSG`'s random numbers: the process id and the clock, never 0.
+fn drop_seed() -> u64 {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    (t ^ (u64::from(std::process::id()) << 32)) | 1
 }
 
 impl Drop for Postoffice {

@@ -152,6 +152,7 @@ mod tests {
                     evict: vec![1, 2],
                 }),
                 rendezvous: Some(crate::wire::Rendezvous::Write { imm: 0x0100_0007 }),
+                seq: Some(41),
                 control: Some(Control {
                     cmd: Some(Command::AddNode),
                     nodes: vec![Node {
@@ -164,6 +165,7 @@ mod tests {
                     barrier_group: 7,
                     barrier_timeout_ms: 5,
                     barrier_failure: Some(crate::wire::BarrierFailure::Lost),
+                    ack: 12,
                 }),
                 frame_lens: vec![],
             },

@@ -72,6 +72,9 @@ pub enum Command {
     Heartbeat,
     /// Van bootstrap between two peers (the RDMA van's QP exchange); frame 0 is van-specific.
     VanConnect,
+    /// Resend (`PS_RESEND`): the receiver got the data message `Control::ack` of the sender's
+    /// sequence (ps-lite's `ACK`).
+    Ack,
 }
 
 /// A control message's body.
@@ -89,6 +92,8 @@ pub struct Control {
     /// For a barrier release: why the barrier failed (`Meta::error` has the text naming the
     /// nodes); `None` when it completed.
     pub barrier_failure: Option<BarrierFailure>,
+    /// For an ACK: the sequence number acknowledged (`Meta::seq` of the data message).
+    pub ack: u64,
 }
 
 /// Why a barrier failed (the scheduler's release of a failed barrier).
@@ -232,6 +237,9 @@ pub struct Meta {
     /// Set on rendezvous traffic, which goes to the customer's rendezvous driver, not to the
     /// application; `head` stays the application's.
     pub rendezvous: Option<Rendezvous>,
+    /// Resend (`PS_RESEND`): the data message's sequence number from its sender to its
+    /// receiver (see `crate::postoffice::resend`); `None` when resend is off.
+    pub seq: Option<u64>,
     /// Byte length of each payload frame that follows.
     pub frame_lens: Vec<u64>,
 }

@@ -17,7 +17,7 @@
 //! - [`ResendBook::tick`] returns the copies unacknowledged for longer than the resend timeout
 //!   (`PS_RESEND_TIMEOUT`), each at most once per timeout.
 //!
-//! Not wired into the postoffice yet (issue 12): this file is the state machine and its tests.
+//! The postoffice drives it from `resender.rs`.
 
 use crate::wire::NodeId;
 use std::collections::{BTreeSet, HashMap};
@@ -73,6 +73,8 @@ pub struct ResendBook<T> {
     next_seq: HashMap<NodeId, u64>,
     unacked: HashMap<(NodeId, u64), Unacked<T>>,
     seen: HashMap<NodeId, Seen>,
+    resent: u64,
+    duplicates: u64,
 }
 
 /// Whether a received message is to be delivered.
@@ -92,6 +94,8 @@ impl<T: Clone> ResendBook<T> {
             next_seq: HashMap::new(),
             unacked: HashMap::new(),
             seen: HashMap::new(),
+            resent: 0,
+            duplicates: 0,
         }
     }
 
@@ -126,6 +130,7 @@ impl<T: Clone> ResendBook<T> {
         if self.seen.entry(from).or_default().record(seq) {
             Verdict::Deliver
         } else {
+            self.duplicates += 1;
             Verdict::Duplicate
         }
     }
@@ -143,6 +148,7 @@ impl<T: Clone> ResendBook<T> {
             }
         }
         out.sort_by_key(|&(to, seq, _, _)| (to, seq));
+        self.resent += out.len() as u64;
         out
     }
 
@@ -160,6 +166,11 @@ impl<T: Clone> ResendBook<T> {
         keys.into_iter()
             .filter_map(|k| self.unacked.remove(&k).map(|u| u.msg))
             .collect()
+    }
+
+    /// Totals so far: messages sent again, duplicates dropped.
+    pub fn counts(&self) -> (u64, u64) {
+        (self.resent, self.duplicates)
     }
 
     /// Messages waiting for an acknowledgement.

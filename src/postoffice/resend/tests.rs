@@ -131,6 +131,7 @@ fn an_unacknowledged_message_is_resent_once_per_timeout_until_acked() {
         "not again before another timeout"
     );
     assert_eq!(book.tick(t0 + 2 * t), vec![(B, 0, 1, "push")]);
+    assert_eq!(book.counts(), (2, 0), "two resends counted");
     book.acked(B, 0);
     book.acked(B, 0);
     assert!(book.tick(t0 + 10 * t).is_empty());
@@ -146,6 +147,7 @@ fn duplicates_are_dropped_and_the_receivers_memory_stays_bounded() {
     assert_eq!(book.received(A, 0), Verdict::Deliver);
     assert_eq!(book.kept_above(), 0, "the watermark moved past both");
     assert_eq!(book.received(A, 0), Verdict::Duplicate);
+    assert_eq!(book.counts(), (0, 2), "two duplicates counted");
     assert_eq!(book.received(11, 0), Verdict::Deliver, "per sender");
     // Message 2 never comes: the window caps what is kept.
     for seq in 3..(3 + WINDOW as u64 + 10) {

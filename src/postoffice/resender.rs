@@ -1,0 +1,119 @@
+//! The postoffice's side of resend (`PS_RESEND`, ps-lite's `Resender`): stamps data messages on
+//! the way out, acknowledges and de-duplicates them on the way in, and sends again what stays
+//! unacknowledged, driving the sans-IO [`ResendBook`](super::resend::ResendBook). Also
+//! `PS_DROP_MSG`, which drops a share of received data messages for tests.
+//!
+//! Control messages (registration, barriers, heartbeats, ACKs) are neither stamped nor resent:
+//! their own deadlines cover them. Remote writes (`write_imm`) are not messages; the rendezvous
+//! requester's deadline covers them.
+
+use super::Postoffice;
+use crate::sync::lock;
+use crate::wire::{Command, Control, Message, Meta, Node, NodeId};
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+impl Postoffice {
+    /// Stamps an outgoing data message with its sequence number and keeps a copy until it is
+    /// acknowledged. Returns the (receiver, sequence) kept, `None` when nothing was.
+    pub(super) fn stamp(&self, msg: &mut Message) -> Option<(NodeId, u64)> {
+        let book = self.resend.as_ref()?;
+        if msg.meta.control.is_some() || msg.meta.seq.is_some() {
+            return None;
+        }
+        let to = msg.meta.recver;
+        let mut book = lock(book);
+        let seq = book.next_seq(to);
+        msg.meta.seq = Some(seq);
+        book.sent(to, seq, msg.clone(), Instant::now());
+        Some((to, seq))
+    }
+
+    /// A stamped message could not be handed to the van: its sender gets the error, so it is
+    /// not sent again behind the sender's back.
+    pub(super) fn unstamp(&self, (to, seq): (NodeId, u64)) {
+        if let Some(book) = &self.resend {
+            lock(book).acked(to, seq);
+        }
+    }
+
+    /// An ACK arrived.
+    pub(super) fn on_ack(&self, from: NodeId, control: &Control) {
+        if let Some(book) = &self.resend {
+            lock(book).acked(from, control.ack);
+        }
+    }
+
+    /// Whether a received data message goes on to its customer: not when `PS_DROP_MSG` drops
+    /// it, nor when it is a duplicate of one delivered before. A stamped message is
+    /// acknowledged, a duplicate too (the first ACK may have been lost).
+    pub(super) fn admit(&self, meta: &Meta) -> bool {
+        if self.cfg.drop_msg_percent > 0 && self.roll_percent() < self.cfg.drop_msg_percent {
+            self.dropped.fetch_add(1, Ordering::Relaxed);
+            tracing::debug!(
+                "PS_DROP_MSG: dropped a message from {}",
+                Node::describe(meta.sender)
+            );
+            return false;
+        }
+        let (Some(book), Some(seq)) = (&self.resend, meta.seq) else {
+            return true;
+        };
+        let control = Control {
+            cmd: Some(Command::Ack),
+            ack: seq,
+            ..Control::default()
+        };
+        if let Err(e) = self.send(Message::new(Meta::for_control(meta.sender, control))) {
+            tracing::debug!("cannot acknowledge {}: {e}", Node::describe(meta.sender));
+        }
+        let verdict = lock(book).received(meta.sender, seq);
+        if verdict == super::resend::Verdict::Duplicate {
+            tracing::debug!(
+                "dropped a duplicate (sequence {seq}) from {}",
+                Node::describe(meta.sender)
+            );
+        }
+        verdict == super::resend::Verdict::Deliver
+    }
+
+    /// Sends again the messages unacknowledged for `PS_RESEND_TIMEOUT` (from the receiving
+    /// thread, at every tick).
+    pub(super) fn resend_due(&self) {
+        let Some(book) = &self.resend else { return };
+        let due = lock(book).tick(Instant::now());
+        for (to, seq, before, msg) in due {
+            tracing::debug!(
+                "resending message {seq} to {} (resent {before} times before)",
+                Node::describe(to)
+            );
+            if let Err(e) = self.van.send(msg) {
+                tracing::debug!("resend to {} failed: {e}", Node::describe(to));
+            }
+        }
+    }
+
+    /// The end-of-run summary of resend and `PS_DROP_MSG` (info level), when either is on.
+    pub(super) fn report_loss(&self) {
+        let (resent, duplicates) = self.resend.as_ref().map_or((0, 0), |b| lock(b).counts());
+        if self.resend.is_some() || self.cfg.drop_msg_percent > 0 {
+            tracing::info!(
+                "{}: {resent} messages sent again (PS_RESEND), {duplicates} duplicates dropped, \
+                 {} messages dropped on arrival (PS_DROP_MSG={})",
+                Node::describe(self.my_id()),
+                self.dropped.load(Ordering::Relaxed),
+                self.cfg.drop_msg_percent
+            );
+        }
+    }
+
+    /// A number in 0..100 (xorshift64: for `PS_DROP_MSG` only).
+    fn roll_percent(&self) -> u32 {
+        let mut x = self.drop_rng.load(Ordering::Relaxed);
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.drop_rng.store(x, Ordering::Relaxed);
+        (x % 100) as u32
+    }
+}
