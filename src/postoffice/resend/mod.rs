@@ -51,17 +51,16 @@ impl Seen {
         if seq < self.low || !self.above.insert(seq) {
             return false;
         }
-        while self.above.remove(&self.low) {
-            self.low += 1;
-        }
         if self.above.len() > WINDOW {
             // Give up the oldest gap: everything below the smallest number kept counts as seen.
+            // (Over the window, `low` itself is missing: the advance below would remove nothing
+            // before this jump.)
             if let Some(&first) = self.above.first() {
                 self.low = first;
-                while self.above.remove(&self.low) {
-                    self.low += 1;
-                }
             }
+        }
+        while self.above.remove(&self.low) {
+            self.low += 1;
         }
         true
     }
@@ -72,6 +71,10 @@ pub struct ResendBook<T> {
     timeout: Duration,
     next_seq: HashMap<NodeId, u64>,
     unacked: HashMap<(NodeId, u64), Unacked<T>>,
+    /// No unacknowledged message is due before this (a lower bound: an ACK does not raise it),
+    /// so [`tick`](Self::tick), which runs after every received event, scans only when one may
+    /// be.
+    earliest_due: Option<Instant>,
     seen: HashMap<NodeId, Seen>,
     resent: u64,
     duplicates: u64,
@@ -93,6 +96,7 @@ impl<T: Clone> ResendBook<T> {
             timeout,
             next_seq: HashMap::new(),
             unacked: HashMap::new(),
+            earliest_due: None,
             seen: HashMap::new(),
             resent: 0,
             duplicates: 0,
@@ -110,11 +114,13 @@ impl<T: Clone> ResendBook<T> {
 
     /// Message `msg` (stamped `seq`) went to `to` at `now`: kept until acknowledged.
     pub fn sent(&mut self, to: NodeId, seq: u64, msg: T, now: Instant) {
+        let due = now + self.timeout;
+        self.earliest_due = Some(self.earliest_due.map_or(due, |e| e.min(due)));
         self.unacked.insert(
             (to, seq),
             Unacked {
                 msg,
-                due: now + self.timeout,
+                due,
                 resends: 0,
             },
         );
@@ -140,13 +146,19 @@ impl<T: Clone> ResendBook<T> {
     /// timeout later.
     pub fn tick(&mut self, now: Instant) -> Vec<(NodeId, u64, u32, T)> {
         let mut out = Vec::new();
+        if self.earliest_due.is_none_or(|e| now < e) {
+            return out;
+        }
+        let mut earliest: Option<Instant> = None;
         for (&(to, seq), u) in self.unacked.iter_mut() {
             if now >= u.due {
                 out.push((to, seq, u.resends, u.msg.clone()));
                 u.resends += 1;
                 u.due = now + self.timeout;
             }
+            earliest = Some(earliest.map_or(u.due, |e| e.min(u.due)));
         }
+        self.earliest_due = earliest;
         out.sort_by_key(|&(to, seq, _, _)| (to, seq));
         self.resent += out.len() as u64;
         out

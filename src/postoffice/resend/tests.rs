@@ -139,6 +139,27 @@ fn an_unacknowledged_message_is_resent_once_per_timeout_until_acked() {
 }
 
 #[test]
+fn each_message_is_resent_when_its_own_timeout_passes() {
+    // tick skips its scan until the earliest due time: that bound must be the earliest.
+    let t = Duration::from_millis(10);
+    let mut book: ResendBook<u32> = ResendBook::new(t);
+    let t0 = Instant::now();
+    for (i, at) in [(1, t0), (2, t0 + t / 2), (3, t0 + t / 4)] {
+        let seq = book.next_seq(B);
+        book.sent(B, seq, i, at);
+    }
+    assert!(book.tick(t0 + t - Duration::from_millis(1)).is_empty());
+    assert_eq!(book.tick(t0 + t), vec![(B, 0, 0, 1)]);
+    assert_eq!(book.tick(t0 + t + t / 4), vec![(B, 2, 0, 3)]);
+    book.acked(B, 1);
+    assert!(
+        book.tick(t0 + t + t / 2).is_empty(),
+        "acknowledged meanwhile"
+    );
+    assert_eq!(book.tick(t0 + 2 * t), vec![(B, 0, 1, 1)]);
+}
+
+#[test]
 fn duplicates_are_dropped_and_the_receivers_memory_stays_bounded() {
     let mut book: ResendBook<()> = ResendBook::new(Duration::from_secs(1));
     assert_eq!(book.received(A, 1), Verdict::Deliver);
