@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{cfg, cluster, cluster_with};
+use common::{cfg, cluster, cluster_with, serve_default};
 use pslite::kv::{KVRequest, Op, ReqMeta, RequestOptions};
 use pslite::postoffice::WORKER_GROUP;
 use pslite::{Error, KVPairs, KVServer, KVWorker, Postoffice, RequestHandler, Role};
@@ -270,12 +270,7 @@ fn malformed_frames_are_dropped_and_the_server_keeps_serving() {
 
 #[test]
 fn workers_pushing_the_same_keys_get_the_sum() {
-    let c = cluster_with(2, 3, 20.0, |po| {
-        Ok(
-            Box::new(KVServer::<i64>::new(po, 0, pslite::DefaultHandler::new())?)
-                as Box<dyn std::any::Any>,
-        )
-    });
+    let c = cluster_with(2, 3, 20.0, serve_default::<i64>);
     let handles: Vec<_> = c
         .workers
         .iter()

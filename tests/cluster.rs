@@ -1,5 +1,8 @@
 //! Real processes on loopback: the launcher, the binaries, kv-app, bench, and failures.
 
+mod common;
+
+use common::procs::{kv_app_ok, launch, text};
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
@@ -8,47 +11,6 @@ use std::time::{Duration, Instant};
 fn bin(name: &str) -> PathBuf {
     let launch = PathBuf::from(env!("CARGO_BIN_EXE_pslite-launch"));
     launch.with_file_name(name)
-}
-
-fn launch(servers: usize, workers: usize, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_pslite-launch"))
-        .args([
-            "local",
-            "--servers",
-            &servers.to_string(),
-            "--workers",
-            &workers.to_string(),
-            "--",
-        ])
-        .args(args)
-        .env("PS_TIMEOUT", "60")
-        .output()
-        .expect("launcher runs")
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
-
-fn kv_app_ok(s: usize, w: usize, args: &[&str]) {
-    let mut all = vec!["kv-app"];
-    all.extend_from_slice(args);
-    let o = launch(s, w, &all);
-    let out = text(&o);
-    assert!(
-        o.status.success(),
-        "kv-app ({s},{w}) {args:?} failed:\n{out}"
-    );
-    for r in 0..w {
-        assert!(
-            out.contains(&format!("[worker {r}] worker {r}: error: 0, 0")),
-            "worker {r}:\n{out}"
-        );
-    }
 }
 
 #[test]

@@ -3,21 +3,13 @@
 
 mod common;
 
-use common::{cluster, cluster_cfg, Cluster};
+use common::{cluster, cluster_cfg, serve_default, Cluster};
 use pslite::kv::pairs::encode;
 use pslite::kv::{KVPairs, KVRequest, ReqMeta};
 use pslite::postoffice::{Customer, Route};
 use pslite::wire::{KeyRef, Message, Meta};
-use pslite::{Config, DefaultHandler, KVServer, KVWorker, Key, RequestHandler, Role};
+use pslite::{Config, KVServer, KVWorker, Key, RequestHandler, Role};
 use std::collections::BTreeMap;
-
-fn serve_f32(po: &std::sync::Arc<pslite::Postoffice>) -> pslite::Result<Box<dyn std::any::Any>> {
-    Ok(Box::new(KVServer::<f32>::new(
-        po,
-        0,
-        DefaultHandler::new(),
-    )?))
-}
 
 /// `n` keys spread over the key space (so every server gets some).
 fn spread(n: u64, salt: u64) -> Vec<Key> {
@@ -69,7 +61,7 @@ fn a_server_keeping_less_asks_for_the_keys_and_sums_stay_exact() {
             c.key_cache_keys = 100_000;
         }
     };
-    let c = cluster_cfg(1, 1, 20.0, small_server, serve_f32);
+    let c = cluster_cfg(1, 1, 20.0, small_server, serve_default::<f32>);
     let kv = KVWorker::<f32>::new(&c.workers[0], 0, 0).expect("worker");
     let lists: Vec<Vec<Key>> = (0..3).map(|s| spread(64, s)).collect();
     let ones = vec![1f32; 64];
@@ -102,7 +94,7 @@ fn a_server_keeping_less_asks_for_the_keys_and_sums_stay_exact() {
 #[test]
 fn with_key_caching_off_keys_always_travel() {
     let off = |c: &mut Config| c.key_cache_keys = 0;
-    let c = cluster_cfg(1, 1, 20.0, off, serve_f32);
+    let c = cluster_cfg(1, 1, 20.0, off, serve_default::<f32>);
     let kv = KVWorker::<f32>::new(&c.workers[0], 0, 0).expect("worker");
     let keys = spread(500, 1);
     let before = sent(&c);

@@ -4,22 +4,18 @@
 
 mod common;
 
-use common::cluster_cfg;
+use common::{cluster_cfg, serve_default};
 use pslite::postoffice::WORKER_GROUP;
-use pslite::{Config, DefaultHandler, Error, KVServer, KVWorker, VanType};
+use pslite::{Config, Error, KVWorker, VanType};
 
 fn rdma(c: &mut Config) {
     c.van = VanType::Rdma;
 }
 
-fn serve_i64(po: &std::sync::Arc<pslite::Postoffice>) -> pslite::Result<Box<dyn std::any::Any>> {
-    Ok(Box::new(KVServer::<i64>::new(po, 0, DefaultHandler::new())?) as Box<dyn std::any::Any>)
-}
-
 #[test]
 #[ignore = "needs an RDMA device: run in scripts/softroce-vm.sh"]
 fn four_workers_two_servers_exact_sums_over_rdma() {
-    let c = cluster_cfg(2, 4, 60.0, rdma, serve_i64);
+    let c = cluster_cfg(2, 4, 60.0, rdma, serve_default::<i64>);
     let handles: Vec<_> = c
         .workers
         .iter()
@@ -55,9 +51,7 @@ fn four_workers_two_servers_exact_sums_over_rdma() {
 fn a_value_bigger_than_the_ring_arrives_intact() {
     // 64 KiB rings; a 3 MB value is fragmented into many records in both directions.
     std::env::set_var("PS_RDMA_RING_BYTES", "65536");
-    let c = cluster_cfg(1, 1, 60.0, rdma, |po| {
-        Ok(Box::new(KVServer::<u8>::new(po, 0, DefaultHandler::new())?) as Box<dyn std::any::Any>)
-    });
+    let c = cluster_cfg(1, 1, 60.0, rdma, serve_default::<u8>);
     let kv = KVWorker::<u8>::new(&c.workers[0], 0, 0).expect("worker");
     let big: Vec<u8> = (0..3_000_000u32).map(|i| (i * 7 % 251) as u8).collect();
     kv.wait(kv.push(&[42], &big, None).expect("push"))
@@ -80,9 +74,7 @@ fn concurrent_messages_to_one_peer_stay_whole_through_a_small_ring() {
     // many records, and a sender waits for credits mid-message. Another thread's records must
     // not land between them (they did: the receiver reassembled a mix and dropped it).
     std::env::set_var("PS_RDMA_RING_BYTES", "65536");
-    let c = cluster_cfg(1, 1, 60.0, rdma, |po| {
-        Ok(Box::new(KVServer::<u8>::new(po, 0, DefaultHandler::new())?) as Box<dyn std::any::Any>)
-    });
+    let c = cluster_cfg(1, 1, 60.0, rdma, serve_default::<u8>);
     let a = KVWorker::<u8>::new(&c.workers[0], 0, 0).expect("worker a");
     let b = KVWorker::<u8>::new(&c.workers[0], 0, 1).expect("worker b");
     std::thread::scope(|s| {
@@ -117,12 +109,7 @@ fn zero_copy_pulls_land_by_rdma_write_with_checksums() {
             c.data_validation = true;
             c.pool_bytes = 32 << 20;
         },
-        |po| {
-            Ok(
-                Box::new(KVServer::<f32>::new(po, 0, DefaultHandler::new())?)
-                    as Box<dyn std::any::Any>,
-            )
-        },
+        serve_default::<f32>,
     );
     let kv = KVWorker::<f32>::new(&c.workers[0], 0, 0).expect("worker");
     let v: Vec<f32> = (0..500_000).map(|i| i as f32 * 0.5).collect();
@@ -158,12 +145,7 @@ fn zero_copy_pulls_racing_pushes_never_see_a_half_updated_value() {
             c.van = VanType::Rdma;
             c.pool_bytes = 32 << 20;
         },
-        |po| {
-            Ok(
-                Box::new(KVServer::<f32>::new(po, 0, DefaultHandler::new())?)
-                    as Box<dyn std::any::Any>,
-            )
-        },
+        serve_default::<f32>,
     );
     let kv = KVWorker::<f32>::new(&c.workers[0], 0, 0).expect("worker");
     let n = 1024 * 1024; // 4 MiB of f32: a long read for the NIC

@@ -3,9 +3,9 @@
 
 mod common;
 
-use common::{cluster, cluster_cfg, cluster_with};
+use common::{cluster, cluster_cfg, cluster_with, serve_default};
 use pslite::kv::{KVRequest, ReqMeta};
-use pslite::{DefaultHandler, Error, KVPairs, KVServer, KVWorker, RequestHandler};
+use pslite::{Error, KVPairs, KVServer, KVWorker, RequestHandler};
 use std::time::Duration;
 
 #[test]
@@ -168,10 +168,7 @@ fn validation_mode_checks_every_content() {
         1,
         20.0,
         |cfg| cfg.data_validation = true,
-        |po| {
-            Ok(Box::new(KVServer::<u8>::new(po, 0, DefaultHandler::new())?)
-                as Box<dyn std::any::Any>)
-        },
+        serve_default::<u8>,
     );
     let kv = KVWorker::<u8>::new(&c.workers[0], 0, 0).expect("worker");
     let v: Vec<u8> = (0..=255).collect();

@@ -2,27 +2,9 @@
 //! every push is applied exactly once (kv-app checks exact sums) although a tenth of the data
 //! messages is dropped on arrival.
 
-use std::process::{Command, Output};
+mod common;
 
-/// Runs `pslite-launch local` with `servers`/`workers` and `args`, and `env` set.
-fn launch(servers: usize, workers: usize, env: &[(&str, &str)], args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_pslite-launch"))
-        .args(["local", "--servers", &servers.to_string()])
-        .args(["--workers", &workers.to_string(), "--"])
-        .args(args)
-        .env("PS_TIMEOUT", "60")
-        .envs(env.iter().copied())
-        .output()
-        .expect("launcher runs")
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
+use common::procs::{kv_app_ok_env, launch_env, text};
 
 /// Resend on, 10 % of received data messages dropped, info logs (each node's summary of what
 /// was dropped and resent).
@@ -56,17 +38,7 @@ fn loss_totals(out: &str) -> (u64, u64, u64) {
 
 /// kv-app's exact sums on every worker, and proof that messages were dropped and resent.
 fn exact_despite_loss(servers: usize, workers: usize, args: &[&str]) {
-    let mut all = vec!["kv-app"];
-    all.extend_from_slice(args);
-    let o = launch(servers, workers, &LOSSY, &all);
-    let out = text(&o);
-    assert!(o.status.success(), "kv-app {args:?} failed:\n{out}");
-    for r in 0..workers {
-        assert!(
-            out.contains(&format!("[worker {r}] worker {r}: error: 0, 0")),
-            "worker {r} has wrong sums:\n{out}"
-        );
-    }
+    let out = kv_app_ok_env(servers, workers, &LOSSY, args);
     let (resent, _, dropped) = loss_totals(&out);
     assert!(
         dropped > 0 && resent >= dropped,
@@ -97,15 +69,8 @@ fn resends_that_race_their_acknowledgement_are_dropped_as_duplicates() {
         ("PS_RESEND_TIMEOUT", "1"),
         ("PS_VERBOSE", "1"),
     ];
-    let o = launch(2, 2, &env, &["kv-app", "--keys", "20000"]);
-    let out = text(&o);
-    assert!(o.status.success(), "kv-app failed:\n{out}");
-    for r in 0..2 {
-        assert!(
-            out.contains(&format!("[worker {r}] worker {r}: error: 0, 0")),
-            "worker {r} has wrong sums (a duplicate applied twice?):\n{out}"
-        );
-    }
+    // Exact sums: no duplicate was applied twice.
+    let out = kv_app_ok_env(2, 2, &env, &["--keys", "20000"]);
     let (resent, duplicates, _) = loss_totals(&out);
     assert!(
         duplicates > 0,
@@ -116,7 +81,7 @@ fn resends_that_race_their_acknowledgement_are_dropped_as_duplicates() {
 #[test]
 fn without_resend_a_lost_message_ends_the_job_at_its_deadline() {
     let env = [("PS_DROP_MSG", "10"), ("PS_TIMEOUT", "3")];
-    let o = launch(2, 2, &env, &["kv-app"]);
+    let o = launch_env(2, 2, &env, &["kv-app"]);
     let out = text(&o);
     assert!(!o.status.success(), "it cannot succeed:\n{out}");
     assert!(

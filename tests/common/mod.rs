@@ -1,7 +1,9 @@
 //! Helpers: a cluster as threads of the test process, on loopback.
 #![allow(dead_code)]
 
-use pslite::{Config, DefaultHandler, KVServer, Postoffice, Result, Role};
+pub mod procs;
+
+use pslite::{Config, DefaultHandler, KVServer, Postoffice, Result, Role, Value};
 use std::sync::Arc;
 use std::thread::{self, JoinHandle};
 use std::time::Duration;
@@ -68,11 +70,15 @@ pub fn cluster_cfg(
     Cluster { workers, others }
 }
 
+/// A server of application 0 running the default handler for values of type `V` (for
+/// [`cluster_with`] and [`cluster_cfg`]).
+pub fn serve_default<V: Value>(po: &Arc<Postoffice>) -> Result<Box<dyn std::any::Any>> {
+    Ok(Box::new(KVServer::<V>::new(po, 0, DefaultHandler::new())?))
+}
+
 /// A cluster whose servers run the default handler for f32.
 pub fn cluster(s: usize, w: usize, timeout_s: f64) -> Cluster {
-    cluster_with(s, w, timeout_s, |po| {
-        Ok(Box::new(KVServer::<f32>::new(po, 0, DefaultHandler::new())?) as Box<dyn std::any::Any>)
-    })
+    cluster_with(s, w, timeout_s, serve_default::<f32>)
 }
 
 impl Cluster {

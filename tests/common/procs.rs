@@ -1,0 +1,55 @@
+//! Helpers: real processes (scheduler, servers, workers) through `pslite-launch local`.
+
+use std::process::{Command, Output};
+
+/// Runs `pslite-launch local --servers S --workers W -- ARGS` with `PS_TIMEOUT=60` and waits
+/// for it.
+pub fn launch(servers: usize, workers: usize, args: &[&str]) -> Output {
+    launch_env(servers, workers, &[], args)
+}
+
+/// As [`launch`], with the variables `env` set on top (they may replace `PS_TIMEOUT`).
+pub fn launch_env(servers: usize, workers: usize, env: &[(&str, &str)], args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_pslite-launch"))
+        .args(["local", "--servers", &servers.to_string()])
+        .args(["--workers", &workers.to_string(), "--"])
+        .args(args)
+        .env("PS_TIMEOUT", "60")
+        .envs(env.iter().copied())
+        .output()
+        .expect("launcher runs")
+}
+
+/// The launcher's standard output, then its standard error.
+pub fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// Runs `kv-app ARGS` on `s` servers and `w` workers; asserts the job succeeded and every
+/// worker's sums were exact (`error: 0, 0`).
+pub fn kv_app_ok(s: usize, w: usize, args: &[&str]) {
+    kv_app_ok_env(s, w, &[], args);
+}
+
+/// As [`kv_app_ok`], with the variables `env` set; returns the job's output.
+pub fn kv_app_ok_env(s: usize, w: usize, env: &[(&str, &str)], args: &[&str]) -> String {
+    let mut all = vec!["kv-app"];
+    all.extend_from_slice(args);
+    let o = launch_env(s, w, env, &all);
+    let out = text(&o);
+    assert!(
+        o.status.success(),
+        "kv-app ({s},{w}) {args:?} failed:\n{out}"
+    );
+    for r in 0..w {
+        assert!(
+            out.contains(&format!("[worker {r}] worker {r}: error: 0, 0")),
+            "worker {r}:\n{out}"
+        );
+    }
+    out
+}
