@@ -23,9 +23,14 @@ pub enum Error {
         /// The server's error text.
         message: String,
     },
-    /// A peer is gone (no heartbeat within `PS_HEARTBEAT_TIMEOUT`).
+    /// A peer is gone: the scheduler declared it lost (no heartbeat within
+    /// `PS_HEARTBEAT_TIMEOUT`), or its RDMA channel failed. The text names the node and why.
     #[error("peer lost: {0}")]
     PeerLost(String),
+    /// The scheduler declared this node itself lost (it was silent for longer than
+    /// `PS_HEARTBEAT_TIMEOUT`: paused, swapping, cut off); the text says for how long.
+    #[error("declared lost: {0}")]
+    DeclaredLost(String),
     /// The transport failed (socket error, bind failure, …).
     #[error("van: {0}")]
     Van(String),

@@ -320,11 +320,15 @@ fn a_dead_worker_is_named_by_the_server_and_scheduler() {
     assert_eq!(s.status.code(), Some(1), "{s_err}");
     assert_eq!(c.status.code(), Some(1), "{c_err}");
     assert!(
-        s_err.contains("peer lost: barrier of group 7 cannot complete: lost worker rank 0 (id 9)"),
+        s_err.contains(
+            "peer lost: worker rank 0 (id 9) was declared lost by the scheduler: no heartbeat for"
+        ),
         "the server's barrier fails as PeerLost: {s_err}"
     );
     assert!(
-        c_err.contains("peer lost: barrier of group 7 cannot complete: lost worker rank 0 (id 9)"),
+        c_err.contains(
+            "peer lost: worker rank 0 (id 9) was declared lost by the scheduler: no heartbeat for"
+        ),
         "the scheduler's too: {c_err}"
     );
 }

@@ -35,6 +35,8 @@ pub(super) enum Arrival {
     },
     /// Content that landed by RDMA in the destination of request `write.imm`: nothing to copy.
     Written(RemoteWrite),
+    /// A peer is gone (see [`VanEvent::PeerLost`]): what waits on it fails with `error`.
+    PeerLost { peer: NodeId, error: crate::Error },
 }
 
 /// Sorts and decodes a customer's event. `None`: a malformed rendezvous message (no frame 0,
@@ -42,6 +44,7 @@ pub(super) enum Arrival {
 pub(super) fn arrival(ev: VanEvent) -> Option<Arrival> {
     let msg = match ev {
         VanEvent::RemoteWrite(w) => return Some(Arrival::Written(w)),
+        VanEvent::PeerLost { peer, error } => return Some(Arrival::PeerLost { peer, error }),
         VanEvent::Message(msg) => msg,
     };
     let Some(kind) = msg.meta.rendezvous else {

@@ -34,6 +34,7 @@ impl Postoffice {
                     po.process(msg)
                 }
                 Ok(Some(VanEvent::RemoteWrite(w))) => po.deliver_write(w),
+                Ok(Some(VanEvent::PeerLost { peer, error })) => po.on_peer_lost(peer, error),
                 Ok(None) => {}
                 Err(Error::Wire(e)) => tracing::warn!("dropped a message: {e}"),
                 Err(Error::Stopped) => return,
@@ -75,6 +76,7 @@ impl Postoffice {
             (Command::Heartbeat, true, true) => self.on_heartbeat(&msg.meta),
             (Command::Heartbeat, false, false) => {}
             (Command::Ack, _, _) => self.on_ack(msg.meta.sender, &control),
+            (Command::NodeLost, false, _) => self.on_node_lost(&msg.meta, &control),
             (Command::Terminate, _, _) => {
                 self.stopped.store(true, Ordering::Release);
                 self.cv.notify_all();
@@ -202,6 +204,9 @@ impl Postoffice {
     }
 
     fn on_heartbeat(&self, req: &Meta) {
+        if self.answer_lost(req.sender) {
+            return;
+        }
         if let Some(s) = &self.scheduler {
             lock(s).heartbeat(req.sender, Instant::now());
         }
@@ -265,12 +270,8 @@ impl Postoffice {
         let Some(s) = &self.scheduler else { return };
         let timeout = self.cfg.heartbeat_timeout;
         let (lost, failed) = lock(s).tick(Instant::now(), timeout);
-        for id in lost {
-            tracing::warn!(
-                "{} lost: no heartbeat for {:.0} s (PS_HEARTBEAT_TIMEOUT)",
-                Node::describe(id),
-                timeout.as_secs_f64()
-            );
+        if !lost.is_empty() {
+            self.declare_lost(lost);
         }
         for o in failed {
             self.release(o);

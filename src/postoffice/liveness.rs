@@ -20,16 +20,16 @@ impl Liveness {
     }
 
     /// Declares lost every node last heard of more than `timeout` before `now`; returns the
-    /// nodes newly declared, in id order.
-    pub fn check(&mut self, now: Instant, timeout: Duration) -> Vec<NodeId> {
-        let mut newly: Vec<NodeId> = self
+    /// nodes newly declared, in id order, each with how long it had been silent.
+    pub fn check(&mut self, now: Instant, timeout: Duration) -> Vec<(NodeId, Duration)> {
+        let mut newly: Vec<(NodeId, Duration)> = self
             .last_seen
             .iter()
-            .filter(|(id, &t)| now.duration_since(t) > timeout && !self.lost.contains(id))
-            .map(|(&id, _)| id)
+            .map(|(&id, &t)| (id, now.duration_since(t)))
+            .filter(|&(id, silent)| silent > timeout && !self.lost.contains(&id))
             .collect();
         newly.sort_unstable();
-        self.lost.extend(&newly);
+        self.lost.extend(newly.iter().map(|&(id, _)| id));
         newly
     }
 
@@ -62,14 +62,14 @@ mod tests {
                 now_ms += step;
                 let now = t0 + Duration::from_millis(now_ms);
                 if kind == 0 {
-                    let mut want: Vec<NodeId> = last
+                    let mut want: Vec<(NodeId, Duration)> = last
                         .iter()
                         .filter(|(id, &t)| now_ms - t > timeout_ms && !declared.contains(id))
-                        .map(|(&id, _)| id)
+                        .map(|(&id, &t)| (id, Duration::from_millis(now_ms - t)))
                         .collect();
                     want.sort_unstable();
                     prop_assert_eq!(live.check(now, timeout), want.clone());
-                    declared.extend(want);
+                    declared.extend(want.iter().map(|&(id, _)| id));
                     prop_assert_eq!(live.lost(), &declared);
                 } else {
                     live.seen(id, now);
@@ -87,9 +87,9 @@ mod tests {
         live.seen(9, t0);
         live.seen(8, t0);
         live.seen(9, t0 + 9 * s);
-        assert_eq!(live.check(t0 + 10 * s, 5 * s), vec![8]);
-        assert_eq!(live.check(t0 + 11 * s, 5 * s), Vec::<NodeId>::new(), "once");
-        assert_eq!(live.check(t0 + 15 * s, 5 * s), vec![9]);
+        assert_eq!(live.check(t0 + 10 * s, 5 * s), vec![(8, 10 * s)]);
+        assert_eq!(live.check(t0 + 11 * s, 5 * s), vec![], "once");
+        assert_eq!(live.check(t0 + 15 * s, 5 * s), vec![(9, 6 * s)]);
         assert_eq!(live.lost().iter().copied().collect::<Vec<_>>(), vec![8, 9]);
     }
 }

@@ -21,6 +21,7 @@
 pub mod barrier;
 mod control;
 mod customer;
+mod failure;
 mod join;
 pub mod liveness;
 mod memory;
@@ -61,6 +62,10 @@ pub const ALL_GROUP: i32 = 7;
 /// How often waiting threads wake to check deadlines.
 const TICK: Duration = Duration::from_millis(100);
 
+/// A gap between two looks of a waiting thread (normally [`TICK`]) that means the process was
+/// paused.
+const PAUSED: Duration = Duration::from_secs(2);
+
 /// This node's side of membership and barriers (every node, the scheduler included).
 #[derive(Default)]
 struct State {
@@ -71,6 +76,10 @@ struct State {
     /// The group of the barrier this node waits in.
     barrier_group: Option<i32>,
     last_from_scheduler: Option<Instant>,
+    /// When a wait last looked at the scheduler's silence (a long gap: this process was paused).
+    last_check: Option<Instant>,
+    /// The peers known to be gone, in the order learnt ([`failure`]).
+    lost: Vec<failure::Loss>,
 }
 
 /// One node's view of the cluster. Create it with [`Postoffice::start`]; end it with
@@ -94,6 +103,8 @@ pub struct Postoffice {
     memory: Memory,
     /// Resend's book (`PS_RESEND=1`); `None` when resend is off.
     resend: Option<Mutex<ResendBook<Message>>>,
+    /// A peer is gone ([`failure`]): `state.lost` is not empty.
+    broken: AtomicBool,
     /// `PS_DROP_MSG`: the state of its random numbers, and the messages it dropped.
     drop_rng: AtomicU64,
     dropped: AtomicU64,
@@ -171,6 +182,7 @@ impl Postoffice {
             threads: Mutex::new(Vec::new()),
             barrier_lock: Mutex::new(()),
             memory: Memory::default(),
+            broken: AtomicBool::new(false),
             drop_rng: AtomicU64::new(drop_seed()),
             dropped: 0.into(),
             sent_bytes: 0.into(),
@@ -263,10 +275,15 @@ impl Postoffice {
     /// Sends `msg` with this node as sender.
     ///
     /// # Errors
-    /// As [`Van::send`]; [`Error::Stopped`] after shutdown.
+    /// As [`Van::send`]; [`Error::Stopped`] after shutdown; once a peer is lost, the loss
+    /// ([`Error::PeerLost`], [`Error::DeclaredLost`]) for data to that peer and for every data
+    /// request.
     pub fn send(&self, mut msg: Message) -> Result<usize> {
         if self.stopped.load(Ordering::Acquire) {
             return Err(Error::Stopped);
+        }
+        if let Some(e) = self.refusal(&msg.meta) {
+            return Err(e);
         }
         msg.meta.sender = self.my_id();
         let payload = msg.data_bytes() as u64;
@@ -335,6 +352,10 @@ impl Postoffice {
         // The scheduler answers a timed barrier itself; this grace covers a scheduler that died.
         let deadline = timeout.map(|t| Instant::now() + t + Duration::from_secs(5));
         self.wait_state(|st, now| {
+            // A loss fails the job: no barrier completes after it.
+            if let Some(l) = st.lost.first() {
+                return Some(Err(l.error.clone()));
+            }
             if let Some(r) = st.barrier_result.take() {
                 return Some(r);
             }
@@ -351,8 +372,17 @@ impl Postoffice {
     }
 
     /// An error when the scheduler has not been heard of for `PS_HEARTBEAT_TIMEOUT` while this
-    /// node waits in a barrier of `group`.
-    fn scheduler_silent(&self, st: &State, now: Instant, group: i32) -> Option<Result<()>> {
+    /// node waits in a barrier of `group`. Waits look at least every [`TICK`]: a much longer gap
+    /// means this process was paused, and the scheduler gets a whole timeout again (its answer,
+    /// maybe NODE_LOST for this node, may be waiting unread).
+    fn scheduler_silent(&self, st: &mut State, now: Instant, group: i32) -> Option<Result<()>> {
+        let paused = st
+            .last_check
+            .is_some_and(|t| now.duration_since(t) > PAUSED);
+        st.last_check = Some(now);
+        if paused && st.last_from_scheduler.is_some() {
+            st.last_from_scheduler = Some(now);
+        }
         let last = st
             .last_from_scheduler
             .filter(|_| self.my_id() != SCHEDULER)?;

@@ -63,6 +63,13 @@ impl Routes {
         self.open.get(route).cloned()
     }
 
+    /// Sends an event made by `event` to every open route (a peer is gone).
+    pub fn broadcast(&self, event: impl Fn() -> VanEvent) {
+        for tx in self.open.values() {
+            let _ = tx.send(event());
+        }
+    }
+
     /// Hands a data message to its route: requests by (app, value type), answers by (app,
     /// customer). A request for a route not open yet is parked at `now`; an answer for an
     /// unknown route is dropped.

@@ -157,13 +157,13 @@ impl Scheduler {
     }
 
     /// The clock ticked: the nodes newly declared lost (silent for longer than
-    /// `heartbeat_timeout`), and the barriers that failed (past their deadline, or waiting
+    /// `heartbeat_timeout`; with how long they were silent), and the barriers that failed (past their deadline, or waiting
     /// for a lost node). Nothing before every node registered.
     pub fn tick(
         &mut self,
         now: Instant,
         heartbeat_timeout: Duration,
-    ) -> (Vec<NodeId>, Vec<Outcome>) {
+    ) -> (Vec<(NodeId, Duration)>, Vec<Outcome>) {
         if !self.ready {
             return (Vec::new(), Vec::new());
         }
@@ -294,7 +294,7 @@ mod tests {
         );
         s.heartbeat(8, t0 + 8 * sec);
         let (lost, failed) = s.tick(t0 + 11 * sec, 10 * sec);
-        assert_eq!(lost, vec![9]);
+        assert_eq!(lost, vec![(9, 11 * sec)]);
         assert_eq!(failed.len(), 1);
         assert_eq!(failed[0].release, vec![8]);
         let f = failed[0].failure.as_ref().expect("failed");

@@ -8,7 +8,7 @@ pub mod rdma;
 pub mod ring;
 pub mod zmq;
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::wire::{Message, NodeId};
 use std::time::Duration;
 
@@ -118,6 +118,15 @@ pub enum VanEvent {
     Message(Message),
     /// A peer's RDMA WRITE WITH IMMEDIATE landed in this node's registered memory.
     RemoteWrite(RemoteWrite),
+    /// A peer is gone: its RDMA channel failed (a failed WC), or — from the postoffice to its
+    /// customers — the scheduler declared it lost. `error` names the peer and why; what waits
+    /// on the peer fails with it.
+    PeerLost {
+        /// The peer (this node's own id when the scheduler declared this node lost).
+        peer: NodeId,
+        /// [`Error::PeerLost`] or [`Error::DeclaredLost`], naming the node.
+        error: Error,
+    },
 }
 
 /// A remote write that landed (the receive completion of a WRITE WITH IMMEDIATE): who wrote,

@@ -75,6 +75,10 @@ pub enum Command {
     /// Resend (`PS_RESEND`): the receiver got the data message `Control::ack` of the sender's
     /// sequence (ps-lite's `ACK`).
     Ack,
+    /// Failure: scheduler → every node, `Control::nodes[0]` was declared lost (`Meta::error`
+    /// says why: how long it was silent); also the scheduler's answer to a heartbeat of a node
+    /// it declared lost. Not in ps-lite, whose scheduler tells nobody.
+    NodeLost,
 }
 
 /// A control message's body.

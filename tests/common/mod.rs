@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod procs;
+pub mod roles;
 
 use pslite::{Config, DefaultHandler, KVServer, Postoffice, Result, Role, Value};
 use std::sync::Arc;

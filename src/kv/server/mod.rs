@@ -164,6 +164,8 @@ impl<H> Served<H> {
                 tracing::warn!("a key-value server got a remote write; dropped");
                 return;
             }
+            // The postoffice refuses what would go to the peer; nothing waits here.
+            Some(Arrival::PeerLost { .. }) => return,
             Some(Arrival::Content { from, .. }) => {
                 tracing::warn!(
                     "a key-value server got rendezvous content from {}; dropped",

@@ -345,5 +345,14 @@ fn on_event<V: Value>(state: &WorkerState<V>, ev: VanEvent) {
             zpull::on_content_message(state, from, imm, &content)
         }
         Some(Arrival::Written(w)) => zpull::on_remote_write(state, w),
+        Some(Arrival::PeerLost { peer, error }) => {
+            // The job cannot complete (a lost peer fails it, issue 12): every request ends now.
+            tracing::debug!(
+                "failing every pending request: {} is gone",
+                crate::wire::Node::describe(peer)
+            );
+            state.requests.fail_all(&error);
+            zpull::fail_all(state, &error);
+        }
     }
 }

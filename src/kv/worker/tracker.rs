@@ -326,6 +326,35 @@ impl<V: Value> Tracker<V> {
         }
     }
 
+    /// Ends every incomplete request with `error` (a peer is gone): each completes as if its
+    /// silent servers had answered with it; waiters wake, callbacks run (after the lock).
+    pub(super) fn fail_all(&self, error: &Error) {
+        let with_callback: Vec<Pending<V>> = {
+            let mut map = lock(&self.pending);
+            let mut ended = Vec::new();
+            for (&ts, p) in map.iter_mut() {
+                if p.complete() {
+                    continue;
+                }
+                for (answered, asked) in p.answered.iter_mut().zip(&mut p.asked) {
+                    *answered = true;
+                    asked.resend = None;
+                }
+                p.error.get_or_insert_with(|| error.clone());
+                if p.callback.is_some() {
+                    ended.push(ts);
+                }
+            }
+            ended.into_iter().filter_map(|ts| map.remove(&ts)).collect()
+        };
+        self.settled.notify_all();
+        for mut p in with_callback {
+            if let Some(cb) = p.callback.take() {
+                cb(Err(p.error.unwrap_or_else(|| error.clone())));
+            }
+        }
+    }
+
     /// Blocks until request `ts` completed (at most `timeout`). A failed request and a finished
     /// push are forgotten; pulled parts stay for [`take_parts`](Self::take_parts).
     ///

@@ -230,6 +230,21 @@ fn run_and_report<V: Value>(
     }
 }
 
+/// Every outstanding pull ends with `error` (a peer is gone; see
+/// [`VanEvent::PeerLost`](crate::van::VanEvent::PeerLost)).
+pub(super) fn fail_all<V: Value>(state: &WorkerState<V>, error: &Error) {
+    let mut st = lock(&state.zpulls);
+    let indices: Vec<u32> = st.pulls.keys().copied().collect();
+    let ended: Vec<Ended<V>> = indices
+        .into_iter()
+        .filter_map(|i| st.abandon(i, error.clone()))
+        .collect();
+    drop(st);
+    for e in ended {
+        e.report();
+    }
+}
+
 /// A META_DATA_RESPONSE or ERROR_STATUS from server `from`.
 pub(super) fn on_control<V: Value>(state: &WorkerState<V>, from: NodeId, msg: RvMessage) {
     let mut st = lock(&state.zpulls);

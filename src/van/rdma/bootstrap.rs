@@ -124,8 +124,9 @@ impl VanState {
         };
         self.channels.insert_connected(&pending, c.clone());
         drop(pending);
-        c.flush_backlog(self.send_timeout)
-            .inspect_err(|e| c.fail(e.to_string()))
+        c.flush_backlog(self.send_timeout).inspect_err(|e| {
+            let _ = c.fail(e.to_string());
+        })
     }
 
     /// The bootstrap thread: forwards ZMQ events (scheduler control, messages between nodes

@@ -9,6 +9,7 @@ use super::van::VanState;
 use crate::error::Error;
 use crate::van::{RemoteWrite, VanEvent};
 use crate::wire::container::{self, ContainerError};
+use crate::wire::NodeId;
 use bytes::Bytes;
 use sideway::ibverbs::completion::WorkCompletionStatus;
 use std::sync::atomic::Ordering;
@@ -110,7 +111,9 @@ impl Poller {
             let id = SendWrId::unpack(wr_id);
             if let Some(c) = self.van.channels.connected(id.peer) {
                 let failure = (status != 0).then(|| format!("send {}", wc_status_text(status)));
-                c.send_completed(id.count, failure);
+                if let Some(text) = c.send_completed(id.count, failure) {
+                    self.report_lost(id.peer, text);
+                }
             }
         }
         !wcs.is_empty()
@@ -124,7 +127,9 @@ impl Poller {
             return;
         };
         if wc.status != 0 {
-            c.fail(format!("receive {}", wc_status_text(wc.status)));
+            if let Some(text) = c.fail(format!("receive {}", wc_status_text(wc.status))) {
+                self.report_lost(c.peer(), text);
+            }
             return;
         }
         if wc.imm == IMM_RECORD {
@@ -141,6 +146,15 @@ impl Poller {
             })));
         }
         c.repost_recv();
+    }
+
+    /// A channel failed (a failed WC): the postoffice fails what waits on `peer` at once,
+    /// instead of at its deadline.
+    fn report_lost(&self, peer: NodeId, text: String) {
+        let _ = self.van.events.send(Ok(VanEvent::PeerLost {
+            peer,
+            error: Error::PeerLost(text),
+        }));
     }
 
     /// Hands a whole message up: a malformed container is an [`Error::Van`], malformed frames

@@ -266,7 +266,7 @@ impl Channel {
     /// `payload` bytes; `None` while the peer's ring is full.
     fn reserve(&self, tx: &mut Outbound, payload: u64) -> Result<Option<Placement>> {
         if let Err(e) = tx.sender.credit(self.rings.credit_in.read_word()) {
-            self.fail_locked(tx, e.clone());
+            let _ = self.fail_locked(tx, e.clone());
             return Err(Error::Van(e));
         }
         Ok(tx.sender.reserve(payload))
@@ -345,26 +345,30 @@ impl Channel {
     }
 
     /// A send completion accounting for `count` WRs; `failure` names a failed WC's status.
-    pub fn send_completed(&self, count: u32, failure: Option<String>) {
+    /// Returns the channel's error when this failed it (as [`fail`](Self::fail)).
+    pub fn send_completed(&self, count: u32, failure: Option<String>) -> Option<String> {
         lock(&self.tx).queue.completed(count);
-        if let Some(why) = failure {
-            self.fail(why);
-        }
+        let failed = failure.and_then(|why| self.fail(why));
         self.cv.notify_all();
+        failed
     }
 
     /// Fails the channel (the first reason is kept): every later send returns the error.
-    pub fn fail(&self, why: String) {
-        self.fail_locked(&mut lock(&self.tx), why);
+    /// Returns that error's text when this call failed it (`None` if it had failed before).
+    pub fn fail(&self, why: String) -> Option<String> {
+        self.fail_locked(&mut lock(&self.tx), why)
     }
 
-    fn fail_locked(&self, tx: &mut Outbound, why: String) {
-        if tx.failed.is_none() {
+    fn fail_locked(&self, tx: &mut Outbound, why: String) -> Option<String> {
+        let newly = tx.failed.is_none().then(|| {
             let who = Node::describe(self.peer);
             tracing::error!("RDMA channel to {who}: {why}");
-            tx.failed = Some(format!("RDMA channel to {who} failed: {why}"));
-        }
+            let text = format!("RDMA channel to {who} failed: {why}");
+            tx.failed = Some(text.clone());
+            text
+        });
         self.cv.notify_all();
+        newly
     }
 
     fn no_credits(&self, timeout: Duration) -> String {

@@ -1,0 +1,164 @@
+//! What a node does when a peer is gone (issue 12, "fail fast and name the node"; ps-lite's
+//! scheduler only logs a dead node and tells nobody).
+//!
+//! The scheduler declares a node lost when it was silent for longer than
+//! `PS_HEARTBEAT_TIMEOUT` ([`super::liveness`]) and sends NODE_LOST, naming it and how long it
+//! was silent, to every node — the lost one included, which learns it if it comes back (after a
+//! SIGSTOP, say); later heartbeats of a lost node are answered with NODE_LOST again. An RDMA
+//! van reports a failed channel the same way ([`VanEvent::PeerLost`]).
+//!
+//! From then on the job cannot complete (issue 13 makes server deaths survivable): every
+//! customer gets [`VanEvent::PeerLost`] (a `KVWorker` fails all its pending requests with it),
+//! data requests are refused at [`Postoffice::send`], barriers fail at once, and every node's
+//! `finalize` returns the error, so no process exits with status 0.
+
+use super::{Postoffice, SCHEDULER};
+use crate::error::{Error, Result};
+use crate::sync::lock;
+use crate::van::VanEvent;
+use crate::wire::{Command, Control, Message, Meta, Node, NodeId};
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+/// A peer this node learnt is gone.
+pub(super) struct Loss {
+    /// The peer.
+    pub peer: NodeId,
+    /// Why, as NODE_LOST carries it ("no heartbeat for 10.3 s …").
+    pub why: String,
+    /// What waits on it fail with, naming it.
+    pub error: Error,
+}
+
+impl Postoffice {
+    /// Records that `peer` is gone with `error` (once per peer; `why` is the reason alone, as
+    /// NODE_LOST carries it): wakes every wait, stops resends to it, and tells every customer.
+    pub(super) fn mark_lost(&self, peer: NodeId, why: String, error: Error) {
+        {
+            let mut st = lock(&self.state);
+            if st.lost.iter().any(|l| l.peer == peer) {
+                return;
+            }
+            st.lost.push(Loss {
+                peer,
+                why,
+                error: error.clone(),
+            });
+        }
+        self.broken.store(true, Ordering::Release);
+        self.cv.notify_all();
+        tracing::error!("{error}");
+        if let Some(book) = &self.resend {
+            lock(book).forget(peer);
+        }
+        lock(&self.routes).broadcast(|| VanEvent::PeerLost {
+            peer,
+            error: error.clone(),
+        });
+    }
+
+    /// A peer gone (from the RDMA van: its channel failed): recorded as a loss.
+    pub(super) fn on_peer_lost(&self, peer: NodeId, error: Error) {
+        self.mark_lost(peer, error.to_string(), error);
+    }
+
+    /// Why a data message `meta` may not be sent now: to a lost peer, its loss; a request to
+    /// anyone once a peer is lost, the first loss. `None` when it may go.
+    pub(super) fn refusal(&self, meta: &Meta) -> Option<Error> {
+        if meta.control.is_some() || !self.broken.load(Ordering::Acquire) {
+            return None;
+        }
+        let st = lock(&self.state);
+        match st.lost.iter().find(|l| l.peer == meta.recver) {
+            Some(l) => Some(l.error.clone()),
+            None if meta.request => st.lost.first().map(|l| l.error.clone()),
+            None => None,
+        }
+    }
+
+    /// NODE_LOST from the scheduler: `control.nodes[0]` was declared lost, `meta.error` says
+    /// why.
+    pub(super) fn on_node_lost(&self, meta: &Meta, control: &Control) {
+        let Some(node) = control.nodes.first() else {
+            tracing::warn!("dropped a NODE_LOST that names no node");
+            return;
+        };
+        let why = meta.error.clone().unwrap_or_default();
+        let error = if node.id == self.my_id() {
+            Error::DeclaredLost(format!(
+                "the scheduler declared this node ({}) lost: {why}; it was paused (SIGSTOP, \
+                 swapping, a debugger) or cut off for that long — see PS_HEARTBEAT_TIMEOUT in \
+                 the README",
+                Node::describe(node.id)
+            ))
+        } else {
+            Error::PeerLost(lost_text(node.id, &why))
+        };
+        self.mark_lost(node.id, why, error);
+    }
+
+    /// On the scheduler: `lost` nodes were just declared lost, each after the silence given.
+    /// Tells every node (the lost ones too), then records each loss here.
+    pub(super) fn declare_lost(&self, lost: Vec<(NodeId, Duration)>) {
+        let nodes = self.nodes();
+        for (id, silent) in lost {
+            let why = format!(
+                "no heartbeat for {:.1} s (PS_HEARTBEAT_TIMEOUT is {:.0} s)",
+                silent.as_secs_f64(),
+                self.cfg.heartbeat_timeout.as_secs_f64()
+            );
+            let Some(node) = nodes.iter().find(|n| n.id == id).cloned() else {
+                continue;
+            };
+            for n in nodes.iter().filter(|n| n.id != SCHEDULER) {
+                if let Err(e) = self.send_node_lost(n.id, &node, &why) {
+                    tracing::warn!("cannot tell {} of the loss: {e}", Node::describe(n.id));
+                }
+            }
+            let error = Error::PeerLost(lost_text(id, &why));
+            self.mark_lost(id, why, error);
+        }
+    }
+
+    /// On the scheduler: a heartbeat came from `from`; if it was declared lost, tells it so
+    /// again (it may have missed the first NODE_LOST). True when it was lost.
+    pub(super) fn answer_lost(&self, from: NodeId) -> bool {
+        let node = self.nodes().into_iter().find(|n| n.id == from);
+        let why = {
+            let st = lock(&self.state);
+            st.lost
+                .iter()
+                .find(|l| l.peer == from)
+                .map(|l| l.why.clone())
+        };
+        match (node, why) {
+            (Some(node), Some(why)) => {
+                let _ = self.send_node_lost(from, &node, &why);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    fn send_node_lost(&self, to: NodeId, lost: &Node, why: &str) -> Result<usize> {
+        let control = Control {
+            cmd: Some(Command::NodeLost),
+            nodes: vec![lost.clone()],
+            ..Control::default()
+        };
+        let meta = Meta {
+            error: Some(why.to_string()),
+            ..Meta::for_control(to, control)
+        };
+        self.send(Message::new(meta))
+    }
+}
+
+/// The text of a loss the scheduler declared: "server rank 0 (id 8) was declared lost by the
+/// scheduler: no heartbeat for 10.2 s (PS_HEARTBEAT_TIMEOUT is 10 s)".
+fn lost_text(id: NodeId, why: &str) -> String {
+    format!(
+        "{} was declared lost by the scheduler: {why}",
+        Node::describe(id)
+    )
+}

@@ -1,0 +1,196 @@
+//! Helpers: a cluster whose roles are started one by one (`pslite-scheduler`, `pslite-server`,
+//! `pslite-worker`), so that a test can signal one process and see how each of them ends.
+
+use std::io::Read;
+use std::process::{Child, Command, Stdio};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// One started process and its output (standard output, then standard error).
+struct Proc {
+    name: String,
+    child: Child,
+    output: Vec<JoinHandle<String>>,
+}
+
+/// How one process ended.
+pub struct Ended {
+    /// "scheduler", "server0", "worker1", …
+    pub name: String,
+    /// Its exit status (`None`: killed by a signal).
+    pub code: Option<i32>,
+    /// When it ended, after the instant given to [`Cluster::wait_all`].
+    pub after: Duration,
+    /// Its standard output and standard error.
+    pub output: String,
+}
+
+/// A scheduler, `servers` servers and `workers` workers on loopback, with fixed ranks
+/// (`PSLITE_RANK`): "server0" is server rank 0 (id 8), "worker1" worker rank 1 (id 11).
+pub struct Cluster {
+    procs: Vec<Proc>,
+}
+
+fn reader(mut s: impl Read + Send + 'static) -> JoinHandle<String> {
+    std::thread::spawn(move || {
+        let mut buf = Vec::new();
+        let _ = s.read_to_end(&mut buf);
+        String::from_utf8_lossy(&buf).into_owned()
+    })
+}
+
+impl Cluster {
+    /// Starts the roles with `env` on top of the cluster's variables; every worker runs
+    /// `worker_args` (an application and its options).
+    pub fn start(
+        servers: usize,
+        workers: usize,
+        env: &[(&str, &str)],
+        worker_args: &[&str],
+    ) -> Cluster {
+        let port = pslite::free_port().expect("a free port").to_string();
+        let (s, w) = (servers.to_string(), workers.to_string());
+        let base = [
+            ("DMLC_PS_ROOT_URI", "127.0.0.1"),
+            ("DMLC_PS_ROOT_PORT", port.as_str()),
+            ("DMLC_NUM_SERVER", s.as_str()),
+            ("DMLC_NUM_WORKER", w.as_str()),
+            ("DMLC_NODE_HOST", "127.0.0.1"),
+        ];
+        let mut roles = vec![(
+            "scheduler".to_string(),
+            env!("CARGO_BIN_EXE_pslite-scheduler"),
+            None,
+        )];
+        roles.extend((0..servers).map(|r| {
+            (
+                format!("server{r}"),
+                env!("CARGO_BIN_EXE_pslite-server"),
+                Some(r),
+            )
+        }));
+        roles.extend((0..workers).map(|r| {
+            (
+                format!("worker{r}"),
+                env!("CARGO_BIN_EXE_pslite-worker"),
+                Some(r),
+            )
+        }));
+        let procs = roles
+            .into_iter()
+            .map(|(name, exe, rank)| {
+                let mut cmd = Command::new(exe);
+                if name.starts_with("worker") {
+                    cmd.args(worker_args);
+                }
+                if let Some(r) = rank {
+                    cmd.env("PSLITE_RANK", r.to_string());
+                }
+                let role = name.trim_end_matches(|c: char| c.is_ascii_digit());
+                cmd.env("DMLC_ROLE", role)
+                    .envs(base.iter().copied())
+                    .envs(env.iter().copied())
+                    .stdin(Stdio::null())
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::piped());
+                let mut child = cmd.spawn().expect("the role starts");
+                let output = vec![
+                    reader(child.stdout.take().expect("stdout")),
+                    reader(child.stderr.take().expect("stderr")),
+                ];
+                Proc {
+                    name,
+                    child,
+                    output,
+                }
+            })
+            .collect();
+        Cluster { procs }
+    }
+
+    /// Sends `signal` (`libc::SIGKILL`, …) to process `name`.
+    pub fn signal(&self, name: &str, signal: i32) {
+        let p = self
+            .procs
+            .iter()
+            .find(|p| p.name == name)
+            .expect("a process of that name");
+        // SAFETY: kill(2) on a child of ours that has not been waited for.
+        let r = unsafe { libc::kill(p.child.id() as i32, signal) };
+        assert_eq!(r, 0, "signal {signal} to {name}");
+    }
+
+    /// Waits for every process (at most `limit` after `since`; a process still running then is
+    /// killed, and the test fails naming it) and says how each ended.
+    pub fn wait_all(self, since: Instant, limit: Duration) -> Vec<Ended> {
+        let mut ended: Vec<Option<(Option<i32>, Duration)>> = vec![None; self.procs.len()];
+        let mut procs = self.procs;
+        let mut late = Vec::new();
+        loop {
+            let mut all = true;
+            for (p, e) in procs.iter_mut().zip(ended.iter_mut()) {
+                if e.is_some() {
+                    continue;
+                }
+                match p.child.try_wait().expect("try_wait") {
+                    Some(status) => *e = Some((status.code(), since.elapsed())),
+                    None => all = false,
+                }
+            }
+            if all {
+                break;
+            }
+            if since.elapsed() > limit {
+                for p in procs.iter_mut() {
+                    if p.child.try_wait().expect("try_wait").is_none() {
+                        late.push(p.name.clone());
+                        let _ = p.child.kill();
+                        let _ = p.child.wait();
+                    }
+                }
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let out: Vec<Ended> = procs
+            .into_iter()
+            .zip(ended)
+            .map(|(p, e)| {
+                let (code, after) = e.unwrap_or((None, limit));
+                let output = p
+                    .output
+                    .into_iter()
+                    .map(|h| h.join().unwrap_or_default())
+                    .collect();
+                Ended {
+                    name: p.name,
+                    code,
+                    after,
+                    output,
+                }
+            })
+            .collect();
+        assert!(
+            late.is_empty(),
+            "still running {limit:?} after: {late:?}\n{}",
+            all_output(&out)
+        );
+        out
+    }
+}
+
+/// Every process's output, each under its name.
+pub fn all_output(ended: &[Ended]) -> String {
+    ended
+        .iter()
+        .map(|e| {
+            format!(
+                "--- {} (exit {:?} after {:.1} s)\n{}",
+                e.name,
+                e.code,
+                e.after.as_secs_f64(),
+                e.output
+            )
+        })
+        .collect()
+}

@@ -1,0 +1,151 @@
+//! Failures with real processes on loopback (issue 12, part 1): a killed server or worker, a
+//! paused server. Every node must end soon after the scheduler declares a peer lost, naming it,
+//! and none may exit with status 0; a pause shorter than `PS_HEARTBEAT_TIMEOUT` is harmless.
+//! The tests run one at a time (their bounds are in seconds; the machine has two cores).
+
+mod common;
+
+use common::roles::{all_output, Cluster, Ended};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+/// `PS_HEARTBEAT_TIMEOUT` of the kill tests, seconds.
+const HB_TIMEOUT: u64 = 4;
+
+/// A `bench` that runs for longer than any test waits, with small values (a light load).
+const BENCH: [&str; 5] = ["bench", "--seconds", "120", "--len", "4096"];
+
+/// Time for the cluster to start and the bench to run (debug binaries).
+const SETTLE: Duration = Duration::from_secs(3);
+
+fn fast_heartbeats() -> [(&'static str, String); 2] {
+    [
+        ("PS_HEARTBEAT_INTERVAL", "1".to_string()),
+        ("PS_HEARTBEAT_TIMEOUT", HB_TIMEOUT.to_string()),
+    ]
+}
+
+fn by_name<'a>(ended: &'a [Ended], name: &str) -> &'a Ended {
+    ended.iter().find(|e| e.name == name).expect("that process")
+}
+
+/// Kills `victim` during a 2-server, 2-worker bench; returns how every process ended, times
+/// counted from the kill.
+fn kill_during_bench(victim: &str) -> Vec<Ended> {
+    let env = fast_heartbeats();
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let c = Cluster::start(2, 2, &env, &BENCH);
+    std::thread::sleep(SETTLE);
+    c.signal(victim, libc::SIGKILL);
+    c.wait_all(Instant::now(), Duration::from_secs(30))
+}
+
+/// Every process but `victim` exited non-zero; the workers within `PS_HEARTBEAT_TIMEOUT` + 2 s
+/// of the kill, each naming `lost` ("server rank 0 (id 8)").
+fn all_fail_naming(ended: &[Ended], victim: &str, lost: &str) {
+    let all = all_output(ended);
+    let bound = Duration::from_secs(HB_TIMEOUT + 2);
+    for e in ended.iter().filter(|e| e.name != victim) {
+        assert!(
+            e.code.is_some_and(|c| c != 0),
+            "{} exited with {:?}:\n{all}",
+            e.name,
+            e.code
+        );
+        assert!(
+            e.output.contains(lost),
+            "{} does not name {lost}:\n{all}",
+            e.name
+        );
+        if e.name.starts_with("worker") {
+            assert!(
+                e.after <= bound,
+                "{} failed {:.1} s after the kill (bound {bound:?}):\n{all}",
+                e.name,
+                e.after.as_secs_f64()
+            );
+            assert!(
+                e.output.contains(&format!("pslite-worker: error: peer lost: {lost} was declared lost by the scheduler: no heartbeat for")),
+                "{}:\n{all}",
+                e.name
+            );
+        }
+    }
+}
+
+#[test]
+fn a_killed_server_fails_every_worker_within_the_heartbeat_timeout() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let ended = kill_during_bench("server0");
+    all_fail_naming(&ended, "server0", "server rank 0 (id 8)");
+}
+
+#[test]
+fn a_killed_worker_fails_the_other_worker_within_the_heartbeat_timeout() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let ended = kill_during_bench("worker1");
+    all_fail_naming(&ended, "worker1", "worker rank 1 (id 11)");
+}
+
+/// Stops server 0 for 30 s during a bench of `bench_seconds` s with `PS_HEARTBEAT_TIMEOUT`
+/// `hb_timeout` s; returns how every process ended.
+fn pause_server(hb_timeout: u64, bench_seconds: u64) -> Vec<Ended> {
+    let hb = hb_timeout.to_string();
+    let secs = bench_seconds.to_string();
+    let env = [("PS_HEARTBEAT_TIMEOUT", hb.as_str()), ("PS_TIMEOUT", "60")];
+    let args = ["bench", "--seconds", secs.as_str(), "--len", "4096"];
+    let c = Cluster::start(2, 2, &env, &args);
+    std::thread::sleep(SETTLE);
+    c.signal("server0", libc::SIGSTOP);
+    std::thread::sleep(Duration::from_secs(30));
+    c.signal("server0", libc::SIGCONT);
+    c.wait_all(Instant::now(), Duration::from_secs(60))
+}
+
+#[test]
+fn a_pause_shorter_than_the_heartbeat_timeout_is_harmless() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let ended = pause_server(40, 5);
+    let all = all_output(&ended);
+    for e in &ended {
+        assert_eq!(e.code, Some(0), "{}:\n{all}", e.name);
+    }
+    for w in ["worker0", "worker1"] {
+        assert!(by_name(&ended, w).output.contains("Gbit/s"), "{w}:\n{all}");
+    }
+}
+
+#[test]
+fn a_pause_longer_than_the_heartbeat_timeout_is_reported_by_every_node() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let ended = pause_server(5, 120);
+    let all = all_output(&ended);
+    for e in &ended {
+        assert!(
+            e.code.is_some_and(|c| c != 0),
+            "{} exited with {:?}:\n{all}",
+            e.name,
+            e.code
+        );
+    }
+    for e in ended.iter().filter(|e| e.name != "server0") {
+        assert!(
+            e.output.contains("server rank 0 (id 8) was declared lost"),
+            "{} does not name the paused server:\n{all}",
+            e.name
+        );
+    }
+    let paused = by_name(&ended, "server0");
+    assert!(
+        paused.output.contains(
+            "pslite-server: error: declared lost: the scheduler declared this node (server rank 0 (id 8)) lost: no heartbeat for"
+        ),
+        "the paused server's own message:\n{all}"
+    );
+    assert!(
+        !paused.output.contains("scheduler (id 1): no answer"),
+        "{all}"
+    );
+}
