@@ -40,6 +40,9 @@ step "message bigger than the ring" env PS_RDMA_RING_BYTES=65536 $L local --van 
 # Zero-copy pulls through the rendezvous over the RDMA van.
 step "rendezvous pulls (kv-app --zero-copy)" $L local --van rdma --servers 2 --workers 2 -- kv-app --zero-copy --keys 300 --repeat 5
 step "rendezvous bench (pull --zero-copy, 1 MB)" $L local --van rdma --servers 1 --workers 1 -- bench --mode pull --zero-copy --len 1024000 --keys-per-server 4 --repeat 4
+# Resend (PS_RESEND) over the rings: a tenth of the received data messages dropped, exact sums.
+step "kv-app S=2 W=4, PS_RESEND=1 PS_DROP_MSG=10" env PS_RESEND=1 PS_RESEND_TIMEOUT=200 PS_DROP_MSG=10 $L local --van rdma --servers 2 --workers 4 -- kv-app --keys 1000 --repeat 10
+step "rendezvous pulls, PS_RESEND=1 PS_DROP_MSG=10" env PS_RESEND=1 PS_RESEND_TIMEOUT=200 PS_DROP_MSG=10 $L local --van rdma --servers 2 --workers 2 -- kv-app --zero-copy --keys 300 --repeat 5
 # The RDMA integration tests of the test suite, if built (cargo test --features rdma --no-run).
 for t in target/release/deps/rdma-*; do
     [[ -x $t && ! $t == *.d ]] && step "cargo test: $(basename "$t")" "$t" --test-threads 1 --include-ignored

@@ -185,3 +185,60 @@ fn zero_copy_pulls_racing_pushes_never_see_a_half_updated_value() {
     drop(kv);
     c.finish();
 }
+
+#[test]
+#[ignore = "needs an RDMA device: run in scripts/softroce-vm.sh"]
+fn a_dead_peers_failed_wc_fails_the_request_at_once_naming_it() {
+    use pslite::{Postoffice, Role};
+    use std::process::{Command, Stdio};
+    use std::time::{Duration, Instant};
+    let port = pslite::free_port().expect("free port");
+    // Heartbeats would name the server only after a minute: the failed WC must do it first.
+    let cfg = move |role| {
+        let mut c = common::cfg(role, port, 1, 1, 60.0);
+        c.van = pslite::VanType::Rdma;
+        c.heartbeat_timeout = Duration::from_secs(60);
+        c
+    };
+    std::thread::spawn(move || Postoffice::start(cfg(Role::Scheduler))?.finalize());
+    // The server is a process, so that it can die for real (its QPs destroyed by the kernel).
+    let mut server = Command::new(env!("CARGO_BIN_EXE_pslite-server"))
+        .envs([
+            ("DMLC_ROLE", "server"),
+            ("DMLC_PS_ROOT_URI", "127.0.0.1"),
+            ("DMLC_PS_ROOT_PORT", &port.to_string()),
+            ("DMLC_NUM_SERVER", "1"),
+            ("DMLC_NUM_WORKER", "1"),
+            ("DMLC_NODE_HOST", "127.0.0.1"),
+            ("DMLC_PS_VAN_TYPE", "rdma"),
+            ("PS_HEARTBEAT_TIMEOUT", "60"),
+            ("PS_POOL_BYTES", "16777216"),
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("the server starts");
+    let worker = Postoffice::start(cfg(Role::Worker)).expect("worker starts");
+    let kv = KVWorker::<f32>::new(&worker, 0, 0).expect("worker app");
+    let keys = [1u64, 2, 3];
+    kv.wait(kv.push(&keys, &[1.0; 3], None).expect("push"))
+        .expect("the QP works");
+    server.kill().expect("kill -9 the server");
+    let _ = server.wait();
+    let t0 = Instant::now();
+    let r = kv.push(&keys, &[1.0; 3], None).and_then(|ts| kv.wait(ts));
+    let e = r.expect_err("the push cannot complete");
+    assert!(
+        e.to_string()
+            .contains("RDMA channel to server rank 0 (id 8) failed"),
+        "{e}"
+    );
+    let took = t0.elapsed();
+    eprintln!(
+        "the push failed {:.2} s after the kill: {e}",
+        took.as_secs_f64()
+    );
+    assert!(took < Duration::from_secs(20), "PS_TIMEOUT is 60 s");
+    drop(kv);
+    assert!(worker.finalize().is_err(), "the job failed");
+}

@@ -62,18 +62,12 @@ impl Postoffice {
         self.mark_lost(peer, error.to_string(), error);
     }
 
-    /// Why a data message `meta` may not be sent now: to a lost peer, its loss; a request to
-    /// anyone once a peer is lost, the first loss. `None` when it may go.
+    /// Why a data message `meta` may not be sent now (see [`refusal`]); `None` when it may go.
     pub(super) fn refusal(&self, meta: &Meta) -> Option<Error> {
         if meta.control.is_some() || !self.broken.load(Ordering::Acquire) {
             return None;
         }
-        let st = lock(&self.state);
-        match st.lost.iter().find(|l| l.peer == meta.recver) {
-            Some(l) => Some(l.error.clone()),
-            None if meta.request => st.lost.first().map(|l| l.error.clone()),
-            None => None,
-        }
+        refusal(&lock(&self.state).lost, meta)
     }
 
     /// NODE_LOST from the scheduler: `control.nodes[0]` was declared lost, `meta.error` says
@@ -123,7 +117,9 @@ impl Postoffice {
     /// On the scheduler: a heartbeat came from `from`; if it was declared lost, tells it so
     /// again (it may have missed the first NODE_LOST). True when it was lost.
     pub(super) fn answer_lost(&self, from: NodeId) -> bool {
-        let node = self.nodes().into_iter().find(|n| n.id == from);
+        if !self.broken.load(Ordering::Acquire) {
+            return false;
+        }
         let why = {
             let st = lock(&self.state);
             st.lost
@@ -131,13 +127,11 @@ impl Postoffice {
                 .find(|l| l.peer == from)
                 .map(|l| l.why.clone())
         };
-        match (node, why) {
-            (Some(node), Some(why)) => {
-                let _ = self.send_node_lost(from, &node, &why);
-                true
-            }
-            _ => false,
+        let Some(why) = why else { return false };
+        if let Some(node) = self.nodes().into_iter().find(|n| n.id == from) {
+            let _ = self.send_node_lost(from, &node, &why);
         }
+        true
     }
 
     fn send_node_lost(&self, to: NodeId, lost: &Node, why: &str) -> Result<usize> {
@@ -154,6 +148,17 @@ impl Postoffice {
     }
 }
 
+/// Why data message `meta` may not be sent after the losses `lost`: to a lost peer, its loss;
+/// a request to anyone, the first loss (the job cannot complete); an answer to a live peer may
+/// go (`None`).
+fn refusal(lost: &[Loss], meta: &Meta) -> Option<Error> {
+    match lost.iter().find(|l| l.peer == meta.recver) {
+        Some(l) => Some(l.error.clone()),
+        None if meta.request => lost.first().map(|l| l.error.clone()),
+        None => None,
+    }
+}
+
 /// The text of a loss the scheduler declared: "server rank 0 (id 8) was declared lost by the
 /// scheduler: no heartbeat for 10.2 s (PS_HEARTBEAT_TIMEOUT is 10 s)".
 fn lost_text(id: NodeId, why: &str) -> String {
@@ -161,4 +166,41 @@ fn lost_text(id: NodeId, why: &str) -> String {
         "{} was declared lost by the scheduler: {why}",
         Node::describe(id)
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn loss(peer: NodeId) -> Loss {
+        Loss {
+            peer,
+            why: "no heartbeat for 10.0 s".into(),
+            error: Error::PeerLost(lost_text(peer, "no heartbeat for 10.0 s")),
+        }
+    }
+
+    fn data(recver: NodeId, request: bool) -> Meta {
+        Meta {
+            recver,
+            request,
+            ..Meta::default()
+        }
+    }
+
+    #[test]
+    fn after_a_loss_requests_are_refused_naming_it_and_answers_to_the_living_go() {
+        assert_eq!(refusal(&[], &data(8, true)), None, "nothing lost");
+        let lost = [loss(8), loss(11)];
+        let first = "peer lost: server rank 0 (id 8) was declared lost by the scheduler: no heartbeat for 10.0 s";
+        let to_11 = refusal(&lost, &data(11, false)).map(|e| e.to_string());
+        assert!(to_11.is_some_and(|t| t.contains("worker rank 1 (id 11) was declared lost")));
+        let to_10 = refusal(&lost, &data(10, true)).map(|e| e.to_string());
+        assert_eq!(to_10.as_deref(), Some(first), "a request to a live server");
+        assert_eq!(
+            refusal(&lost, &data(9, false)),
+            None,
+            "an answer to a live worker"
+        );
+    }
 }

@@ -438,7 +438,13 @@ impl Postoffice {
                 let _ = t.join();
             }
         }
-        self.van.stop();
+        if self.broken.load(Ordering::Acquire) && self.scheduler.is_none() {
+            // The job failed: what is queued for peers (some gone) is not worth a linger. The
+            // scheduler's NODE_LOST notices are, so it lingers.
+            self.van.abort();
+        } else {
+            self.van.stop();
+        }
     }
 }
 

@@ -22,7 +22,8 @@ pub struct RdmaConfig {
     pub queue_depth: u32,
     /// `RDMA_QP_TIMEOUT`: local ACK timeout exponent, 0–31 (default 14: 4.096 µs × 2^14 ≈ 67 ms).
     pub timeout: u8,
-    /// `RDMA_QP_RETRY_COUNT`: transport retries, 0–7 (default 7).
+    /// `RDMA_QP_RETRY_COUNT`: transport retries, 0–7 (default 6: Soft-RoCE retries forever at 7,
+    /// so a dead peer's QP would never fail a WC; `tests/rdma.rs` shows 6 failing in seconds).
     pub retry_count: u8,
     /// `RDMA_QP_SL`: service level, 0–7 (default 0).
     pub sl: u8,
@@ -43,7 +44,7 @@ impl Default for RdmaConfig {
             pkey_index: 0,
             queue_depth: 1024,
             timeout: 14,
-            retry_count: 7,
+            retry_count: 6,
             sl: 0,
             mtu: None,
             traffic_class: 0,
