@@ -60,7 +60,8 @@ kill_once() {
         ( DMLC_ROLE=worker PSLITE_RANK=$r timeout 120 $B/pslite-worker bench --seconds 100 --len 4096 >"$dir/worker$r" 2>&1
           echo $? >"$dir/worker$r.rc"; now >"$dir/worker$r.end" ) &
     done
-    sleep 3
+    # A random phase against the heartbeats (sent every second from each node's start).
+    sleep "3.$((RANDOM % 10))"
     local victim=""
     # Server rank 0 of this cluster, found by its environment.
     for p in $(pgrep -x pslite-server); do

@@ -27,7 +27,7 @@ impl Postoffice {
             if po.stopped.load(Ordering::Acquire) {
                 return;
             }
-            match po.van.recv(RECV_TICK) {
+            match po.next_event() {
                 Ok(Some(VanEvent::Message(msg))) => {
                     po.received_bytes
                         .fetch_add(msg.data_bytes() as u64, Ordering::Relaxed);
@@ -47,6 +47,22 @@ impl Postoffice {
             po.expire_parked();
             po.resend_due();
         }
+    }
+
+    /// The next van event, waiting at most [`RECV_TICK`] or until acknowledgements are due
+    /// (then they are sent first).
+    fn next_event(&self) -> Result<Option<VanEvent>> {
+        let wait = match self.acks_due_at() {
+            Some(due) => match due.checked_duration_since(Instant::now()) {
+                Some(left) if !left.is_zero() => left.min(RECV_TICK),
+                _ => {
+                    self.flush_acks();
+                    RECV_TICK
+                }
+            },
+            None => RECV_TICK,
+        };
+        self.van.recv(wait)
     }
 
     fn process(&self, msg: Message) {

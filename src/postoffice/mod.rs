@@ -103,6 +103,8 @@ pub struct Postoffice {
     memory: Memory,
     /// Resend's book (`PS_RESEND=1`); `None` when resend is off.
     resend: Option<Mutex<ResendBook<Message>>>,
+    /// Acknowledgements not sent yet, by peer (resend; taken alone).
+    acks_due: Mutex<resender::AckBatch>,
     /// A peer is gone ([`failure`]): `state.lost` is not empty.
     broken: AtomicBool,
     /// `PS_DROP_MSG`: the state of its random numbers, and the messages it dropped.
@@ -182,6 +184,7 @@ impl Postoffice {
             threads: Mutex::new(Vec::new()),
             barrier_lock: Mutex::new(()),
             memory: Memory::default(),
+            acks_due: Mutex::default(),
             broken: AtomicBool::new(false),
             drop_rng: AtomicU64::new(drop_seed()),
             dropped: 0.into(),
@@ -330,6 +333,7 @@ impl Postoffice {
             let mut st = lock(&self.state);
             st.barrier_result = None;
             st.barrier_group = Some(group);
+            st.last_check = None;
         }
         let me = self.my_id();
         if me == SCHEDULER {

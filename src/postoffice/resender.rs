@@ -10,8 +10,23 @@
 use super::Postoffice;
 use crate::sync::lock;
 use crate::wire::{Command, Control, Message, Meta, Node, NodeId};
+use std::collections::HashMap;
 use std::sync::atomic::Ordering;
-use std::time::Instant;
+use std::time::{Duration, Instant};
+
+/// Acknowledgements to one peer that are sent at once, without waiting for [`ACK_DELAY`].
+const ACK_BATCH: usize = 256;
+
+/// How long an acknowledgement may wait to be sent with others (less when `PS_RESEND_TIMEOUT`
+/// is short): one ACK message per peer and period instead of one per data message.
+const ACK_DELAY: Duration = Duration::from_millis(20);
+
+/// Acknowledgements not sent yet: since when the oldest waits, and the sequences by peer.
+#[derive(Default)]
+pub(super) struct AckBatch {
+    since: Option<Instant>,
+    by_peer: HashMap<NodeId, Vec<u64>>,
+}
 
 impl Postoffice {
     /// Stamps an outgoing data message with its sequence number and keeps a copy until it is
@@ -40,13 +55,41 @@ impl Postoffice {
     /// An ACK arrived.
     pub(super) fn on_ack(&self, from: NodeId, control: &Control) {
         if let Some(book) = &self.resend {
-            lock(book).acked(from, control.ack);
+            let mut book = lock(book);
+            for &seq in &control.acks {
+                book.acked(from, seq);
+            }
+        }
+    }
+
+    /// When the acknowledgements gathered so far are due ([`ACK_DELAY`] after the oldest, at
+    /// most a tenth of `PS_RESEND_TIMEOUT`); `None` when none waits.
+    pub(super) fn acks_due_at(&self) -> Option<Instant> {
+        let timeout = self.cfg.resend_timeout?;
+        let since = lock(&self.acks_due).since?;
+        Some(since + (timeout / 10).min(ACK_DELAY))
+    }
+
+    /// Sends the acknowledgements gathered since the last call, one ACK per peer (the
+    /// receiving thread calls it when they are due, or once [`ACK_BATCH`] wait for one peer).
+    pub(super) fn flush_acks(&self) {
+        let due = std::mem::take(&mut *lock(&self.acks_due));
+        for (to, acks) in due.by_peer {
+            let control = Control {
+                cmd: Some(Command::Ack),
+                acks,
+                ..Control::default()
+            };
+            if let Err(e) = self.send(Message::new(Meta::for_control(to, control))) {
+                tracing::debug!("cannot acknowledge {}: {e}", Node::describe(to));
+            }
         }
     }
 
     /// Whether a received data message goes on to its customer: not when `PS_DROP_MSG` drops
     /// it, nor when it is a duplicate of one delivered before. A stamped message is
-    /// acknowledged, a duplicate too (the first ACK may have been lost).
+    /// acknowledged (in a batch, [`flush_acks`](Self::flush_acks)), a duplicate too (the first
+    /// ACK may have been lost).
     pub(super) fn admit(&self, meta: &Meta) -> bool {
         if self.cfg.drop_msg_percent > 0 && self.roll_percent() < self.cfg.drop_msg_percent {
             self.dropped.fetch_add(1, Ordering::Relaxed);
@@ -59,13 +102,15 @@ impl Postoffice {
         let (Some(book), Some(seq)) = (&self.resend, meta.seq) else {
             return true;
         };
-        let control = Control {
-            cmd: Some(Command::Ack),
-            ack: seq,
-            ..Control::default()
+        let batch = {
+            let mut due = lock(&self.acks_due);
+            due.since.get_or_insert_with(Instant::now);
+            let acks = due.by_peer.entry(meta.sender).or_default();
+            acks.push(seq);
+            acks.len()
         };
-        if let Err(e) = self.send(Message::new(Meta::for_control(meta.sender, control))) {
-            tracing::debug!("cannot acknowledge {}: {e}", Node::describe(meta.sender));
+        if batch >= ACK_BATCH {
+            self.flush_acks();
         }
         let verdict = lock(book).received(meta.sender, seq);
         if verdict == super::resend::Verdict::Duplicate {

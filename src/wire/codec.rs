@@ -165,7 +165,7 @@ mod tests {
                     barrier_group: 7,
                     barrier_timeout_ms: 5,
                     barrier_failure: Some(crate::wire::BarrierFailure::Lost),
-                    ack: 12,
+                    acks: vec![12, 13],
                 }),
                 frame_lens: vec![],
             },

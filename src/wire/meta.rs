@@ -72,8 +72,8 @@ pub enum Command {
     Heartbeat,
     /// Van bootstrap between two peers (the RDMA van's QP exchange); frame 0 is van-specific.
     VanConnect,
-    /// Resend (`PS_RESEND`): the receiver got the data message `Control::ack` of the sender's
-    /// sequence (ps-lite's `ACK`).
+    /// Resend (`PS_RESEND`): the receiver got the data messages `Control::acks` of the sender's
+    /// sequence (ps-lite's `ACK`, batched: one per peer whenever the receiving thread is idle).
     Ack,
     /// Failure: scheduler → every node, `Control::nodes[0]` was declared lost (`Meta::error`
     /// says why: how long it was silent); also the scheduler's answer to a heartbeat of a node
@@ -96,8 +96,9 @@ pub struct Control {
     /// For a barrier release: why the barrier failed (`Meta::error` has the text naming the
     /// nodes); `None` when it completed.
     pub barrier_failure: Option<BarrierFailure>,
-    /// For an ACK: the sequence number acknowledged (`Meta::seq` of the data message).
-    pub ack: u64,
+    /// For an ACK: the sequence numbers acknowledged (`Meta::seq` of the data messages), in
+    /// the order received.
+    pub acks: Vec<u64>,
 }
 
 /// Why a barrier failed (the scheduler's release of a failed barrier).
