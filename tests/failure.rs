@@ -17,13 +17,19 @@ const HB_TIMEOUT: u64 = 4;
 /// A `bench` that runs for longer than any test waits, with small values (a light load).
 const BENCH: [&str; 5] = ["bench", "--seconds", "120", "--len", "4096"];
 
-/// Time for the cluster to start and the bench to run (debug binaries).
-const SETTLE: Duration = Duration::from_secs(3);
+/// Every node has started (info logs, `PS_VERBOSE=1`), then the bench runs this long.
+fn started(c: &Cluster) {
+    for name in ["scheduler", "server0", "server1", "worker0", "worker1"] {
+        c.wait_for(name, " started: ", Duration::from_secs(30));
+    }
+    std::thread::sleep(Duration::from_secs(1));
+}
 
-fn fast_heartbeats() -> [(&'static str, String); 2] {
+fn fast_heartbeats() -> [(&'static str, String); 3] {
     [
         ("PS_HEARTBEAT_INTERVAL", "1".to_string()),
         ("PS_HEARTBEAT_TIMEOUT", HB_TIMEOUT.to_string()),
+        ("PS_VERBOSE", "1".to_string()),
     ]
 }
 
@@ -37,7 +43,7 @@ fn kill_during_bench(victim: &str) -> Vec<Ended> {
     let env = fast_heartbeats();
     let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
     let c = Cluster::start(2, 2, &env, &BENCH);
-    std::thread::sleep(SETTLE);
+    started(&c);
     c.signal(victim, libc::SIGKILL);
     c.wait_all(Instant::now(), Duration::from_secs(30))
 }
@@ -94,10 +100,14 @@ fn a_killed_worker_fails_the_other_worker_within_the_heartbeat_timeout() {
 fn pause_server(hb_timeout: u64, bench_seconds: u64) -> Vec<Ended> {
     let hb = hb_timeout.to_string();
     let secs = bench_seconds.to_string();
-    let env = [("PS_HEARTBEAT_TIMEOUT", hb.as_str()), ("PS_TIMEOUT", "60")];
+    let env = [
+        ("PS_HEARTBEAT_TIMEOUT", hb.as_str()),
+        ("PS_TIMEOUT", "60"),
+        ("PS_VERBOSE", "1"),
+    ];
     let args = ["bench", "--seconds", secs.as_str(), "--len", "4096"];
     let c = Cluster::start(2, 2, &env, &args);
-    std::thread::sleep(SETTLE);
+    started(&c);
     c.signal("server0", libc::SIGSTOP);
     std::thread::sleep(Duration::from_secs(30));
     c.signal("server0", libc::SIGCONT);

@@ -286,12 +286,11 @@ impl Postoffice {
         let Some(s) = &self.scheduler else { return };
         let timeout = self.cfg.heartbeat_timeout;
         let (lost, failed) = lock(s).tick(Instant::now(), timeout);
-        if !lost.is_empty() {
-            self.declare_lost(lost);
-        }
+        let declared = self.announce_lost(lost);
         for o in failed {
             self.release(o);
         }
+        self.record_declared(declared);
     }
 }
 

@@ -48,6 +48,8 @@ impl Postoffice {
         self.broken.store(true, Ordering::Release);
         self.cv.notify_all();
         tracing::error!("{error}");
+        let whose = (peer != self.my_id()).then_some(peer);
+        self.van.peer_lost(whose, &error.to_string());
         if let Some(book) = &self.resend {
             lock(book).forget(peer);
         }
@@ -68,6 +70,12 @@ impl Postoffice {
             return None;
         }
         refusal(&lock(&self.state).lost, meta)
+    }
+
+    /// Whether `peer` is known to be gone (its data is not delivered any more: the resend book
+    /// forgot it, so a duplicate could not be told apart).
+    pub(super) fn is_lost(&self, peer: NodeId) -> bool {
+        self.broken.load(Ordering::Acquire) && lock(&self.state).lost.iter().any(|l| l.peer == peer)
     }
 
     /// NODE_LOST from the scheduler: `control.nodes[0]` was declared lost, `meta.error` says
@@ -92,9 +100,15 @@ impl Postoffice {
     }
 
     /// On the scheduler: `lost` nodes were just declared lost, each after the silence given.
-    /// Tells every node (the lost ones too), then records each loss here.
-    pub(super) fn declare_lost(&self, lost: Vec<(NodeId, Duration)>) {
+    /// Tells every node (the lost ones too); returns each loss's reason, to be recorded with
+    /// [`record_declared`](Self::record_declared) once everything else this tick sends is sent
+    /// (recording wakes the scheduler's own `finalize`, which stops it).
+    pub(super) fn announce_lost(&self, lost: Vec<(NodeId, Duration)>) -> Vec<(NodeId, String)> {
+        if lost.is_empty() {
+            return Vec::new();
+        }
         let nodes = self.nodes();
+        let mut declared = Vec::new();
         for (id, silent) in lost {
             let why = format!(
                 "no heartbeat for {:.1} s (PS_HEARTBEAT_TIMEOUT is {:.0} s)",
@@ -109,6 +123,14 @@ impl Postoffice {
                     tracing::warn!("cannot tell {} of the loss: {e}", Node::describe(n.id));
                 }
             }
+            declared.push((id, why));
+        }
+        declared
+    }
+
+    /// On the scheduler: records the losses [`announce_lost`](Self::announce_lost) sent.
+    pub(super) fn record_declared(&self, declared: Vec<(NodeId, String)>) {
+        for (id, why) in declared {
             let error = Error::PeerLost(lost_text(id, &why));
             self.mark_lost(id, why, error);
         }

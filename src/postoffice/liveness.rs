@@ -33,6 +33,16 @@ impl Liveness {
         newly
     }
 
+    /// This process was paused (the clock jumped): every node not lost counts as heard of at
+    /// `now`, since their heartbeats may be waiting unread.
+    pub fn excuse_pause(&mut self, now: Instant) {
+        for (id, t) in self.last_seen.iter_mut() {
+            if !self.lost.contains(id) {
+                *t = now;
+            }
+        }
+    }
+
     /// The nodes declared lost so far.
     pub fn lost(&self) -> &BTreeSet<NodeId> {
         &self.lost

@@ -86,7 +86,7 @@ struct State {
 /// [`Postoffice::finalize`].
 ///
 /// Lock order: `barrier_lock` (held by a thread waiting in a barrier), then `scheduler`, then
-/// `state`; `routes`, `resend` and `memory`'s locks are taken alone.
+/// `state`; `routes`, `resend`, `acks_due` and `memory`'s locks are taken alone.
 pub struct Postoffice {
     cfg: Config,
     van: Arc<dyn Van>,
@@ -322,7 +322,8 @@ impl Postoffice {
     ///
     /// # Errors
     /// [`Error::Timeout`] naming the nodes that did not arrive within `PS_TIMEOUT`;
-    /// [`Error::PeerLost`] naming a member that was lost, or if the scheduler stops answering.
+    /// [`Error::PeerLost`] once any node was lost (a member or not: the job cannot complete),
+    /// or if the scheduler stops answering; [`Error::DeclaredLost`] if this node was.
     pub fn barrier(&self, group: i32) -> Result<()> {
         self.barrier_with(group, Some(self.cfg.timeout))
     }
@@ -356,12 +357,12 @@ impl Postoffice {
         // The scheduler answers a timed barrier itself; this grace covers a scheduler that died.
         let deadline = timeout.map(|t| Instant::now() + t + Duration::from_secs(5));
         self.wait_state(|st, now| {
-            // A loss fails the job: no barrier completes after it.
-            if let Some(l) = st.lost.first() {
-                return Some(Err(l.error.clone()));
-            }
             if let Some(r) = st.barrier_result.take() {
                 return Some(r);
+            }
+            // A loss fails the job: a barrier still waiting fails with it.
+            if let Some(l) = st.lost.first() {
+                return Some(Err(l.error.clone()));
             }
             if self.stopped.load(Ordering::Acquire) {
                 return Some(Err(Error::Stopped));
@@ -419,7 +420,8 @@ impl Postoffice {
     /// since workers may train for hours), then stops the van and the threads.
     ///
     /// # Errors
-    /// [`Error::PeerLost`] naming a node that died before reaching the barrier.
+    /// [`Error::PeerLost`] naming a node that was lost (before or while this one waits);
+    /// [`Error::DeclaredLost`] if this node was.
     pub fn finalize(&self) -> Result<()> {
         let r = self.barrier_with(ALL_GROUP, None);
         self.shutdown();
@@ -427,6 +429,10 @@ impl Postoffice {
     }
 
     fn shutdown(&self) {
+        if !self.stopped.load(Ordering::Acquire) {
+            // Acknowledgements still batched: without them the peers would send again.
+            self.flush_acks();
+        }
         if self.stopped.swap(true, Ordering::AcqRel) {
             return;
         }

@@ -88,9 +88,17 @@ impl Postoffice {
 
     /// Whether a received data message goes on to its customer: not when `PS_DROP_MSG` drops
     /// it, nor when it is a duplicate of one delivered before. A stamped message is
-    /// acknowledged (in a batch, [`flush_acks`](Self::flush_acks)), a duplicate too (the first
+    /// acknowledged (in a batch, [`flush_acks`](Self::flush_acks)), a duplicate too; nothing
+    /// from a peer declared lost is delivered (the first
     /// ACK may have been lost).
     pub(super) fn admit(&self, meta: &Meta) -> bool {
+        if self.is_lost(meta.sender) {
+            tracing::debug!(
+                "dropped a message from {}, which was declared lost",
+                Node::describe(meta.sender)
+            );
+            return false;
+        }
         if self.cfg.drop_msg_percent > 0 && self.roll_percent() < self.cfg.drop_msg_percent {
             self.dropped.fetch_add(1, Ordering::Relaxed);
             tracing::debug!(
@@ -126,6 +134,11 @@ impl Postoffice {
     /// thread, at every tick).
     pub(super) fn resend_due(&self) {
         let Some(book) = &self.resend else { return };
+        if self.broken.load(Ordering::Acquire) {
+            // The job failed; a node declared lost must not replay its pushes to servers that
+            // forgot it.
+            return;
+        }
         let due = lock(book).tick(Instant::now());
         for (to, seq, before, msg) in due {
             tracing::debug!(

@@ -38,7 +38,15 @@ pub struct Scheduler {
     ready: bool,
     book: BarrierBook,
     liveness: Liveness,
+    /// When the clock last ticked (a much longer gap than the receiving thread's tick: this
+    /// process was paused).
+    last_tick: Option<Instant>,
 }
+
+/// A gap between two ticks that means the scheduler's process was paused (it ticks every
+/// 10 ms or so): the nodes get a whole `PS_HEARTBEAT_TIMEOUT` again rather than all being
+/// declared lost before their queued heartbeats are read.
+pub const PAUSED: Duration = Duration::from_secs(2);
 
 impl Scheduler {
     /// A scheduler (node `me`) waiting for `servers` servers and `workers` workers.
@@ -52,6 +60,7 @@ impl Scheduler {
             ready: false,
             book: BarrierBook::default(),
             liveness: Liveness::default(),
+            last_tick: None,
         }
     }
 
@@ -157,7 +166,7 @@ impl Scheduler {
     }
 
     /// The clock ticked: the nodes newly declared lost (silent for longer than
-    /// `heartbeat_timeout`; with how long they were silent), and the barriers that failed (past their deadline, or waiting
+    /// `heartbeat_timeout`; with how long), and the barriers that failed (past their deadline, or waiting
     /// for a lost node). Nothing before every node registered.
     pub fn tick(
         &mut self,
@@ -166,6 +175,13 @@ impl Scheduler {
     ) -> (Vec<(NodeId, Duration)>, Vec<Outcome>) {
         if !self.ready {
             return (Vec::new(), Vec::new());
+        }
+        if self
+            .last_tick
+            .replace(now)
+            .is_some_and(|t| now.duration_since(t) > PAUSED)
+        {
+            self.liveness.excuse_pause(now);
         }
         let newly = self.liveness.check(now, heartbeat_timeout);
         let failed = self.book.check(now, self.liveness.lost());
@@ -293,6 +309,14 @@ mod tests {
             Some(vec![1])
         );
         s.heartbeat(8, t0 + 8 * sec);
+        let (none, _) = s.tick(t0 + 15 * sec / 10, 10 * sec);
+        assert!(none.is_empty());
+        for t in (2..=10).map(|t| t0 + t * sec) {
+            assert!(
+                s.tick(t - sec / 100, 10 * sec).0.is_empty(),
+                "ticking along"
+            );
+        }
         let (lost, failed) = s.tick(t0 + 11 * sec, 10 * sec);
         assert_eq!(lost, vec![(9, 11 * sec)]);
         assert_eq!(failed.len(), 1);
@@ -303,5 +327,22 @@ mod tests {
             f.text,
             "barrier of group 6 cannot complete: lost worker rank 0 (id 9)"
         );
+    }
+
+    #[test]
+    fn a_paused_scheduler_gives_every_node_a_new_timeout() {
+        let mut s = scheduler(1, 1);
+        let t0 = Instant::now();
+        let sec = Duration::from_secs(1);
+        s.add_node(node(Role::Server, 1, None), t0);
+        s.add_node(node(Role::Worker, 2, None), t0);
+        assert!(s.tick(t0 + sec, 10 * sec).0.is_empty());
+        // Stopped for 30 s: the heartbeats of both nodes wait unread.
+        assert!(s.tick(t0 + 31 * sec, 10 * sec).0.is_empty(), "excused");
+        s.heartbeat(8, t0 + 32 * sec);
+        for t in 32..42 {
+            assert!(s.tick(t0 + t * sec, 10 * sec).0.is_empty());
+        }
+        assert_eq!(s.tick(t0 + 42 * sec, 10 * sec).0, vec![(9, 11 * sec)]);
     }
 }

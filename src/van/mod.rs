@@ -105,6 +105,12 @@ pub trait Van: Send + Sync {
     fn abort(&self) {
         self.stop()
     }
+
+    /// The postoffice learnt that `peer` is gone (`None`: this node itself was declared lost),
+    /// with `why`. A van that can block a sender on a peer (the RDMA van waiting for ring
+    /// credits of a paused peer) ends those sends with `why`; the default does nothing (the ZMQ
+    /// van never blocks on a peer).
+    fn peer_lost(&self, _peer: Option<NodeId>, _why: &str) {}
 }
 
 /// What a van's [`Van::recv`] returns.

@@ -73,7 +73,8 @@ pub enum Command {
     /// Van bootstrap between two peers (the RDMA van's QP exchange); frame 0 is van-specific.
     VanConnect,
     /// Resend (`PS_RESEND`): the receiver got the data messages `Control::acks` of the sender's
-    /// sequence (ps-lite's `ACK`, batched: one per peer whenever the receiving thread is idle).
+    /// sequence (ps-lite's `ACK`, batched: one per peer once the oldest waited a tenth of
+    /// `PS_RESEND_TIMEOUT`, at most 20 ms, or 256 wait).
     Ack,
     /// Failure: scheduler → every node, `Control::nodes[0]` was declared lost (`Meta::error`
     /// says why: how long it was silent); also the scheduler's answer to a heartbeat of a node

@@ -1,16 +1,19 @@
 //! Helpers: a cluster whose roles are started one by one (`pslite-scheduler`, `pslite-server`,
 //! `pslite-worker`), so that a test can signal one process and see how each of them ends.
 
-use std::io::Read;
+use std::io::{BufRead, BufReader, Read};
 use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-/// One started process and its output (standard output, then standard error).
+/// One started process and its output so far (standard output and standard error, each
+/// line as it came).
 struct Proc {
     name: String,
     child: Child,
-    output: Vec<JoinHandle<String>>,
+    output: Arc<Mutex<String>>,
+    readers: Vec<JoinHandle<()>>,
 }
 
 /// How one process ended.
@@ -31,11 +34,13 @@ pub struct Cluster {
     procs: Vec<Proc>,
 }
 
-fn reader(mut s: impl Read + Send + 'static) -> JoinHandle<String> {
+fn reader(s: impl Read + Send + 'static, out: Arc<Mutex<String>>) -> JoinHandle<()> {
     std::thread::spawn(move || {
-        let mut buf = Vec::new();
-        let _ = s.read_to_end(&mut buf);
-        String::from_utf8_lossy(&buf).into_owned()
+        for line in BufReader::new(s).lines().map_while(Result::ok) {
+            let mut o = out.lock().unwrap_or_else(|p| p.into_inner());
+            o.push_str(&line);
+            o.push('\n');
+        }
     })
 }
 
@@ -94,18 +99,42 @@ impl Cluster {
                     .stdout(Stdio::piped())
                     .stderr(Stdio::piped());
                 let mut child = cmd.spawn().expect("the role starts");
-                let output = vec![
-                    reader(child.stdout.take().expect("stdout")),
-                    reader(child.stderr.take().expect("stderr")),
+                let output = Arc::new(Mutex::new(String::new()));
+                let readers = vec![
+                    reader(child.stdout.take().expect("stdout"), output.clone()),
+                    reader(child.stderr.take().expect("stderr"), output.clone()),
                 ];
                 Proc {
                     name,
                     child,
                     output,
+                    readers,
                 }
             })
             .collect();
         Cluster { procs }
+    }
+
+    /// Waits (at most `limit`) until process `name` printed a line containing `text`.
+    pub fn wait_for(&self, name: &str, text: &str, limit: Duration) {
+        let p = self
+            .procs
+            .iter()
+            .find(|p| p.name == name)
+            .expect("a process of that name");
+        let t0 = Instant::now();
+        while !p
+            .output
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(text)
+        {
+            assert!(
+                t0.elapsed() < limit,
+                "{name} did not print {text:?} within {limit:?}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     /// Sends `signal` (`libc::SIGKILL`, …) to process `name`.
@@ -122,9 +151,9 @@ impl Cluster {
 
     /// Waits for every process (at most `limit` after `since`; a process still running then is
     /// killed, and the test fails naming it) and says how each ended.
-    pub fn wait_all(self, since: Instant, limit: Duration) -> Vec<Ended> {
-        let mut ended: Vec<Option<(Option<i32>, Duration)>> = vec![None; self.procs.len()];
-        let mut procs = self.procs;
+    pub fn wait_all(mut self, since: Instant, limit: Duration) -> Vec<Ended> {
+        let mut procs = std::mem::take(&mut self.procs);
+        let mut ended: Vec<Option<(Option<i32>, Duration)>> = vec![None; procs.len()];
         let mut late = Vec::new();
         loop {
             let mut all = true;
@@ -157,11 +186,10 @@ impl Cluster {
             .zip(ended)
             .map(|(p, e)| {
                 let (code, after) = e.unwrap_or((None, limit));
-                let output = p
-                    .output
-                    .into_iter()
-                    .map(|h| h.join().unwrap_or_default())
-                    .collect();
+                for r in p.readers {
+                    let _ = r.join();
+                }
+                let output = p.output.lock().unwrap_or_else(|e| e.into_inner()).clone();
                 Ended {
                     name: p.name,
                     code,
@@ -176,6 +204,17 @@ impl Cluster {
             all_output(&out)
         );
         out
+    }
+}
+
+impl Drop for Cluster {
+    /// A test that failed before [`Cluster::wait_all`] leaves no process behind (a stopped one
+    /// included: SIGKILL ends it too).
+    fn drop(&mut self) {
+        for p in &mut self.procs {
+            let _ = p.child.kill();
+            let _ = p.child.wait();
+        }
     }
 }
 

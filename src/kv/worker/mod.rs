@@ -243,8 +243,13 @@ impl<V: Value> KVWorker<V> {
                 .requests
                 .send_part(&self.state.po, s.server, keys, part, None);
             if let Err(e) = sent {
-                self.state.requests.abandon(ts);
-                return Err(e);
+                // A request that already ended (a lost peer failed it) reported through its
+                // callback: report it once.
+                return if self.state.requests.abandon(ts) {
+                    Err(e)
+                } else {
+                    Ok(ts)
+                };
             }
         }
         Ok(ts)

@@ -135,8 +135,10 @@ impl<V: Value> Tracker<V> {
     }
 
     /// Forgets request `ts` (a part of it could not be sent; the caller reports the error).
-    pub(super) fn abandon(&self, ts: Timestamp) {
-        lock(&self.pending).remove(&ts);
+    /// False when it had already ended (a lost peer failed it, its callback ran): then the
+    /// callback has reported the failure.
+    pub(super) fn abandon(&self, ts: Timestamp) -> bool {
+        lock(&self.pending).remove(&ts).is_some()
     }
 
     /// Sends `part` (a request's meta and its values and lens frames, frames 1 and 2) to server

@@ -148,6 +148,17 @@ impl Van for RdmaVan {
         self.stop();
     }
 
+    fn peer_lost(&self, peer: Option<NodeId>, why: &str) {
+        let channels = match peer {
+            Some(p) => self.state.channels.connected(p).into_iter().collect(),
+            None => self.state.channels.all_connected(),
+        };
+        for c in channels {
+            // A sender waiting for this peer's credits wakes and returns the error.
+            let _ = c.fail(why.to_string());
+        }
+    }
+
     unsafe fn register_memory(
         &self,
         addr: usize,
