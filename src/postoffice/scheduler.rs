@@ -166,8 +166,9 @@ impl Scheduler {
     }
 
     /// The clock ticked: the nodes newly declared lost (silent for longer than
-    /// `heartbeat_timeout`; with how long), and the barriers that failed (past their deadline, or waiting
-    /// for a lost node). Nothing before every node registered.
+    /// `heartbeat_timeout`; with how long), and the barriers that failed (past their deadline,
+    /// or waiting for a lost node). Nothing before every node registered; after a pause of this
+    /// process ([`PAUSED`]) every node gets a new timeout first.
     pub fn tick(
         &mut self,
         now: Instant,
