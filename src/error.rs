@@ -34,6 +34,10 @@ pub enum Error {
     /// The transport failed (socket error, bind failure, …).
     #[error("van: {0}")]
     Van(String),
+    /// A checkpoint file is damaged; the text names the file, the byte offset and what is
+    /// wrong (see `kv::durable`).
+    #[error("corrupt checkpoint: {0}")]
+    Corrupt(String),
     /// A received message is malformed.
     #[error(transparent)]
     Wire(#[from] WireError),

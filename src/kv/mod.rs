@@ -8,6 +8,7 @@
 //! | [`server`] | `KVServer`, `RequestHandler`, `ReqMeta`, `serve_request` (`mod.rs`); [`DefaultHandler`] (`default.rs`); the rendezvous responder's driver (`zserve.rs`) |
 //! | [`request`] | [`Op`], [`RequestOptions`], [`Callback`]: what a request asks |
 //! | `carrier` | how rendezvous traffic travels (control and content messages, RDMA writes): encoded and decoded for both drivers |
+//! | [`durable`] | checkpoint files (issue 13, not wired in yet): snapshots replaced atomically, the request log; checksums name the file and offset of any damage |
 //! | [`keycache`] | key caching, sans-IO: the worker's mirror of what each server keeps, the server's kept lists |
 //! | [`pairs`], [`slicer`], [`sarray`], [`value`], [`store`] | frames and shapes, key-range slicing, shared arrays, value types, the default handler's key store |
 //!
@@ -43,6 +44,7 @@
 //!   handler runs.
 
 mod carrier;
+pub mod durable;
 pub mod keycache;
 pub mod pairs;
 pub mod request;

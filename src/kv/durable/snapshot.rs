@@ -1,0 +1,203 @@
+//! Snapshot files: one whole state per file, replaced atomically.
+//!
+//! Layout (little-endian): `PSLSNAP1` (8 bytes), format version `u32` (1), payload length
+//! `u64`, the payload, crc32c (Castagnoli) `u32` of every byte before it. What the payload holds
+//! is the handler's business (its `save`); this layer only guarantees it comes back whole.
+
+use super::{Damage, Fsync};
+use crate::error::{Error, Result};
+use std::io::Write;
+use std::path::Path;
+
+/// The first 8 bytes of every snapshot file.
+pub const MAGIC: &[u8; 8] = b"PSLSNAP1";
+/// The format version this build writes and reads.
+pub const VERSION: u32 = 1;
+const HEADER: usize = 8 + 4 + 8;
+
+/// The bytes of a snapshot file holding `payload`.
+pub fn encode(payload: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(HEADER + payload.len() + 4);
+    out.extend_from_slice(MAGIC);
+    out.extend_from_slice(&VERSION.to_le_bytes());
+    out.extend_from_slice(&(payload.len() as u64).to_le_bytes());
+    out.extend_from_slice(payload);
+    let crc = crc32c::crc32c(&out);
+    out.extend_from_slice(&crc.to_le_bytes());
+    out
+}
+
+/// The payload of snapshot file `file`'s bytes.
+///
+/// # Errors
+/// [`Damage`] naming the offset: a wrong magic, an unknown version, a length that does not
+/// match the file's, a checksum mismatch.
+pub fn decode<'b>(file: &str, bytes: &'b [u8]) -> Result<&'b [u8], Damage> {
+    let damage = |offset: usize, what: String| Damage {
+        file: file.to_string(),
+        offset: offset as u64,
+        what,
+    };
+    if bytes.len() < HEADER + 4 {
+        return Err(damage(
+            bytes.len(),
+            format!(
+                "truncated: {} bytes, a snapshot has at least {}",
+                bytes.len(),
+                HEADER + 4
+            ),
+        ));
+    }
+    if &bytes[..8] != MAGIC {
+        return Err(damage(
+            0,
+            "not a pslite snapshot (no PSLSNAP1 magic)".into(),
+        ));
+    }
+    let version = u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]);
+    if version != VERSION {
+        return Err(damage(
+            8,
+            format!("format version {version}; this build reads {VERSION}"),
+        ));
+    }
+    let mut len = [0u8; 8];
+    len.copy_from_slice(&bytes[12..20]);
+    let len = u64::from_le_bytes(len);
+    let want = (HEADER as u64 + 4).saturating_add(len);
+    if want != bytes.len() as u64 {
+        return Err(damage(
+            12,
+            format!(
+                "the header says {len} payload bytes ({want} in all) but the file has {}",
+                bytes.len()
+            ),
+        ));
+    }
+    let body = bytes.len() - 4;
+    let stored = u32::from_le_bytes([
+        bytes[body],
+        bytes[body + 1],
+        bytes[body + 2],
+        bytes[body + 3],
+    ]);
+    let crc = crc32c::crc32c(&bytes[..body]);
+    if crc != stored {
+        return Err(damage(
+            body,
+            format!("checksum mismatch (stored {stored:#010x}, computed {crc:#010x})"),
+        ));
+    }
+    Ok(&bytes[HEADER..body])
+}
+
+/// Writes a snapshot of `payload` to `path`, atomically: into `path` + `.tmp`, then renamed
+/// over `path` (with [`Fsync::Yes`], the file is fsynced before the rename and the directory
+/// after it).
+///
+/// # Errors
+/// [`Error::Config`] naming the path and the OS error.
+pub fn write(path: &Path, payload: &[u8], sync: Fsync) -> Result<()> {
+    let io = |what: &str, e: std::io::Error| {
+        Error::Config(format!("checkpoint {}: {what}: {e}", path.display()))
+    };
+    let tmp = path.with_extension("tmp");
+    let mut f = std::fs::File::create(&tmp).map_err(|e| io("cannot create its .tmp", e))?;
+    f.write_all(&encode(payload))
+        .map_err(|e| io("cannot write its .tmp", e))?;
+    if sync == Fsync::Yes {
+        f.sync_all().map_err(|e| io("cannot fsync its .tmp", e))?;
+    }
+    drop(f);
+    std::fs::rename(&tmp, path).map_err(|e| io("cannot rename its .tmp into place", e))?;
+    if sync == Fsync::Yes {
+        if let Some(dir) = path.parent() {
+            let d = std::fs::File::open(dir).map_err(|e| io("cannot open its directory", e))?;
+            d.sync_all()
+                .map_err(|e| io("cannot fsync its directory", e))?;
+        }
+    }
+    Ok(())
+}
+
+/// Reads the snapshot at `path`.
+///
+/// # Errors
+/// [`Error::Config`] when it cannot be read; [`Error::Corrupt`] with the [`Damage`] text.
+pub fn read(path: &Path) -> Result<Vec<u8>> {
+    let bytes = std::fs::read(path)
+        .map_err(|e| Error::Config(format!("checkpoint {}: cannot read: {e}", path.display())))?;
+    let name = path.display().to_string();
+    decode(&name, &bytes)
+        .map(<[u8]>::to_vec)
+        .map_err(|d| Error::Corrupt(d.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn a_snapshot_comes_back_whole(payload in proptest::collection::vec(any::<u8>(), 0..300)) {
+            let bytes = encode(&payload);
+            prop_assert_eq!(decode("s", &bytes), Ok(&payload[..]));
+        }
+
+        /// Any flipped byte, and any truncation, is an error naming the file.
+        #[test]
+        fn any_damage_is_an_error(
+            payload in proptest::collection::vec(any::<u8>(), 0..300),
+            at in any::<prop::sample::Index>(),
+            flip in 1u8..=255,
+        ) {
+            let good = encode(&payload);
+            let i = at.index(good.len());
+            let mut flipped = good.clone();
+            flipped[i] ^= flip;
+            let e = decode("snap-7", &flipped).expect_err("a flipped byte is found");
+            prop_assert!(e.to_string().starts_with("snap-7: damaged at byte "), "{}", e);
+            let e = decode("snap-7", &good[..i]).expect_err("a truncation is found");
+            prop_assert_eq!(e.file, "snap-7");
+        }
+    }
+
+    #[test]
+    fn the_errors_name_what_is_wrong() {
+        let good = encode(b"weights");
+        let mut bad = good.clone();
+        bad[8] = 9;
+        assert_eq!(
+            decode("f", &bad).map_err(|d| d.to_string()),
+            Err("f: damaged at byte 8: format version 9; this build reads 1".into())
+        );
+        let mut bad = good.clone();
+        bad[HEADER] ^= 1;
+        let e = decode("f", &bad).expect_err("damaged").to_string();
+        assert!(
+            e.starts_with(&format!(
+                "f: damaged at byte {}: checksum mismatch",
+                good.len() - 4
+            )),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_file_is_replaced_whole_and_read_back() {
+        let dir = std::env::temp_dir().join(format!("pslite-snap-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let path = dir.join("server-0.snap");
+        write(&path, b"first", Fsync::No).expect("written");
+        write(&path, b"second", Fsync::Yes).expect("replaced");
+        assert_eq!(read(&path).expect("read"), b"second");
+        assert!(!path.with_extension("tmp").exists(), "no temporary left");
+        let mut bytes = std::fs::read(&path).expect("bytes");
+        bytes.truncate(bytes.len() - 1);
+        std::fs::write(&path, bytes).expect("damaged");
+        let e = read(&path).expect_err("refused").to_string();
+        assert!(e.contains("server-0.snap: damaged at byte 12"), "{e}");
+        std::fs::remove_dir_all(&dir).expect("cleaned");
+    }
+}
