@@ -64,6 +64,18 @@ impl<V: Value> RequestHandler<V> for DefaultHandler<V> {
         self.store.regions()
     }
 
+    /// The store's keys and values ([`KeyStore::save`]).
+    fn save(&self) -> Option<Vec<u8>> {
+        Some(self.store.save())
+    }
+
+    /// Replaces the store with a saved one ([`KeyStore::restore`]). Call it before serving:
+    /// the old store's memory regions are freed.
+    fn restore(&mut self, state: &[u8]) -> Result<(), String> {
+        self.store = KeyStore::restore(state)?;
+        Ok(())
+    }
+
     fn handle(&mut self, meta: &ReqMeta, req: KVRequest<'_, V>) -> Result<KVPairs<V>, String> {
         let mut req = req;
         let mut memo = req.memo.take();
@@ -110,5 +122,51 @@ fn answer<V: Value>(store: &KeyStore<V>, r: &Resolved) -> KVPairs<V> {
         keys: Vec::new(),
         vals: store.gather(r),
         lens: r.lens_frame(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kv::pairs::KVRequest;
+    use std::borrow::Cow;
+
+    fn push(h: &mut DefaultHandler<f32>, keys: &[Key], vals: &[f32]) {
+        let meta = ReqMeta {
+            cmd: 0,
+            push: true,
+            pull: false,
+            sender: 9,
+            timestamp: 0,
+        };
+        let req = KVRequest {
+            keys: Cow::Borrowed(keys),
+            vals: Cow::Borrowed(vals),
+            lens: Cow::Borrowed(&[]),
+            memo: None,
+        };
+        h.handle(&meta, req).expect("pushed");
+    }
+
+    #[test]
+    fn a_saved_handler_restores_its_sums() {
+        let mut h = DefaultHandler::<f32>::new();
+        push(&mut h, &[1, 5, 7], &[1.0, 2.0, 3.0]);
+        push(&mut h, &[5], &[10.0]);
+        let state = h.save().expect("the default handler saves");
+        let mut back = DefaultHandler::<f32>::new();
+        back.restore(&state).expect("restores");
+        assert_eq!(back.get(5), Some(&[12.0][..]));
+        assert_eq!(back.get(7), Some(&[3.0][..]));
+        assert_eq!(back.store().len(), 3);
+        let e = back
+            .restore(&state[..state.len() - 1])
+            .expect_err("truncated");
+        assert!(e.starts_with("saved store truncated: the values"), "{e}");
+        assert_eq!(
+            back.get(5),
+            Some(&[12.0][..]),
+            "a refused restore changes nothing"
+        );
     }
 }

@@ -84,6 +84,22 @@ pub trait RequestHandler<V: Value>: Send + 'static {
     fn value_regions(&self) -> Vec<(usize, usize)> {
         Vec::new()
     }
+
+    /// The handler's state as bytes, for a checkpoint snapshot (issue 13: durable servers;
+    /// [`crate::kv::durable`] frames and checksums them). Default: `None`, a handler whose
+    /// state cannot be saved.
+    fn save(&self) -> Option<Vec<u8>> {
+        None
+    }
+
+    /// Replaces the handler's state with bytes [`save`](Self::save) returned.
+    ///
+    /// # Errors
+    /// A text naming what is wrong with `state`; the default refuses (nothing to restore
+    /// into).
+    fn restore(&mut self, _state: &[u8]) -> Result<(), String> {
+        Err("this handler cannot restore saved state (RequestHandler::restore)".into())
+    }
 }
 
 /// The server side of application `app_id` for values of type `V`. Requests are handled on

@@ -10,6 +10,7 @@
 mod arena;
 mod index;
 mod parallel;
+mod saved;
 
 pub use index::{Index, Keys};
 
