@@ -4,6 +4,7 @@
 //! server before training (identical configurations are accepted again; a different one is an
 //! error naming both).
 
+use crate::kv::durable::bytes::Reader;
 use crate::kv::{KVPairs, KVRequest, Key, ReqMeta, RequestHandler};
 use std::collections::HashMap;
 
@@ -119,6 +120,53 @@ impl RequestHandler<f32> for OptimizerHandler {
         self.w.get(&key).map(std::slice::from_ref)
     }
 
+    /// The configuration, weights and AdaGrad sums, as bytes (little-endian): a `u8` (1 when
+    /// configured) and the three config values (`f32`: optimizer code, learning rate, l2);
+    /// then the weights, the AdaGrad sums: each a count `u64` and `(key u64, value f32)` pairs,
+    /// keys ascending.
+    fn save(&self) -> Option<Vec<u8>> {
+        let mut out = vec![u8::from(self.cfg.is_some())];
+        for v in self.cfg.map_or([0.0; 3], |c| c.encode()) {
+            out.extend_from_slice(&v.to_le_bytes());
+        }
+        for map in [&self.w, &self.h] {
+            let mut pairs: Vec<(Key, f32)> = map.iter().map(|(&k, &v)| (k, v)).collect();
+            pairs.sort_unstable_by_key(|p| p.0);
+            out.extend_from_slice(&(pairs.len() as u64).to_le_bytes());
+            for (k, v) in pairs {
+                out.extend_from_slice(&k.to_le_bytes());
+                out.extend_from_slice(&v.to_le_bytes());
+            }
+        }
+        Some(out)
+    }
+
+    fn restore(&mut self, state: &[u8]) -> Result<(), String> {
+        let mut r = Reader::new("saved optimizer", state);
+        let configured = r.take(1, "the configured flag")?[0] == 1;
+        let raw = [
+            r.f32("the optimizer code")?,
+            r.f32("the learning rate")?,
+            r.f32("l2")?,
+        ];
+        let cfg = configured
+            .then(|| OptConfig::decode(&raw))
+            .transpose()
+            .map_err(|e| format!("saved optimizer: {e}"))?;
+        let mut maps = [HashMap::new(), HashMap::new()];
+        for (map, what) in maps.iter_mut().zip(["weights", "AdaGrad sums"]) {
+            let n = r.u64(what)?;
+            for _ in 0..n {
+                let k = r.u64(what)?;
+                map.insert(k, r.f32(what)?);
+            }
+        }
+        r.finish("the AdaGrad sums")?;
+        let [w, h] = maps;
+        *self = OptimizerHandler { cfg, w, h };
+        Ok(())
+    }
+
     fn handle(&mut self, meta: &ReqMeta, req: KVRequest<'_, f32>) -> Result<KVPairs<f32>, String> {
         match (meta.cmd, meta.push) {
             (CMD_CONFIG, true) => {
@@ -209,5 +257,41 @@ mod tests {
         assert!(OptConfig::decode(&[5.0, 1.0, 0.0])
             .unwrap_err()
             .contains("unknown optimizer code 5"));
+    }
+
+    #[test]
+    fn a_saved_optimizer_restores_weights_and_adagrad_sums() {
+        let cfg = OptConfig {
+            optimizer: Optimizer::Adagrad,
+            learning_rate: 0.1,
+            l2: 0.01,
+        };
+        let mut h = OptimizerHandler::new();
+        h.cfg = Some(cfg);
+        for (k, g) in [(3, 0.5), (7, -1.0), (3, 0.25)] {
+            h.apply(&cfg, k, g);
+        }
+        let state = h.save().expect("saves");
+        let mut back = OptimizerHandler::new();
+        back.restore(&state).expect("restores");
+        assert_eq!(back.cfg, Some(cfg));
+        assert_eq!(back.w, h.w);
+        assert_eq!(back.h, h.h);
+        // The next step continues exactly where the saved one would have.
+        h.apply(&cfg, 3, 0.125);
+        back.apply(&cfg, 3, 0.125);
+        assert_eq!(back.weight(3).to_bits(), h.weight(3).to_bits());
+        let e = back
+            .restore(&state[..state.len() - 2])
+            .expect_err("truncated");
+        assert!(
+            e.starts_with("saved optimizer truncated: AdaGrad sums needs 4 bytes"),
+            "{e}"
+        );
+        assert_eq!(
+            back.weight(7),
+            h.weight(7),
+            "a refused restore changes nothing"
+        );
     }
 }

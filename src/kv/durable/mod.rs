@@ -11,10 +11,13 @@
 //!   before it was acknowledged) is a torn tail: reported, and the records before it are
 //!   whole. Any other damage is an error.
 //!
+//! - [`bytes`]: a cursor for handlers reading their saved state back, naming field and offset.
+//!
 //! The encoding and decoding are pure functions over bytes (property-tested: any truncation of
 //! a log yields a prefix of its records, any flipped byte of a snapshot or log is an error);
 //! the file functions around them only read, write, rename and (if asked) fsync.
 
+pub mod bytes;
 pub mod log;
 pub mod snapshot;
 

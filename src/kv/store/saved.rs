@@ -7,25 +7,10 @@
 //! `frombuffer` at those offsets.
 
 use super::{KeyStore, Lens};
+use crate::kv::durable::bytes::Reader;
 use crate::kv::pairs::{check_sorted, view};
 use crate::kv::value::Value;
 use crate::kv::Key;
-
-/// Takes `n` bytes at `at` of `b`, naming `what` and the offset when they are not there.
-fn take<'b>(b: &'b [u8], at: &mut usize, n: usize, what: &str) -> Result<&'b [u8], String> {
-    let start = *at;
-    let end = start
-        .checked_add(n)
-        .filter(|&e| e <= b.len())
-        .ok_or_else(|| {
-            format!(
-                "saved store truncated: {what} needs {n} bytes at offset {start}, {} remain",
-                b.len().saturating_sub(start)
-            )
-        })?;
-    *at = end;
-    Ok(&b[start..end])
-}
 
 impl<V: Value> KeyStore<V> {
     /// Every key with its value, as bytes (see the module docs), keys ascending.
@@ -56,9 +41,9 @@ impl<V: Value> KeyStore<V> {
     /// A text naming what is wrong: another value type, a truncation (with its offset), keys
     /// out of order, bytes left over.
     pub fn restore(bytes: &[u8]) -> Result<KeyStore<V>, String> {
-        let mut at = 0;
-        let name_len = take(bytes, &mut at, 1, "the value type's name length")?[0] as usize;
-        let name = take(bytes, &mut at, name_len, "the value type's name")?;
+        let mut r = Reader::new("saved store", bytes);
+        let name_len = r.take(1, "the value type's name length")?[0] as usize;
+        let name = r.take(name_len, "the value type's name")?;
         let want = V::DTYPE.to_string();
         if name != want.as_bytes() {
             return Err(format!(
@@ -66,31 +51,15 @@ impl<V: Value> KeyStore<V> {
                 String::from_utf8_lossy(name)
             ));
         }
-        let mut n = [0u8; 8];
-        n.copy_from_slice(take(bytes, &mut at, 8, "the key count")?);
-        let n = usize::try_from(u64::from_le_bytes(n))
+        let n = usize::try_from(r.u64("the key count")?)
             .map_err(|_| "saved store: key count too large".to_string())?;
-        let keys = view::<Key>(
-            take(bytes, &mut at, n.saturating_mul(8), "the keys")?,
-            "keys",
-        )?;
+        let keys = view::<Key>(r.take(n.saturating_mul(8), "the keys")?, "keys")?;
         check_sorted(&keys).map_err(|e| format!("saved store: {e}"))?;
-        let lens = view::<u32>(
-            take(bytes, &mut at, n.saturating_mul(4), "the lengths")?,
-            "lens",
-        )?;
+        let lens = view::<u32>(r.take(n.saturating_mul(4), "the lengths")?, "lens")?;
         let values: usize = lens.iter().map(|&l| l as usize).sum();
         let size = std::mem::size_of::<V>();
-        let vals = view::<V>(
-            take(bytes, &mut at, values.saturating_mul(size), "the values")?,
-            "values",
-        )?;
-        if at != bytes.len() {
-            return Err(format!(
-                "saved store: {} bytes left over after the values (offset {at})",
-                bytes.len() - at
-            ));
-        }
+        let vals = view::<V>(r.take(values.saturating_mul(size), "the values")?, "values")?;
+        r.finish("the values")?;
         let mut store = KeyStore::new();
         let r = store.resolve_push(&keys, Lens::PerKey(&lens))?;
         store.push(&r, &vals);
