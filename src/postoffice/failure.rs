@@ -36,7 +36,7 @@ impl Postoffice {
     pub(super) fn mark_lost(&self, peer: NodeId, why: String, error: Error) {
         {
             let mut st = lock(&self.state);
-            if st.lost.iter().any(|l| l.peer == peer) {
+            if loss_of(&st.lost, peer).is_some() {
                 return;
             }
             st.lost.push(Loss {
@@ -75,7 +75,7 @@ impl Postoffice {
     /// Whether `peer` is known to be gone (its data is not delivered any more: the resend book
     /// forgot it, so a duplicate could not be told apart).
     pub(super) fn is_lost(&self, peer: NodeId) -> bool {
-        self.broken.load(Ordering::Acquire) && lock(&self.state).lost.iter().any(|l| l.peer == peer)
+        self.broken.load(Ordering::Acquire) && loss_of(&lock(&self.state).lost, peer).is_some()
     }
 
     /// NODE_LOST from the scheduler: `control.nodes[0]` was declared lost, `meta.error` says
@@ -144,10 +144,7 @@ impl Postoffice {
         }
         let why = {
             let st = lock(&self.state);
-            st.lost
-                .iter()
-                .find(|l| l.peer == from)
-                .map(|l| l.why.clone())
+            loss_of(&st.lost, from).map(|l| l.why.clone())
         };
         let Some(why) = why else { return false };
         if let Some(node) = self.nodes().into_iter().find(|n| n.id == from) {
@@ -170,11 +167,16 @@ impl Postoffice {
     }
 }
 
+/// The loss of `peer` among `lost`, if it is lost.
+fn loss_of(lost: &[Loss], peer: NodeId) -> Option<&Loss> {
+    lost.iter().find(|l| l.peer == peer)
+}
+
 /// Why data message `meta` may not be sent after the losses `lost`: to a lost peer, its loss;
 /// a request to anyone, the first loss (the job cannot complete); an answer to a live peer may
 /// go (`None`).
 fn refusal(lost: &[Loss], meta: &Meta) -> Option<Error> {
-    match lost.iter().find(|l| l.peer == meta.recver) {
+    match loss_of(lost, meta.recver) {
         Some(l) => Some(l.error.clone()),
         None if meta.request => lost.first().map(|l| l.error.clone()),
         None => None,

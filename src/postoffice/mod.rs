@@ -62,10 +62,6 @@ pub const ALL_GROUP: i32 = 7;
 /// How often waiting threads wake to check deadlines.
 const TICK: Duration = Duration::from_millis(100);
 
-/// A gap between two looks of a waiting thread (normally [`TICK`]) that means the process was
-/// paused.
-const PAUSED: Duration = Duration::from_secs(2);
-
 /// This node's side of membership and barriers (every node, the scheduler included).
 #[derive(Default)]
 struct State {
@@ -377,13 +373,13 @@ impl Postoffice {
     }
 
     /// An error when the scheduler has not been heard of for `PS_HEARTBEAT_TIMEOUT` while this
-    /// node waits in a barrier of `group`. Waits look at least every [`TICK`]: a much longer gap
-    /// means this process was paused, and the scheduler gets a whole timeout again (its answer,
+    /// node waits in a barrier of `group`. Waits look at least every [`TICK`]: a gap longer
+    /// than [`scheduler::PAUSED`] means this process was paused, and the scheduler gets a whole timeout again (its answer,
     /// maybe NODE_LOST for this node, may be waiting unread).
     fn scheduler_silent(&self, st: &mut State, now: Instant, group: i32) -> Option<Result<()>> {
         let paused = st
             .last_check
-            .is_some_and(|t| now.duration_since(t) > PAUSED);
+            .is_some_and(|t| now.duration_since(t) > scheduler::PAUSED);
         st.last_check = Some(now);
         if paused && st.last_from_scheduler.is_some() {
             st.last_from_scheduler = Some(now);

@@ -88,9 +88,8 @@ impl Postoffice {
 
     /// Whether a received data message goes on to its customer: not when `PS_DROP_MSG` drops
     /// it, nor when it is a duplicate of one delivered before. A stamped message is
-    /// acknowledged (in a batch, [`flush_acks`](Self::flush_acks)), a duplicate too; nothing
-    /// from a peer declared lost is delivered (the first
-    /// ACK may have been lost).
+    /// acknowledged (in a batch, [`flush_acks`](Self::flush_acks)), a duplicate too (the first
+    /// ACK may have been lost). Nothing from a peer declared lost is delivered.
     pub(super) fn admit(&self, meta: &Meta) -> bool {
         if self.is_lost(meta.sender) {
             tracing::debug!(

@@ -43,9 +43,10 @@ pub struct Scheduler {
     last_tick: Option<Instant>,
 }
 
-/// A gap between two ticks that means the scheduler's process was paused (it ticks every
-/// 10 ms or so): the nodes get a whole `PS_HEARTBEAT_TIMEOUT` again rather than all being
-/// declared lost before their queued heartbeats are read.
+/// A gap between two looks at the clock that means this process was paused (the scheduler
+/// ticks every 10 ms or so, a node waiting in a barrier looks every 100 ms): on the scheduler
+/// the nodes get a whole `PS_HEARTBEAT_TIMEOUT` again rather than all being declared lost
+/// before their queued heartbeats are read; on a node, the scheduler does.
 pub const PAUSED: Duration = Duration::from_secs(2);
 
 impl Scheduler {

@@ -8,7 +8,7 @@
 //! anywhere else fails a checksum: [`Damage`] names the offset. The length has its own
 //! checksum so that damage to it cannot pass for a torn tail.
 
-use super::{Damage, Fsync};
+use super::{le32, Damage, Fsync};
 use crate::error::{Error, Result};
 use std::io::Write;
 use std::path::Path;
@@ -34,10 +34,6 @@ pub struct Records<'b> {
     pub records: Vec<(u64, &'b [u8])>,
     /// Offset of a torn last record, to be cut off.
     pub torn_at: Option<u64>,
-}
-
-fn le32(b: &[u8]) -> u32 {
-    u32::from_le_bytes([b[0], b[1], b[2], b[3]])
 }
 
 /// The records of log file `file`'s bytes.

@@ -53,3 +53,8 @@ pub enum Fsync {
     /// `fsync` the file (and, after a rename, its directory) before returning.
     Yes,
 }
+
+/// The little-endian `u32` in the first 4 bytes of `b` (the caller checked there are 4).
+fn le32(b: &[u8]) -> u32 {
+    u32::from_le_bytes([b[0], b[1], b[2], b[3]])
+}

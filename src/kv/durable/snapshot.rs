@@ -4,7 +4,7 @@
 //! `u64`, the payload, crc32c (Castagnoli) `u32` of every byte before it. What the payload holds
 //! is the handler's business (its `save`); this layer only guarantees it comes back whole.
 
-use super::{Damage, Fsync};
+use super::{le32, Damage, Fsync};
 use crate::error::{Error, Result};
 use std::io::Write;
 use std::path::Path;
@@ -54,7 +54,7 @@ pub fn decode<'b>(file: &str, bytes: &'b [u8]) -> Result<&'b [u8], Damage> {
             "not a pslite snapshot (no PSLSNAP1 magic)".into(),
         ));
     }
-    let version = u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]);
+    let version = le32(&bytes[8..]);
     if version != VERSION {
         return Err(damage(
             8,
@@ -75,12 +75,7 @@ pub fn decode<'b>(file: &str, bytes: &'b [u8]) -> Result<&'b [u8], Damage> {
         ));
     }
     let body = bytes.len() - 4;
-    let stored = u32::from_le_bytes([
-        bytes[body],
-        bytes[body + 1],
-        bytes[body + 2],
-        bytes[body + 3],
-    ]);
+    let stored = le32(&bytes[body..]);
     let crc = crc32c::crc32c(&bytes[..body]);
     if crc != stored {
         return Err(damage(
