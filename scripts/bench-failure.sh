@@ -17,8 +17,7 @@ KILLS=${3:-5}
 
 cargo build --release --quiet --bins
 B=target/release
-median() { sort -g | awk '{a[NR]=$1} END {if (NR%2) print a[(NR+1)/2]; else printf "%.3f\n", (a[NR/2]+a[NR/2+1])/2}'; }
-field() { grep -o "\"$1\":[0-9.e+-]*" | head -1 | cut -d: -f2; }
+. scripts/bench-lib.sh
 now() { date +%s.%N; }
 
 # ---- 1. resend off / on ----

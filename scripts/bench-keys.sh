@@ -15,8 +15,7 @@ RUNS=${1:-5}
 cargo build --release --quiet --bins
 L=target/release/pslite-launch
 
-median() { sort -g | awk '{a[NR]=$1} END {if (NR%2) print a[(NR+1)/2]; else printf "%.3f\n", (a[NR/2]+a[NR/2+1])/2}'; }
-field() { grep -o "\"$1\":[0-9.e+-]*" | head -1 | cut -d: -f2; }
+. scripts/bench-lib.sh
 now() { date +%s.%N; }
 declare -A R
 

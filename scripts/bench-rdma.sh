@@ -17,8 +17,7 @@ export PS_POOL_BYTES=${PS_POOL_BYTES:-67108864}
 RUNS=${1:-3}
 SECS=${2:-8}
 L=target/release/pslite-launch
-median() { sort -g | awk '{a[NR]=$1} END {if (NR%2) print a[(NR+1)/2]; else printf "%.3f\n", (a[NR/2]+a[NR/2+1])/2}'; }
-field() { grep -o "\"$1\":[0-9.e+-]*" | head -1 | cut -d: -f2; }
+. scripts/bench-lib.sh
 dev=${RDMA_DEVICE:-rxe0}; gid=${RDMA_GID_INDEX:-1}
 
 bws=()

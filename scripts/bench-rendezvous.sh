@@ -10,8 +10,7 @@ SECS=${2:-4}
 VAN=${3:-zmq}
 [ -x target/release/pslite-launch ] || cargo build --release --quiet --bin pslite-launch
 LAUNCH=target/release/pslite-launch
-median() { sort -g | awk '{a[NR]=$1} END {if (NR%2) print a[(NR+1)/2]; else printf "%.2f\n", (a[NR/2]+a[NR/2+1])/2}'; }
-field() { grep -o "\"$1\":[0-9.e+-]*" | head -1 | cut -d: -f2; }
+. scripts/bench-lib.sh
 
 echo "| value | path | pull goodput, median of $RUNS x $SECS s (Gbit/s) | runs | meta-data round trips per key: round 1 / after |"
 echo "| --- | --- | --- | --- | --- |"
@@ -27,6 +26,6 @@ for len in 1024000 4096000; do
             fi
         done
         name=$([ -n "$zc" ] && echo "rendezvous (--zero-copy)" || echo "copying pull")
-        echo "| $((len / 1000000)) MB | $name | $(printf '%s\n' "${g[@]}" | median) | ${g[*]} | $trips |"
+        echo "| $((len / 1000000)) MB | $name | $(printf '%s\n' "${g[@]}" | median 2) | ${g[*]} | $trips |"
     done
 done

@@ -15,8 +15,7 @@ need_debs iperf3
 cargo build --release --quiet --bin pslite-launch
 LAUNCH=target/release/pslite-launch
 
-median() { sort -g | awk '{a[NR]=$1} END {if (NR%2) print a[(NR+1)/2]; else printf "%.3f\n", (a[NR/2]+a[NR/2+1])/2}'; }
-field() { grep -o "\"$1\":[0-9.e+-]*" | head -1 | cut -d: -f2; }
+. scripts/bench-lib.sh
 
 port=$(( 20000 + RANDOM % 20000 ))
 timeout 30 iperf3 -s -1 -B 127.0.0.1 -p "$port" >/dev/null 2>&1 &
