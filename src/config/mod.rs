@@ -21,6 +21,10 @@
 //! | `PS_RESEND` | acknowledge every data message and send it again until acknowledged; drop duplicates (ps-lite's `PS_RESEND`) | 0 or 1 | 0 |
 //! | `PS_RESEND_TIMEOUT` | how long a data message waits for its acknowledgement before it is sent again | milliseconds, 1–3600000 | 1000 |
 //! | `PS_DROP_MSG` | for tests: the share of received data messages dropped (ps-lite's knob) | percent, 0–99 | 0 |
+//! | `PS_CHECKPOINT_DIR` | servers keep their state recoverable here (snapshots and a request log, `server-R/` per rank); a lost server can then be replaced ([`crate::kv::durable`]) | directory path | off |
+//! | `PS_CHECKPOINT_SYNC` | fsync each log record before the request is answered (survives a machine crash; without: a process death) | 0 or 1 | 0 |
+//! | `PS_CHECKPOINT_LOG_MB` | log size after which a snapshot starts a new log (or twice the last snapshot, if more) | MiB, 1–2³⁰ | 256 |
+//! | `PS_RECOVERY_TIMEOUT` | (scheduler) how long a lost server waits for a replacement before the job fails | seconds, > 0 | 60 |
 //! | `PSLITE_RANK` | rank this server/worker asks for (the launcher sets it) | whole number ≥ 0 | registration order |
 //!
 //! The listening address is `DMLC_NODE_HOST` if set, else the IPv4 address of `DMLC_INTERFACE`,
@@ -31,10 +35,12 @@
 //! their row ([`Overrides`]). An error names the variable (and its flag), the value given and
 //! the expected form.
 
+pub mod checkpoint;
 pub(crate) mod vars;
 
 use crate::error::{Error, Result};
 use crate::wire::Role;
+pub use checkpoint::Checkpoint;
 use std::time::Duration;
 use vars::Vars;
 
@@ -94,6 +100,8 @@ pub struct Config {
     pub resend_timeout: Option<Duration>,
     /// Percent of received data messages dropped, for tests (`PS_DROP_MSG`); 0 normally.
     pub drop_msg_percent: u32,
+    /// Durable servers and recovery (`PS_CHECKPOINT_DIR` and its companions); `None` when off.
+    pub checkpoint: Option<Checkpoint>,
 }
 
 /// Values given as flags; each one, when `Some`, replaces its environment variable.
@@ -191,6 +199,7 @@ impl Config {
             key_cache_keys: key_cache_keys(&vars)?,
             resend_timeout: resend_timeout(&vars)?,
             drop_msg_percent: vars.ranged("PS_DROP_MSG", 0, 99)?.unwrap_or(0),
+            checkpoint: checkpoint::checkpoint(&vars)?,
             node_host: node_host(&vars, &root_uri)?,
         })
     }
@@ -359,6 +368,7 @@ impl Config {
             key_cache_keys: DEFAULT_KEY_CACHE_KEYS,
             resend_timeout: None,
             drop_msg_percent: 0,
+            checkpoint: None,
         }
     }
 }

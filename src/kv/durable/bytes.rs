@@ -44,6 +44,34 @@ impl<'b> Reader<'b> {
         Ok(u64::from_le_bytes(b))
     }
 
+    /// A little-endian `i32` holding `what`.
+    ///
+    /// # Errors
+    /// As [`take`](Self::take).
+    pub fn i32(&mut self, what: &str) -> Result<i32, String> {
+        let mut b = [0u8; 4];
+        b.copy_from_slice(self.take(4, what)?);
+        Ok(i32::from_le_bytes(b))
+    }
+
+    /// One byte holding `what`.
+    ///
+    /// # Errors
+    /// As [`take`](Self::take).
+    pub fn u8(&mut self, what: &str) -> Result<u8, String> {
+        Ok(self.take(1, what)?[0])
+    }
+
+    /// A `u64` length followed by that many bytes, which hold `what`.
+    ///
+    /// # Errors
+    /// As [`take`](Self::take); a length beyond the platform's `usize`.
+    pub fn sized(&mut self, what: &str) -> Result<&'b [u8], String> {
+        let n = self.u64(what)?;
+        let n = usize::try_from(n).map_err(|_| format!("{}: {what} of {n} bytes", self.name))?;
+        self.take(n, what)
+    }
+
     /// A little-endian `f32` holding `what`.
     ///
     /// # Errors

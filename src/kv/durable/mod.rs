@@ -17,8 +17,11 @@
 //! a log yields a prefix of its records, any flipped byte of a snapshot or log is an error);
 //! the file functions around them only read, write, rename and (if asked) fsync.
 
+pub mod applied;
 pub mod bytes;
+pub mod checkpoint;
 pub mod log;
+pub mod record;
 pub mod snapshot;
 
 use std::fmt;

@@ -13,7 +13,8 @@ use std::path::Path;
 pub const MAGIC: &[u8; 8] = b"PSLSNAP1";
 /// The format version this build writes and reads.
 pub const VERSION: u32 = 1;
-const HEADER: usize = 8 + 4 + 8;
+/// Bytes before the payload.
+pub const HEADER: usize = 8 + 4 + 8;
 
 /// The bytes of a snapshot file holding `payload`.
 pub fn encode(payload: &[u8]) -> Vec<u8> {
