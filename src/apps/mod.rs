@@ -3,6 +3,7 @@
 
 pub mod bench;
 pub mod cli;
+pub mod inspect;
 pub mod kv_app;
 pub mod lr;
 pub mod stats;

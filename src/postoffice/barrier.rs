@@ -86,6 +86,14 @@ impl BarrierBook {
         None
     }
 
+    /// `node` is gone and will be replaced (issue 13): its arrivals no longer count; its
+    /// replacement arrives again.
+    pub fn leave(&mut self, node: NodeId) {
+        for open in self.open.values_mut() {
+            open.arrived.remove(&node);
+        }
+    }
+
     /// Fails every open barrier that is past its deadline or waits for a node in `lost`.
     pub fn check(&mut self, now: Instant, lost: &BTreeSet<NodeId>) -> Vec<Outcome> {
         let mut out = Vec::new();
@@ -187,6 +195,18 @@ mod tests {
             f.text,
             "barrier of group 6 cannot complete: lost worker rank 0 (id 9)"
         );
+    }
+
+    #[test]
+    fn a_member_that_left_must_arrive_again() {
+        let mut b = BarrierBook::default();
+        let t0 = Instant::now();
+        b.arrive(7, 8, &[1, 8, 9], None, t0);
+        b.arrive(7, 9, &[1, 8, 9], None, t0);
+        b.leave(8);
+        assert_eq!(b.arrive(7, 1, &[1, 8, 9], None, t0), None, "8 left");
+        let done = b.arrive(7, 8, &[1, 8, 9], None, t0).expect("complete");
+        assert_eq!(done.release, vec![1, 8, 9]);
     }
 
     #[test]

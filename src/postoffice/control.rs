@@ -71,6 +71,9 @@ impl Postoffice {
         }
         let Some(cmd) = msg.meta.command() else {
             if self.admit(&msg.meta) {
+                if !msg.meta.request {
+                    self.answered(&msg.meta);
+                }
                 lock(&self.routes).deliver(msg, Instant::now());
             }
             return;
@@ -79,7 +82,7 @@ impl Postoffice {
         let control = msg.meta.control.clone().unwrap_or_default();
         match (cmd, scheduler, msg.meta.request) {
             (Command::AddNode, true, true) => self.on_add_node(&control.nodes),
-            (Command::AddNode, false, false) => self.update_table(&msg.meta, control.nodes),
+            (Command::AddNode, false, false) => self.update_table(&msg.meta, control),
             (Command::Barrier, true, true) => {
                 let timeout = (control.barrier_timeout_ms > 0)
                     .then(|| Duration::from_millis(control.barrier_timeout_ms));
@@ -93,6 +96,7 @@ impl Postoffice {
             (Command::Heartbeat, false, false) => {}
             (Command::Ack, _, _) => self.on_ack(msg.meta.sender, &control),
             (Command::NodeLost, false, _) => self.on_node_lost(&msg.meta, &control),
+            (Command::NodeReplaced, false, _) => self.on_node_replaced(&control),
             (Command::Terminate, _, _) => {
                 self.stopped.store(true, Ordering::Release);
                 self.cv.notify_all();
@@ -167,15 +171,22 @@ impl Postoffice {
             Admission::Waiting | Admission::Repeat => {}
             Admission::Refused { node, why } => self.refuse_all(&[node], &why),
             Admission::Complete(table) => self.send_table(table),
+            Admission::Replaced {
+                node,
+                displaced,
+                table,
+            } => self.admit_replacement(node, displaced, table),
         }
     }
 
     /// Every node registered: the scheduler is ready, and every node gets the table.
     fn send_table(&self, table: Vec<Node>) {
+        let window = super::recovery::window(&self.cfg).map_or(0, |w| w.as_millis() as u64);
         {
             let mut st = lock(&self.state);
             st.nodes = table.clone();
             st.ready = true;
+            st.replace_within = window;
         }
         self.cv.notify_all();
         for n in &table[1..] {
@@ -183,6 +194,7 @@ impl Postoffice {
                 let control = Control {
                     cmd: Some(Command::AddNode),
                     nodes: table.clone(),
+                    replace_within_ms: window,
                     ..Control::default()
                 };
                 self.send(Message::new(Meta::for_control(n.id, control)))

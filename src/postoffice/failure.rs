@@ -7,11 +7,15 @@
 //! SIGSTOP, say); later heartbeats of a lost node are answered with NODE_LOST again. An RDMA
 //! van reports a failed channel the same way ([`VanEvent::PeerLost`]).
 //!
-//! From then on the job cannot complete (issue 13 makes server deaths survivable): every
+//! When the cluster replaces lost servers (`PS_CHECKPOINT_DIR`, [`super::recovery`]), a lost
+//! server is first *awaited*; only a loss without a replacement window is a failure.
+//!
+//! From then on the job cannot complete: every
 //! customer gets [`VanEvent::PeerLost`] (a `KVWorker` fails all its pending requests with it),
 //! data requests are refused at [`Postoffice::send`], barriers fail at once, and every node's
 //! `finalize` returns the error, so no process exits with status 0.
 
+use super::scheduler::Declared;
 use super::{Postoffice, SCHEDULER};
 use crate::error::{Error, Result};
 use crate::sync::lock;
@@ -44,6 +48,7 @@ impl Postoffice {
                 why,
                 error: error.clone(),
             });
+            st.awaiting.retain(|&a| a != peer);
         }
         self.broken.store(true, Ordering::Release);
         self.cv.notify_all();
@@ -86,6 +91,11 @@ impl Postoffice {
             return;
         };
         let why = meta.error.clone().unwrap_or_default();
+        if control.replace_within_ms > 0 && node.id != self.my_id() {
+            let window = Duration::from_millis(control.replace_within_ms);
+            self.mark_awaiting(node.id, &why, window);
+            return;
+        }
         let error = if node.id == self.my_id() {
             Error::DeclaredLost(format!(
                 "the scheduler declared this node ({}) lost: {why}; it was paused (SIGSTOP, \
@@ -99,40 +109,42 @@ impl Postoffice {
         self.mark_lost(node.id, why, error);
     }
 
-    /// On the scheduler: `lost` nodes were just declared lost, each after the silence given.
-    /// Tells every node (the lost ones too); returns each loss's reason, to be recorded with
-    /// [`record_declared`](Self::record_declared) once everything else this tick sends is sent
-    /// (recording wakes the scheduler's own `finalize`, which stops it).
-    pub(super) fn announce_lost(&self, lost: Vec<(NodeId, Duration)>) -> Vec<(NodeId, String)> {
+    /// On the scheduler: `lost` nodes were just declared lost (each with why, and whether a
+    /// replacement is awaited). Tells every node (the lost ones too); returns each loss's
+    /// reason, to be recorded with [`record_declared`](Self::record_declared) once everything
+    /// else this tick sends is sent (recording wakes the scheduler's own `finalize`, which
+    /// stops it).
+    pub(super) fn announce_lost(&self, lost: Vec<Declared>) -> Vec<(Declared, String)> {
         if lost.is_empty() {
             return Vec::new();
         }
         let nodes = self.nodes();
         let mut declared = Vec::new();
-        for (id, silent) in lost {
-            let why = format!(
-                "no heartbeat for {:.1} s (PS_HEARTBEAT_TIMEOUT is {:.0} s)",
-                silent.as_secs_f64(),
-                self.cfg.heartbeat_timeout.as_secs_f64()
-            );
-            let Some(node) = nodes.iter().find(|n| n.id == id).cloned() else {
+        for d in lost {
+            let why = super::recovery::why_text(&d, self.cfg.heartbeat_timeout);
+            let Some(node) = nodes.iter().find(|n| n.id == d.id).cloned() else {
                 continue;
             };
+            let window = d.awaiting.map_or(0, |w| w.as_millis() as u64);
             for n in nodes.iter().filter(|n| n.id != SCHEDULER) {
-                if let Err(e) = self.send_node_lost(n.id, &node, &why) {
+                if let Err(e) = self.send_node_lost(n.id, &node, &why, window) {
                     tracing::warn!("cannot tell {} of the loss: {e}", Node::describe(n.id));
                 }
             }
-            declared.push((id, why));
+            declared.push((d, why));
         }
         declared
     }
 
     /// On the scheduler: records the losses [`announce_lost`](Self::announce_lost) sent.
-    pub(super) fn record_declared(&self, declared: Vec<(NodeId, String)>) {
-        for (id, why) in declared {
-            let error = Error::PeerLost(lost_text(id, &why));
-            self.mark_lost(id, why, error);
+    pub(super) fn record_declared(&self, declared: Vec<(Declared, String)>) {
+        for (d, why) in declared {
+            if let Some(window) = d.awaiting {
+                self.mark_awaiting(d.id, &why, window);
+                continue;
+            }
+            let error = Error::PeerLost(lost_text(d.id, &why));
+            self.mark_lost(d.id, why, error);
         }
     }
 
@@ -148,15 +160,16 @@ impl Postoffice {
         };
         let Some(why) = why else { return false };
         if let Some(node) = self.nodes().into_iter().find(|n| n.id == from) {
-            let _ = self.send_node_lost(from, &node, &why);
+            let _ = self.send_node_lost(from, &node, &why, 0);
         }
         true
     }
 
-    fn send_node_lost(&self, to: NodeId, lost: &Node, why: &str) -> Result<usize> {
+    fn send_node_lost(&self, to: NodeId, lost: &Node, why: &str, window_ms: u64) -> Result<usize> {
         let control = Control {
             cmd: Some(Command::NodeLost),
             nodes: vec![lost.clone()],
+            replace_within_ms: window_ms,
             ..Control::default()
         };
         let meta = Meta {

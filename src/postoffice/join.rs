@@ -74,7 +74,8 @@ impl Postoffice {
     /// The scheduler's node table (or its refusal) arrived: take this node's id from it and
     /// connect to the peers that carry key-value traffic (workers to servers, servers to
     /// workers).
-    pub(super) fn update_table(&self, meta: &Meta, nodes: Vec<Node>) {
+    pub(super) fn update_table(&self, meta: &Meta, control: Control) {
+        let nodes = control.nodes;
         let mut st = crate::sync::lock(&self.state);
         if let Some(e) = &meta.error {
             st.fatal = Some(Error::Remote {
@@ -115,6 +116,9 @@ impl Postoffice {
         }
         st.nodes = nodes;
         st.ready = true;
+        st.replacement = control.replacement;
+        st.replace_within = control.replace_within_ms;
+        self.set_retaining(control.replace_within_ms > 0);
         self.cv.notify_all();
     }
 

@@ -1,6 +1,7 @@
 //! The scheduler's liveness book: when each node was last heard of, and which nodes are lost
 //! (silent for longer than `PS_HEARTBEAT_TIMEOUT`; ps-lite's `Postoffice::GetDeadNodes`).
-//! Sans-IO: the caller passes the time in. A lost node stays lost.
+//! Sans-IO: the caller passes the time in. A lost node stays lost until a replacement takes its
+//! place ([`Liveness::revive`]).
 
 use crate::wire::NodeId;
 use std::collections::{BTreeSet, HashMap};
@@ -41,6 +42,12 @@ impl Liveness {
                 *t = now;
             }
         }
+    }
+
+    /// A replacement took lost node `id`'s place at `now` (issue 13): it is alive again.
+    pub fn revive(&mut self, id: NodeId, now: Instant) {
+        self.lost.remove(&id);
+        self.last_seen.insert(id, now);
     }
 
     /// The nodes declared lost so far.

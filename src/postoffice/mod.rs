@@ -26,6 +26,7 @@ mod join;
 pub mod liveness;
 mod memory;
 pub mod range;
+mod recovery;
 pub mod resend;
 mod resender;
 mod routes;
@@ -76,6 +77,13 @@ struct State {
     last_check: Option<Instant>,
     /// The peers known to be gone, in the order learnt ([`failure`]).
     lost: Vec<failure::Loss>,
+    /// Lost servers whose replacement the scheduler awaits ([`recovery`]): not a failure yet.
+    awaiting: Vec<crate::wire::NodeId>,
+    /// This node replaces a lost one (it restores its state and skipped the start barrier).
+    replacement: bool,
+    /// How long, in ms, the scheduler awaits a lost server's replacement (0: a loss fails
+    /// the job), as its node table says.
+    replace_within: u64,
 }
 
 /// One node's view of the cluster. Create it with [`Postoffice::start`]; end it with
@@ -103,6 +111,9 @@ pub struct Postoffice {
     acks_due: Mutex<resender::AckBatch>,
     /// A peer is gone ([`failure`]): `state.lost` is not empty.
     broken: AtomicBool,
+    /// Requests to servers not answered yet, kept to be sent again to a replacement
+    /// ([`recovery`]; only when the scheduler said lost servers may be replaced).
+    retained: Mutex<recovery::Retained>,
     /// `PS_DROP_MSG`: the state of its random numbers, and the messages it dropped.
     drop_rng: AtomicU64,
     dropped: AtomicU64,
@@ -163,8 +174,15 @@ impl Postoffice {
             port,
             requested_rank: if is_scheduler { None } else { cfg.rank_hint },
         };
-        let scheduler = is_scheduler
-            .then(|| Mutex::new(Scheduler::new(me.clone(), cfg.num_servers, cfg.num_workers)));
+        let scheduler = is_scheduler.then(|| {
+            let recovery = recovery::window(&cfg);
+            Mutex::new(Scheduler::new(
+                me.clone(),
+                cfg.num_servers,
+                cfg.num_workers,
+                recovery,
+            ))
+        });
         let resend = cfg.resend_timeout.map(|t| Mutex::new(ResendBook::new(t)));
         let po = Arc::new(Postoffice {
             resend,
@@ -182,6 +200,7 @@ impl Postoffice {
             memory: Memory::default(),
             acks_due: Mutex::default(),
             broken: AtomicBool::new(false),
+            retained: Mutex::default(),
             drop_rng: AtomicU64::new(drop_seed()),
             dropped: 0.into(),
             sent_bytes: 0.into(),
@@ -212,6 +231,10 @@ impl Postoffice {
         }
         if !is_scheduler {
             self.spawn("ps-heartbeat", Postoffice::heartbeat_loop)?;
+        }
+        if self.is_replacement() {
+            // The others passed the start-up barrier long ago.
+            return Ok(());
         }
         if let Err(e) = self.barrier_with(ALL_GROUP, Some(self.cfg.timeout)) {
             self.van.abort();
@@ -287,9 +310,13 @@ impl Postoffice {
         msg.meta.sender = self.my_id();
         let payload = msg.data_bytes() as u64;
         let kept = self.stamp(&mut msg);
+        let retained = self.retain(&msg);
         let n = self.van.send(msg).inspect_err(|_| {
             if let Some(k) = kept {
                 self.unstamp(k);
+            }
+            if let Some(r) = retained {
+                lock(&self.retained).release(r);
             }
         })?;
         self.sent_bytes.fetch_add(payload, Ordering::Relaxed);

@@ -26,6 +26,39 @@ pub enum Admission {
     /// Every node registered: the node table, the scheduler first, then servers and workers
     /// with their ids. Send it to every node but the scheduler.
     Complete(Vec<Node>),
+    /// A server registered after the start to replace a lost one (issue 13): it takes the
+    /// lost server's id (so its rank and key range). Send it the table, tell every other node
+    /// its address, and tell `displaced` (the old holder, if it was not known to be lost) that
+    /// it was replaced.
+    Replaced {
+        /// The replacement, with its id.
+        node: Node,
+        /// The node it replaces, when that one was still counted alive.
+        displaced: Option<Node>,
+        /// The node table with the replacement in it.
+        table: Vec<Node>,
+    },
+}
+
+/// Why the scheduler declared a node lost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Why {
+    /// No heartbeat for this long (`PS_HEARTBEAT_TIMEOUT`).
+    Silent(Duration),
+    /// A lost server was not replaced within this long (`PS_RECOVERY_TIMEOUT`).
+    NotReplaced(Duration),
+}
+
+/// A node the scheduler declared lost at a tick.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Declared {
+    /// The node.
+    pub id: NodeId,
+    /// Why.
+    pub why: Why,
+    /// `Some(window)`: a server whose replacement is awaited for `window`
+    /// (`PS_RECOVERY_TIMEOUT`); the job goes on meanwhile. `None`: the job fails.
+    pub awaiting: Option<Duration>,
 }
 
 /// The scheduler's state; see the module docs.
@@ -38,6 +71,11 @@ pub struct Scheduler {
     ready: bool,
     book: BarrierBook,
     liveness: Liveness,
+    /// `PS_RECOVERY_TIMEOUT` when lost servers may be replaced (`PS_CHECKPOINT_DIR` on the
+    /// ZMQ van); `None`: any loss fails the job.
+    recovery: Option<Duration>,
+    /// Lost servers awaiting a replacement, with the deadline for it.
+    awaiting: std::collections::BTreeMap<NodeId, Instant>,
     /// When the clock last ticked (a much longer gap than the receiving thread's tick: this
     /// process was paused).
     last_tick: Option<Instant>,
@@ -50,9 +88,12 @@ pub struct Scheduler {
 pub const PAUSED: Duration = Duration::from_secs(2);
 
 impl Scheduler {
-    /// A scheduler (node `me`) waiting for `servers` servers and `workers` workers.
-    pub fn new(me: Node, servers: usize, workers: usize) -> Scheduler {
+    /// A scheduler (node `me`) waiting for `servers` servers and `workers` workers; with
+    /// `recovery`, a lost server waits that long for a replacement before the job fails.
+    pub fn new(me: Node, servers: usize, workers: usize, recovery: Option<Duration>) -> Scheduler {
         Scheduler {
+            recovery,
+            awaiting: std::collections::BTreeMap::new(),
             servers,
             workers,
             me,
@@ -79,9 +120,15 @@ impl Scheduler {
         if self
             .joining
             .iter()
+            .chain(&self.table)
             .any(|n| n.host == node.host && n.port == node.port)
         {
             return Admission::Repeat;
+        }
+        if self.ready && node.role == Role::Server && self.recovery.is_some() {
+            if let Some(a) = self.replace(&node, now) {
+                return a;
+            }
         }
         let want = self.wanted(node.role);
         let have = self.joining.iter().filter(|n| n.role == node.role).count();
@@ -118,6 +165,32 @@ impl Scheduler {
         self.table = table.clone();
         self.ready = true;
         Admission::Complete(table)
+    }
+
+    /// A server registering after the start replaces the server of its requested rank, or else
+    /// the first lost server; `None` when there is none to replace (it is refused).
+    fn replace(&mut self, node: &Node, now: Instant) -> Option<Admission> {
+        let asked = node
+            .requested_rank
+            .map(|r| r as usize)
+            .filter(|&r| r < self.servers)
+            .map(Node::server_id);
+        let id = asked.or_else(|| self.awaiting.keys().next().copied())?;
+        if self.liveness.lost().contains(&id) && !self.awaiting.contains_key(&id) {
+            // Declared lost for good: the job is failing already.
+            return None;
+        }
+        let slot = self.table.iter_mut().find(|n| n.id == id)?;
+        let old = std::mem::replace(slot, Node { id, ..node.clone() });
+        let displaced = (!self.liveness.lost().contains(&id)).then_some(old);
+        self.awaiting.remove(&id);
+        self.liveness.revive(id, now);
+        self.book.leave(id);
+        Some(Admission::Replaced {
+            node: Node { id, ..node.clone() },
+            displaced,
+            table: self.table.clone(),
+        })
     }
 
     /// Start-up failed (`PS_TIMEOUT` after `timeout`): the nodes that registered, to be told
@@ -167,14 +240,16 @@ impl Scheduler {
     }
 
     /// The clock ticked: the nodes newly declared lost (silent for longer than
-    /// `heartbeat_timeout`; with how long), and the barriers that failed (past their deadline,
-    /// or waiting for a lost node). Nothing before every node registered; after a pause of this
-    /// process ([`PAUSED`]) every node gets a new timeout first.
+    /// `heartbeat_timeout`, or servers not replaced in time), and the barriers that failed
+    /// (past their deadline, or waiting for a node lost for good). A lost server, when servers
+    /// may be replaced, is awaited instead: its barrier arrivals no longer count, and it fails
+    /// the job only at its deadline. Nothing before every node registered; after a pause of
+    /// this process ([`PAUSED`]) every node gets a new timeout first.
     pub fn tick(
         &mut self,
         now: Instant,
         heartbeat_timeout: Duration,
-    ) -> (Vec<(NodeId, Duration)>, Vec<Outcome>) {
+    ) -> (Vec<Declared>, Vec<Outcome>) {
         if !self.ready {
             return (Vec::new(), Vec::new());
         }
@@ -185,9 +260,44 @@ impl Scheduler {
         {
             self.liveness.excuse_pause(now);
         }
-        let newly = self.liveness.check(now, heartbeat_timeout);
-        let failed = self.book.check(now, self.liveness.lost());
-        (newly, failed)
+        let mut declared = Vec::new();
+        for (id, silent) in self.liveness.check(now, heartbeat_timeout) {
+            let awaiting = self
+                .recovery
+                .filter(|_| Node::role_of(id) == Some(Role::Server));
+            if let Some(window) = awaiting {
+                self.awaiting.insert(id, now + window);
+                self.book.leave(id);
+            }
+            declared.push(Declared {
+                id,
+                why: Why::Silent(silent),
+                awaiting,
+            });
+        }
+        let late: Vec<NodeId> = self
+            .awaiting
+            .iter()
+            .filter(|&(_, &deadline)| now >= deadline)
+            .map(|(&id, _)| id)
+            .collect();
+        for id in late {
+            self.awaiting.remove(&id);
+            declared.push(Declared {
+                id,
+                why: Why::NotReplaced(self.recovery.unwrap_or_default()),
+                awaiting: None,
+            });
+        }
+        let for_good: std::collections::BTreeSet<NodeId> = self
+            .liveness
+            .lost()
+            .iter()
+            .filter(|id| !self.awaiting.contains_key(id))
+            .copied()
+            .collect();
+        let failed = self.book.check(now, &for_good);
+        (declared, failed)
     }
 }
 
@@ -235,7 +345,7 @@ mod tests {
             id: SCHEDULER,
             ..node(Role::Scheduler, 9000, None)
         };
-        Scheduler::new(me, servers, workers)
+        Scheduler::new(me, servers, workers, None)
     }
 
     #[test]
@@ -320,7 +430,7 @@ mod tests {
             );
         }
         let (lost, failed) = s.tick(t0 + 11 * sec, 10 * sec);
-        assert_eq!(lost, vec![(9, 11 * sec)]);
+        assert_eq!(lost, vec![silent(9, 11 * sec, None)]);
         assert_eq!(failed.len(), 1);
         assert_eq!(failed[0].release, vec![8]);
         let f = failed[0].failure.as_ref().expect("failed");
@@ -345,6 +455,106 @@ mod tests {
         for t in 32..42 {
             assert!(s.tick(t0 + t * sec, 10 * sec).0.is_empty());
         }
-        assert_eq!(s.tick(t0 + 42 * sec, 10 * sec).0, vec![(9, 11 * sec)]);
+        assert_eq!(
+            s.tick(t0 + 42 * sec, 10 * sec).0,
+            vec![silent(9, 11 * sec, None)]
+        );
+    }
+
+    fn silent(id: NodeId, d: Duration, awaiting: Option<Duration>) -> Declared {
+        Declared {
+            id,
+            why: Why::Silent(d),
+            awaiting,
+        }
+    }
+
+    #[test]
+    fn a_lost_server_is_awaited_and_a_replacement_takes_its_id_and_barrier_place() {
+        let me = Node {
+            id: SCHEDULER,
+            ..node(Role::Scheduler, 9000, None)
+        };
+        let sec = Duration::from_secs(1);
+        let mut s = Scheduler::new(me, 2, 1, Some(30 * sec));
+        let t0 = Instant::now();
+        for (role, port) in [(Role::Server, 1), (Role::Server, 2), (Role::Worker, 3)] {
+            s.add_node(node(role, port, None), t0);
+        }
+        assert_eq!(s.barrier(8, 7, None, t0), None, "server 8 arrives");
+        for id in [9, 10] {
+            s.heartbeat(id, t0 + 10 * sec);
+        }
+        let (lost, failed) = s.tick(t0 + 11 * sec, 10 * sec);
+        assert_eq!(lost, vec![silent(8, 11 * sec, Some(30 * sec))]);
+        assert!(failed.is_empty(), "awaited: the final barrier waits");
+        let Admission::Replaced {
+            node: n,
+            displaced,
+            table,
+        } = s.add_node(node(Role::Server, 7, None), t0 + 12 * sec)
+        else {
+            panic!("a replacement");
+        };
+        assert_eq!((n.id, n.port, displaced), (8, 7, None));
+        assert_eq!(table[1].port, 7, "the table has its address");
+        for id in [SCHEDULER, 9, 10] {
+            assert_eq!(
+                s.barrier(id, 7, None, t0 + 12 * sec),
+                None,
+                "8 must arrive again"
+            );
+        }
+        let done = s.barrier(8, 7, None, t0 + 12 * sec).expect("complete");
+        assert_eq!(done.failure, None);
+        assert!(
+            matches!(
+                s.add_node(node(Role::Worker, 8, None), t0),
+                Admission::Refused { .. }
+            ),
+            "workers are not replaced"
+        );
+    }
+
+    #[test]
+    fn a_server_not_replaced_in_time_fails_the_job_and_a_live_one_can_be_displaced() {
+        let me = Node {
+            id: SCHEDULER,
+            ..node(Role::Scheduler, 9000, None)
+        };
+        let sec = Duration::from_secs(1);
+        let mut s = Scheduler::new(me, 2, 1, Some(5 * sec));
+        let t0 = Instant::now();
+        for (role, port) in [(Role::Server, 1), (Role::Server, 2), (Role::Worker, 3)] {
+            s.add_node(node(role, port, None), t0);
+        }
+        let Admission::Replaced { displaced, .. } =
+            s.add_node(node(Role::Server, 4, Some(1)), t0 + sec)
+        else {
+            panic!("rank 1 asked for");
+        };
+        assert_eq!(displaced.map(|d| (d.id, d.port)), Some((10, 2)));
+        assert_eq!(s.barrier(9, 7, None, t0), None);
+        s.heartbeat(9, t0 + 10 * sec);
+        s.heartbeat(10, t0 + 10 * sec);
+        let (lost, _) = s.tick(t0 + 11 * sec, 10 * sec);
+        assert_eq!(lost, vec![silent(8, 11 * sec, Some(5 * sec))]);
+        let (late, failed) = s.tick(t0 + 16 * sec, 10 * sec);
+        assert_eq!(
+            late,
+            vec![Declared {
+                id: 8,
+                why: Why::NotReplaced(5 * sec),
+                awaiting: None
+            }]
+        );
+        assert_eq!(failed.len(), 1, "the barrier fails with it");
+        assert!(
+            matches!(
+                s.add_node(node(Role::Server, 5, Some(0)), t0 + 17 * sec),
+                Admission::Refused { .. }
+            ),
+            "too late"
+        );
     }
 }

@@ -166,6 +166,8 @@ mod tests {
                     barrier_timeout_ms: 5,
                     barrier_failure: Some(crate::wire::BarrierFailure::Lost),
                     acks: vec![12, 13],
+                    replace_within_ms: 60_000,
+                    replacement: true,
                 }),
                 frame_lens: vec![],
             },

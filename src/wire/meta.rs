@@ -80,6 +80,10 @@ pub enum Command {
     /// says why: how long it was silent); also the scheduler's answer to a heartbeat of a node
     /// it declared lost. Not in ps-lite, whose scheduler tells nobody.
     NodeLost,
+    /// Recovery: scheduler → every other node, `Control::nodes[0]` (a lost node's id, rank and
+    /// key range) is now served by a replacement at this host and port: connect to it and send
+    /// it again the requests it has not answered (issue 13). Not in ps-lite.
+    NodeReplaced,
 }
 
 /// A control message's body.
@@ -100,6 +104,13 @@ pub struct Control {
     /// For an ACK: the sequence numbers acknowledged (`Meta::seq` of the data messages), in
     /// the order received.
     pub acks: Vec<u64>,
+    /// Recovery (`PS_CHECKPOINT_DIR` on the scheduler): in the node table the scheduler sends
+    /// (ADD_NODE answer) and in NODE_LOST, how long, in milliseconds, the scheduler waits for a
+    /// replacement of a lost server; 0 = a lost server fails the job.
+    pub replace_within_ms: u64,
+    /// In the node table sent to one node: it replaces a lost node (it restores its state and
+    /// skips the start-up barrier the others passed long ago).
+    pub replacement: bool,
 }
 
 /// Why a barrier failed (the scheduler's release of a failed barrier).

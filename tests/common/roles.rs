@@ -32,6 +32,8 @@ pub struct Ended {
 /// (`PSLITE_RANK`): "server0" is server rank 0 (id 8), "worker1" worker rank 1 (id 11).
 pub struct Cluster {
     procs: Vec<Proc>,
+    /// Every process's variables (the cluster's, then the test's).
+    env: Vec<(String, String)>,
 }
 
 fn reader(s: impl Read + Send + 'static, out: Arc<Mutex<String>>) -> JoinHandle<()> {
@@ -81,38 +83,55 @@ impl Cluster {
                 Some(r),
             )
         }));
-        let procs = roles
-            .into_iter()
-            .map(|(name, exe, rank)| {
-                let mut cmd = Command::new(exe);
-                if name.starts_with("worker") {
-                    cmd.args(worker_args);
-                }
-                if let Some(r) = rank {
-                    cmd.env("PSLITE_RANK", r.to_string());
-                }
-                let role = name.trim_end_matches(|c: char| c.is_ascii_digit());
-                cmd.env("DMLC_ROLE", role)
-                    .envs(base.iter().copied())
-                    .envs(env.iter().copied())
-                    .stdin(Stdio::null())
-                    .stdout(Stdio::piped())
-                    .stderr(Stdio::piped());
-                let mut child = cmd.spawn().expect("the role starts");
-                let output = Arc::new(Mutex::new(String::new()));
-                let readers = vec![
-                    reader(child.stdout.take().expect("stdout"), output.clone()),
-                    reader(child.stderr.take().expect("stderr"), output.clone()),
-                ];
-                Proc {
-                    name,
-                    child,
-                    output,
-                    readers,
-                }
-            })
+        let env: Vec<(String, String)> = base
+            .iter()
+            .chain(env)
+            .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
-        Cluster { procs }
+        let mut c = Cluster {
+            procs: Vec::new(),
+            env,
+        };
+        for (name, exe, rank) in roles {
+            let args: &[&str] = if name.starts_with("worker") {
+                worker_args
+            } else {
+                &[]
+            };
+            c.add(&name, exe, rank, args);
+        }
+        c
+    }
+
+    /// Starts one more process `name` (role from the name: "server0b" is a server) running
+    /// `exe` with rank `rank` and `args`, with the cluster's variables: a replacement, say.
+    pub fn add(&mut self, name: &str, exe: &str, rank: Option<usize>, args: &[&str]) {
+        let mut cmd = Command::new(exe);
+        cmd.args(args);
+        if let Some(r) = rank {
+            cmd.env("PSLITE_RANK", r.to_string());
+        }
+        let role = ["scheduler", "server", "worker"]
+            .into_iter()
+            .find(|r| name.starts_with(r))
+            .expect("a role's name");
+        cmd.env("DMLC_ROLE", role)
+            .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = cmd.spawn().expect("the role starts");
+        let output = Arc::new(Mutex::new(String::new()));
+        let readers = vec![
+            reader(child.stdout.take().expect("stdout"), output.clone()),
+            reader(child.stderr.take().expect("stderr"), output.clone()),
+        ];
+        self.procs.push(Proc {
+            name: name.to_string(),
+            child,
+            output,
+            readers,
+        });
     }
 
     /// Waits (at most `limit`) until process `name` printed a line containing `text`.
@@ -132,6 +151,32 @@ impl Cluster {
             assert!(
                 t0.elapsed() < limit,
                 "{name} did not print {text:?} within {limit:?}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Waits (at most `limit`) for process `name` to exit; its exit status (`None`: killed by
+    /// a signal) and its output. Fails the test if it is still running then.
+    pub fn wait_exit(&mut self, name: &str, limit: Duration) -> (Option<i32>, String) {
+        let p = self
+            .procs
+            .iter_mut()
+            .find(|p| p.name == name)
+            .expect("a process of that name");
+        let t0 = Instant::now();
+        loop {
+            if let Some(status) = p.child.try_wait().expect("try_wait") {
+                for r in p.readers.drain(..) {
+                    let _ = r.join();
+                }
+                let out = p.output.lock().unwrap_or_else(|e| e.into_inner()).clone();
+                return (status.code(), out);
+            }
+            let out = p.output.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            assert!(
+                t0.elapsed() < limit,
+                "{name} still runs after {limit:?}:\n{out}"
             );
             std::thread::sleep(Duration::from_millis(20));
         }

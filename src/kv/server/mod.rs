@@ -15,6 +15,7 @@
 //! releases a write's hold on its completion (`zserve::InFlight`, one mutex and condvar).
 
 pub mod default;
+pub(crate) mod durable;
 mod zserve;
 
 pub use default::DefaultHandler;
@@ -120,8 +121,11 @@ impl<V: Value> KVServer<V> {
         app_id: i32,
         handler: impl RequestHandler<V>,
     ) -> Result<KVServer<V>> {
+        let mut handler = handler;
+        let durable = durable::Durable::open::<V>(po, app_id, &mut handler)?;
         let cache = po.config().key_cache_keys;
         let mut served = Served {
+            durable,
             handler: ManuallyDrop::new(handler),
             rv: ServerRv::new(po, V::DTYPE),
             lists: KeptLists::new(cache, cache.saturating_mul(po.num_workers().max(1))),
@@ -149,6 +153,8 @@ impl<V: Value> KVServer<V> {
 /// rather than freeing memory a NIC may still read.
 struct Served<H> {
     handler: ManuallyDrop<H>,
+    /// The checkpoint (`PS_CHECKPOINT_DIR`), `None` when off.
+    durable: Option<durable::Durable>,
     rv: ServerRv,
     lists: KeptLists,
     timeout: Duration,
@@ -164,6 +170,7 @@ impl<H> Served<H> {
     {
         let Served {
             handler,
+            durable,
             rv,
             lists,
             timeout,
@@ -206,9 +213,17 @@ impl<H> Served<H> {
             gate,
             parked: rv.has_parked(),
         };
-        if let Some((m, keys)) = serve_request(po, &mut **handler, lists, req) {
+        let server = Handling {
+            handler: &mut **handler,
+            lists,
+            durable: durable.as_mut(),
+        };
+        if let Some((m, keys)) = serve_request(po, server, req) {
             // Rendezvous pulls that waited for these keys (tag matching).
             rv.pushed(po, &m, &**handler, keys);
+        }
+        if let Some(d) = durable {
+            d.maybe_snapshot(&**handler);
         }
     }
 }
@@ -237,14 +252,29 @@ struct Incoming {
     parked: bool,
 }
 
+/// What handles a request: the handler, the key lists kept for the workers, the checkpoint.
+struct Handling<'a, H> {
+    handler: &'a mut H,
+    lists: &'a mut KeptLists,
+    durable: Option<&'a mut durable::Durable>,
+}
+
 /// Handles one key-value request and answers it. Returns the request's meta and pushed keys
 /// when rendezvous pulls are parked, so they can be served once the keys have values.
+///
+/// With a checkpoint, a request that may change state (a push or an application command) is
+/// logged after it is applied and before it is answered; one applied before this server
+/// restarted is answered as a pull of its keys, applying nothing (issue 13).
 fn serve_request<V: Value>(
     po: &Postoffice,
-    handler: &mut impl RequestHandler<V>,
-    lists: &mut KeptLists,
+    server: Handling<'_, impl RequestHandler<V>>,
     req: Incoming,
 ) -> Option<(Meta, Vec<Key>)> {
+    let Handling {
+        handler,
+        lists,
+        mut durable,
+    } = server;
     let Incoming { msg, gate, parked } = req;
     let Message { meta: m, mut data } = msg;
     let mut reply = Message::new(reply_meta(&m));
@@ -269,9 +299,11 @@ fn serve_request<V: Value>(
         return None;
     }
     let mut pushed = None;
+    let may_change = m.push || m.head != 0;
+    let again = may_change && durable.as_ref().is_some_and(|d| d.applied_before(&m));
     let rm = ReqMeta {
         cmd: m.head,
-        push: m.push,
+        push: m.push && !again,
         pull: m.pull,
         sender: m.sender,
         timestamp: m.timestamp,
@@ -281,7 +313,11 @@ fn serve_request<V: Value>(
         if m.push && req.vals.is_empty() && !req.keys.is_empty() {
             return Err("push without values".to_string());
         }
-        if m.push && parked {
+        if again {
+            req.vals = std::borrow::Cow::Borrowed(&[]);
+            req.lens = std::borrow::Cow::Borrowed(&[]);
+        }
+        if rm.push && parked {
             pushed = Some(req.keys.to_vec());
         }
         req.memo = list
@@ -290,6 +326,10 @@ fn serve_request<V: Value>(
         let asked = !req.keys.is_empty();
         handler.handle(&rm, req).map(|res| (res, asked))
     });
+    let result = match (result, durable.as_deref_mut()) {
+        (Ok(r), Some(d)) if may_change && !again => d.log(&m, &data).map(|()| r),
+        (r, _) => r,
+    };
     match result {
         Ok((res, asked)) if m.pull => {
             // No keys but values: the request's keys (the worker has them).

@@ -259,6 +259,11 @@ impl<V: Value> KeyStore<V> {
         self.entries.len()
     }
 
+    /// The keys held, in no particular order.
+    pub fn keys(&self) -> Vec<Key> {
+        self.entries.iter().map(|e| e.key).collect()
+    }
+
     /// Whether it holds no key.
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()

@@ -1,0 +1,178 @@
+//! A `KVServer`'s durable side (issue 13, `PS_CHECKPOINT_DIR`): at start it creates a fresh
+//! checkpoint, or, on a server that replaces a lost one, restores the handler from the
+//! snapshot and the log; while serving it logs every state-changing request before the answer
+//! goes out, answers a request applied before the restart without applying it again, and
+//! takes a snapshot when the log has grown ([`crate::kv::durable::checkpoint`]).
+
+use super::{ReqMeta, RequestHandler};
+use crate::error::{Error, Result};
+use crate::kv::durable::checkpoint::{corrupt, Checkpoint, Restored, SNAPSHOT};
+use crate::kv::durable::record::{Entry, Request};
+use crate::kv::durable::{snapshot, Fsync};
+use crate::kv::pairs::decode_checked;
+use crate::kv::value::Value;
+use crate::postoffice::Postoffice;
+use crate::wire::{Meta, Node};
+use bytes::Bytes;
+
+/// The checkpoint of one `KVServer`.
+pub(super) struct Durable {
+    cp: Checkpoint,
+    /// "server rank 0 (id 8), app 0, f32": for logs.
+    name: String,
+}
+
+impl Durable {
+    /// The durable side of application `app_id`'s server of `V` values on `po`, `None` when
+    /// `PS_CHECKPOINT_DIR` is unset; restores `handler` when this node replaces a lost server.
+    ///
+    /// # Errors
+    /// [`Error::Config`] for a handler that cannot save its state, or a checkpoint directory
+    /// that cannot be written or read; [`Error::Corrupt`] naming the file and offset of a
+    /// damaged snapshot or log.
+    pub(super) fn open<V: Value>(
+        po: &Postoffice,
+        app_id: i32,
+        handler: &mut impl RequestHandler<V>,
+    ) -> Result<Option<Durable>> {
+        let Some(c) = &po.config().checkpoint else {
+            return Ok(None);
+        };
+        let dir = c
+            .dir
+            .join(format!("server-{}", po.my_rank()))
+            .join(format!("app{app_id}-{}", V::DTYPE.name()));
+        let sync = if c.sync { Fsync::Yes } else { Fsync::No };
+        let name = format!(
+            "{}, app {app_id}, {}",
+            Node::describe(po.my_id()),
+            V::DTYPE.name()
+        );
+        let cp = if po.is_replacement() {
+            restore(&dir, (sync, c.log_bytes), handler, &name)?
+        } else {
+            let state = handler.save().ok_or_else(|| {
+                Error::Config(format!(
+                    "PS_CHECKPOINT_DIR is set but the handler of {name} cannot save its state \
+                     (RequestHandler::save returns None)"
+                ))
+            })?;
+            Checkpoint::create(&dir, sync, c.log_bytes, &state)?
+        };
+        Ok(Some(Durable { cp, name }))
+    }
+
+    /// Whether request `m` was applied before this server restarted (it is then answered
+    /// without being applied again).
+    pub(super) fn applied_before(&self, m: &Meta) -> bool {
+        self.cp
+            .applied
+            .contains(m.sender, m.customer_id, m.timestamp)
+    }
+
+    /// Logs request `m`, applied with `frames` (keys, values, lengths), before it is answered.
+    ///
+    /// # Errors
+    /// The log could not be written: the request must not be acknowledged as durable.
+    pub(super) fn log(&mut self, m: &Meta, frames: &[Bytes]) -> std::result::Result<(), String> {
+        let entry = Entry::Applied(Request {
+            sender: m.sender,
+            customer: m.customer_id,
+            timestamp: m.timestamp,
+            cmd: m.head,
+            push: m.push,
+            pull: m.pull,
+            frames: frames.iter().map(|f| &f[..]).collect(),
+        });
+        self.cp.append(&entry).map_err(|e| {
+            tracing::error!("{}: {e}", self.name);
+            format!("the server could not log the request, which is applied in memory only: {e}")
+        })
+    }
+
+    /// Takes a snapshot when one is due (the log outgrew its limit).
+    pub(super) fn maybe_snapshot<V: Value>(&mut self, handler: &impl RequestHandler<V>) {
+        if !self.cp.due() {
+            return;
+        }
+        let Some(state) = handler.save() else { return };
+        match self.cp.snapshot(&state) {
+            Ok(()) => tracing::info!(
+                "{}: snapshot of {:.1} MB, log generation {}",
+                self.name,
+                state.len() as f64 / 1e6,
+                self.cp.generation()
+            ),
+            Err(e) => tracing::error!("{}: snapshot failed, the log keeps growing: {e}", self.name),
+        }
+    }
+}
+
+/// Restores `handler` from the checkpoint in `dir`: the snapshot's state, then every logged
+/// request applied again in order.
+fn restore<V: Value>(
+    dir: &std::path::Path,
+    (sync, limit): (Fsync, u64),
+    handler: &mut impl RequestHandler<V>,
+    name: &str,
+) -> Result<Checkpoint> {
+    let (mut cp, restored) = Checkpoint::open(dir, sync, limit)?;
+    let n = rebuild(dir, handler, &restored, |e| cp.note(e))?;
+    tracing::warn!(
+        "{name}: restored from {} and {n} logged requests of {}",
+        dir.join(SNAPSHOT).display(),
+        restored.log_name
+    );
+    Ok(cp)
+}
+
+/// Puts `handler` in the state checkpoint `restored` (read from `dir`) holds: the snapshot's
+/// state, then the logged requests applied again in order, each entry also handed to `note`.
+/// Returns how many entries the log held.
+///
+/// # Errors
+/// [`Error::Corrupt`] naming the file and offset: a state the handler refuses, a damaged log,
+/// a logged request the handler refuses.
+pub(crate) fn rebuild<V: Value>(
+    dir: &std::path::Path,
+    handler: &mut impl RequestHandler<V>,
+    restored: &Restored,
+    mut note: impl FnMut(&Entry<'_>),
+) -> Result<usize> {
+    let snap = dir.join(SNAPSHOT).display().to_string();
+    handler
+        .restore(&restored.state)
+        .map_err(|e| corrupt(&snap, snapshot::HEADER as u64, &e))?;
+    let entries = restored.entries()?;
+    let n = entries.len();
+    for (at, entry) in entries {
+        if let Entry::Applied(r) = &entry {
+            replay(handler, r).map_err(|e| {
+                corrupt(
+                    &restored.log_name,
+                    at,
+                    &format!("the logged request cannot be applied again: {e}"),
+                )
+            })?;
+        }
+        note(&entry);
+    }
+    Ok(n)
+}
+
+/// Applies logged request `r` to `handler` again.
+fn replay<V: Value>(
+    handler: &mut impl RequestHandler<V>,
+    r: &Request<'_>,
+) -> std::result::Result<(), String> {
+    let frames: Vec<Bytes> = r.frames.iter().map(|f| Bytes::copy_from_slice(f)).collect();
+    let req = decode_checked::<V>(&frames, false)?;
+    let meta = ReqMeta {
+        cmd: r.cmd,
+        push: r.push,
+        pull: false,
+        sender: r.sender,
+        timestamp: r.timestamp,
+    };
+    handler.handle(&meta, req).map(|_| ())
+}

@@ -1,0 +1,271 @@
+//! Recovery (issue 13): a lost server's place taken by a replacement, and the job going on.
+//!
+//! With `PS_CHECKPOINT_DIR` set on the scheduler (ZMQ van), a server declared lost is not a
+//! failure at once: the scheduler sends NODE_LOST with a replacement window
+//! (`Control::replace_within_ms`, `PS_RECOVERY_TIMEOUT`), and every node *awaits* it. A
+//! server that registers meanwhile (or that asks for the rank of a server still counted
+//! alive: `pslite-launch --restart` starts one as soon as the old process died) takes the lost
+//! server's id, rank and key range: the scheduler sends it the node table marked
+//! `replacement` (it restores its state from the checkpoint and skips the start-up barrier)
+//! and NODE_REPLACED with its address to every other node. A worker then connects to it and
+//! sends again every request the lost server had not answered: workers keep each request to
+//! a server until its answer arrives ([`Retained`]), and the replacement answers a request it
+//! finds among those applied before the loss without applying it again
+//! (`kv::durable::applied`). No replacement within the window: NODE_LOST again, without a
+//! window, and the job fails as in [`super::failure`].
+//!
+//! Not covered: the scheduler (its loss ends the job), workers (a lost worker fails the job),
+//! and the RDMA van (its QPs are not re-established; the scheduler offers no window there).
+
+use super::scheduler::{Declared, Why};
+use super::{Postoffice, SCHEDULER};
+use crate::config::{Config, VanType};
+use crate::error::Error;
+use crate::sync::lock;
+use crate::wire::{Command, Control, Message, Meta, Node, NodeId, Role};
+use std::collections::HashMap;
+use std::time::Duration;
+
+/// A retained request's key: the server, the application, the customer, the timestamp.
+pub(super) type Key = (NodeId, i32, i32, i32);
+
+/// A worker's requests to servers that have not been answered yet (only while the cluster
+/// replaces lost servers).
+#[derive(Default)]
+pub(super) struct Retained {
+    on: bool,
+    msgs: HashMap<Key, Message>,
+}
+
+impl Retained {
+    /// Forgets a request (answered, or never sent).
+    pub(super) fn release(&mut self, key: Key) {
+        self.msgs.remove(&key);
+    }
+
+    /// Takes the requests to `server`, oldest first per customer.
+    fn take_for(&mut self, server: NodeId) -> Vec<Message> {
+        let keys: Vec<Key> = self
+            .msgs
+            .keys()
+            .filter(|k| k.0 == server)
+            .copied()
+            .collect();
+        let mut out: Vec<(Key, Message)> = keys
+            .into_iter()
+            .filter_map(|k| self.msgs.remove(&k).map(|m| (k, m)))
+            .collect();
+        out.sort_by_key(|(k, _)| *k);
+        out.into_iter().map(|(_, m)| m).collect()
+    }
+}
+
+/// How long the scheduler awaits a lost server's replacement: `PS_RECOVERY_TIMEOUT` when
+/// `PS_CHECKPOINT_DIR` is set and the van is ZMQ; `None` (a loss fails the job) otherwise.
+pub(super) fn window(cfg: &Config) -> Option<Duration> {
+    let cp = cfg.checkpoint.as_ref()?;
+    if cfg.van == VanType::Rdma {
+        tracing::warn!(
+            "PS_CHECKPOINT_DIR is set, but the RDMA van cannot re-establish QPs with a replaced \
+             server yet: servers keep checkpoints, and a lost server still fails the job"
+        );
+        return None;
+    }
+    Some(cp.recovery_timeout)
+}
+
+/// What a loss declared by the scheduler is called: "no heartbeat for 10.2 s
+/// (PS_HEARTBEAT_TIMEOUT is 10 s)", or "no replacement registered within 60 s
+/// (PS_RECOVERY_TIMEOUT)".
+pub(super) fn why_text(d: &Declared, heartbeat_timeout: Duration) -> String {
+    match d.why {
+        Why::Silent(silent) => format!(
+            "no heartbeat for {:.1} s (PS_HEARTBEAT_TIMEOUT is {:.0} s)",
+            silent.as_secs_f64(),
+            heartbeat_timeout.as_secs_f64()
+        ),
+        Why::NotReplaced(window) => format!(
+            "no replacement registered within {:.0} s (PS_RECOVERY_TIMEOUT) after it was lost",
+            window.as_secs_f64()
+        ),
+    }
+}
+
+impl Postoffice {
+    /// Whether this node replaces a lost one (the scheduler said so in its node table).
+    pub fn is_replacement(&self) -> bool {
+        lock(&self.state).replacement
+    }
+
+    /// Keeps a copy of data request `msg` to a server until it is answered, when the cluster
+    /// replaces lost servers; returns its key.
+    pub(super) fn retain(&self, msg: &Message) -> Option<Key> {
+        let m = &msg.meta;
+        if !m.request || m.control.is_some() || m.rendezvous.is_some() {
+            return None;
+        }
+        let mut r = lock(&self.retained);
+        if !r.on || Node::role_of(m.recver) != Some(Role::Server) {
+            return None;
+        }
+        let key = (m.recver, m.app_id, m.customer_id, m.timestamp);
+        r.msgs.insert(key, msg.clone());
+        Some(key)
+    }
+
+    /// An answer arrived: its request needs no copy any more.
+    pub(super) fn answered(&self, m: &Meta) {
+        let mut r = lock(&self.retained);
+        if r.on {
+            r.release((m.sender, m.app_id, m.customer_id, m.timestamp));
+        }
+    }
+
+    /// The scheduler's node table said lost servers may be replaced: keep requests.
+    pub(super) fn set_retaining(&self, on: bool) {
+        lock(&self.retained).on = on && self.cfg.role == Role::Worker;
+    }
+
+    /// `peer` was declared lost and a replacement is awaited for `window`: not a failure yet;
+    /// requests to it stay pending (and retained) until the replacement answers them.
+    pub(super) fn mark_awaiting(&self, peer: NodeId, why: &str, window: Duration) {
+        {
+            let mut st = lock(&self.state);
+            if st.awaiting.contains(&peer) {
+                return;
+            }
+            st.awaiting.push(peer);
+        }
+        tracing::warn!(
+            "{} was declared lost by the scheduler: {why}; awaiting a replacement for up to \
+             {:.0} s (PS_RECOVERY_TIMEOUT)",
+            Node::describe(peer),
+            window.as_secs_f64()
+        );
+    }
+
+    /// NODE_REPLACED: `control.nodes[0]` now serves a lost server's id. Connects to it (a
+    /// worker), forgets the resend state of the old one, and sends again the requests the old
+    /// one did not answer.
+    pub(super) fn on_node_replaced(&self, control: &Control) {
+        let Some(node) = control.nodes.first().cloned() else {
+            tracing::warn!("dropped a NODE_REPLACED that names no node");
+            return;
+        };
+        let id = node.id;
+        let connect = Node::is_worker_server_pair(self.my_id(), id);
+        if connect && self.cfg.van == VanType::Rdma {
+            let e = Error::PeerLost(format!(
+                "{} was replaced, but the RDMA van cannot re-establish its QP",
+                Node::describe(id)
+            ));
+            self.mark_lost(id, e.to_string(), e);
+            return;
+        }
+        {
+            let mut st = lock(&self.state);
+            st.awaiting.retain(|&a| a != id);
+            if let Some(n) = st.nodes.iter_mut().find(|n| n.id == id) {
+                *n = node.clone();
+            }
+        }
+        if connect {
+            if let Err(e) = self.van.connect(id, &node.host, node.port) {
+                self.mark_lost(id, e.to_string(), e);
+                return;
+            }
+        }
+        if let Some(book) = &self.resend {
+            lock(book).forget(id);
+        }
+        let again = lock(&self.retained).take_for(id);
+        tracing::warn!(
+            "{} was replaced by a new server at {}:{}; sending it again the {} requests not \
+             answered",
+            Node::describe(id),
+            node.host,
+            node.port,
+            again.len()
+        );
+        for mut msg in again {
+            msg.meta.seq = None;
+            if let Err(e) = self.send(msg) {
+                tracing::warn!("cannot send a request again to {}: {e}", Node::describe(id));
+            }
+        }
+    }
+
+    /// On the scheduler: `node` replaces a lost server (or `displaced`, still counted alive).
+    /// Sends it the node `table` marked as a replacement, tells every other node its address,
+    /// and tells the displaced process it was replaced.
+    pub(super) fn admit_replacement(&self, node: Node, displaced: Option<Node>, table: Vec<Node>) {
+        {
+            let mut st = lock(&self.state);
+            st.nodes = table.clone();
+            st.awaiting.retain(|&a| a != node.id);
+        }
+        let place = format!("{}:{}", node.host, node.port);
+        tracing::warn!(
+            "{} is taken over by a new server at {place}",
+            Node::describe(node.id)
+        );
+        if let Some(old) = displaced {
+            self.tell_displaced(&old, &place);
+        }
+        let window = lock(&self.state).replace_within;
+        let to_new = self
+            .van
+            .connect(node.id, &node.host, node.port)
+            .and_then(|_| {
+                let control = Control {
+                    cmd: Some(Command::AddNode),
+                    nodes: table.clone(),
+                    replacement: true,
+                    replace_within_ms: window,
+                    ..Control::default()
+                };
+                self.send(Message::new(Meta::for_control(node.id, control)))
+            });
+        if let Err(e) = to_new {
+            tracing::error!("cannot send the node table to the replacement at {place}: {e}");
+        }
+        for n in table
+            .iter()
+            .filter(|n| n.id != SCHEDULER && n.id != node.id)
+        {
+            let control = Control {
+                cmd: Some(Command::NodeReplaced),
+                nodes: vec![node.clone()],
+                ..Control::default()
+            };
+            if let Err(e) = self.send(Message::new(Meta::for_control(n.id, control))) {
+                tracing::warn!(
+                    "cannot tell {} of the replacement: {e}",
+                    Node::describe(n.id)
+                );
+            }
+        }
+    }
+
+    /// Tells a server still running at its old address that a new one took its place (it
+    /// then fails with [`Error::DeclaredLost`]), through a temporary connection.
+    fn tell_displaced(&self, old: &Node, place: &str) {
+        let tmp = -2000 - old.id;
+        let control = Control {
+            cmd: Some(Command::NodeLost),
+            nodes: vec![old.clone()],
+            ..Control::default()
+        };
+        let meta = Meta {
+            error: Some(format!("a new server at {place} took its place")),
+            ..Meta::for_control(tmp, control)
+        };
+        if let Err(e) = self
+            .van
+            .connect(tmp, &old.host, old.port)
+            .and_then(|_| self.send(Message::new(meta)))
+        {
+            tracing::debug!("cannot tell the displaced server it was replaced: {e}");
+        }
+    }
+}
