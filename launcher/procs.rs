@@ -1,0 +1,223 @@
+//! The launcher's child processes: starting a node with its output prefixed, watching them all,
+//! restarting a failed server or worker while the run's restart budget lasts, and stopping
+//! them.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// How every node of the cluster is started: this program (`pslite-launch node <role>`) with
+/// the cluster's variables.
+pub struct Launch<'a> {
+    /// This program.
+    pub exe: &'a Path,
+    /// Variables set in every child's environment, on top of the launcher's own.
+    pub env: &'a [(&'a str, String)],
+}
+
+/// One node of the cluster: what is needed to start it, and to start it again.
+#[derive(Clone, Debug)]
+pub struct Node {
+    /// Its name in the output's prefix and in messages, e.g. `server 0`.
+    pub name: String,
+    /// `scheduler`, `server` or `worker`.
+    pub role: &'static str,
+    /// The rank it asks for (`PSLITE_RANK`); none for the scheduler.
+    pub rank: Option<usize>,
+    /// Arguments after `pslite-launch node <role>`.
+    pub args: Vec<String>,
+}
+
+impl Node {
+    /// Whether a failure of this node may be answered by starting it again (servers and
+    /// workers; never the scheduler).
+    fn restartable(&self) -> bool {
+        self.role != "scheduler"
+    }
+}
+
+/// A started node: its process, the threads copying its output, and whether it still runs.
+pub struct Proc {
+    node: Node,
+    child: Child,
+    /// Output copiers of this process and of those it replaced; joined by [`kill_all`].
+    readers: Vec<JoinHandle<()>>,
+    running: bool,
+}
+
+/// The run's restart budget: at most `limit` restarts over the whole run, all nodes together.
+pub struct Restarts {
+    /// Restarts allowed (`--restart`).
+    pub limit: usize,
+    /// Restarts done so far.
+    pub used: usize,
+}
+
+/// Starts `node` with its role, rank and arguments, its output lines prefixed with
+/// `[<name>] `; prints its pid to stderr.
+pub fn spawn(launch: &Launch<'_>, node: Node) -> Result<Proc, String> {
+    let mut cmd = Command::new(launch.exe);
+    cmd.args(["node", node.role]);
+    if let Some(r) = node.rank {
+        cmd.env("PSLITE_RANK", r.to_string());
+    }
+    cmd.args(&node.args)
+        .env("DMLC_ROLE", node.role)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    for (k, v) in launch.env {
+        cmd.env(k, v);
+    }
+    // SAFETY: prctl is async-signal-safe; it only asks the kernel to signal the child when the
+    // launcher dies.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn().map_err(|e| {
+        let exe = launch.exe.display();
+        format!("cannot start {} ({exe}): {e}", node.name)
+    })?;
+    eprintln!("pslite-launch: started {} (pid {})", node.name, child.id());
+    let prefix = format!("[{}] ", node.name);
+    let mut readers = Vec::new();
+    if let Some(out) = child.stdout.take() {
+        readers.push(copy_lines(out, prefix.clone(), false));
+    }
+    if let Some(err) = child.stderr.take() {
+        readers.push(copy_lines(err, prefix, true));
+    }
+    Ok(Proc {
+        node,
+        child,
+        readers,
+        running: true,
+    })
+}
+
+/// A thread copying each line of `stream` to the launcher's stderr (`to_stderr`) or stdout,
+/// prefixed with `prefix`, until the stream closes.
+fn copy_lines<R: Read + Send + 'static>(
+    stream: R,
+    prefix: String,
+    to_stderr: bool,
+) -> JoinHandle<()> {
+    std::thread::spawn(move || {
+        for line in BufReader::new(stream).lines().map_while(Result::ok) {
+            if to_stderr {
+                let _ = writeln!(std::io::stderr().lock(), "{prefix}{line}");
+            } else {
+                let _ = writeln!(std::io::stdout().lock(), "{prefix}{line}");
+            }
+        }
+    })
+}
+
+/// Waits until every process has exited (0), one has failed and cannot be restarted (its exit
+/// code) or `stop` is set (130), polling every 20 ms; then stops every process. A failed server
+/// or worker is started again while `restarts` allows.
+pub fn watch(
+    launch: &Launch<'_>,
+    procs: &mut [Proc],
+    stop: &AtomicBool,
+    restarts: &mut Restarts,
+) -> Result<i32, String> {
+    loop {
+        if stop.load(Ordering::SeqCst) {
+            eprintln!("pslite-launch: interrupted; stopping every process");
+            kill_all(procs);
+            return Ok(130);
+        }
+        if let Some(result) = poll(launch, procs, restarts) {
+            kill_all(procs);
+            return result;
+        }
+        if procs.iter().all(|p| !p.running) {
+            kill_all(procs);
+            return Ok(0);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Looks at each running process once, marking those that have exited and restarting a failed
+/// one while `restarts` allows: the exit code of the first failure that ends the run, or the
+/// error of the first process that cannot be watched or restarted; `None` otherwise.
+fn poll(
+    launch: &Launch<'_>,
+    procs: &mut [Proc],
+    restarts: &mut Restarts,
+) -> Option<Result<i32, String>> {
+    for p in procs.iter_mut().filter(|p| p.running) {
+        let status = match p.child.try_wait() {
+            Ok(Some(status)) => status,
+            Ok(None) => continue,
+            Err(e) => return Some(Err(format!("cannot watch {}: {e}", p.node.name))),
+        };
+        p.running = false;
+        if status.success() {
+            continue;
+        }
+        let name = &p.node.name;
+        if !p.node.restartable() || restarts.used >= restarts.limit {
+            let why = if p.node.restartable() && restarts.limit > 0 {
+                format!(
+                    "; no restarts left ({} of {} used)",
+                    restarts.used, restarts.limit
+                )
+            } else {
+                String::new()
+            };
+            eprintln!("pslite-launch: {name} exited with {status}{why}; stopping the others");
+            return Some(Ok(exit_code(status)));
+        }
+        restarts.used += 1;
+        eprintln!(
+            "pslite-launch: {name} exited with {status}; restarting it (restart {} of {})",
+            restarts.used, restarts.limit
+        );
+        if let Err(e) = restart(launch, p) {
+            return Some(Err(e));
+        }
+    }
+    None
+}
+
+/// Starts `p`'s node again in its place (same role, rank, arguments and environment); the
+/// exited process's output copiers are kept, to be joined by [`kill_all`].
+fn restart(launch: &Launch<'_>, p: &mut Proc) -> Result<(), String> {
+    let mut fresh = spawn(launch, p.node.clone())?;
+    fresh.readers.append(&mut p.readers);
+    *p = fresh;
+    Ok(())
+}
+
+/// The launcher's exit code for a child's `status`: its code, or 128 + the signal that
+/// killed it.
+fn exit_code(status: ExitStatus) -> i32 {
+    use std::os::unix::process::ExitStatusExt;
+    status
+        .code()
+        .unwrap_or_else(|| 128 + status.signal().unwrap_or(1))
+}
+
+/// Kills every process, waits for each and lets its last output lines out.
+pub fn kill_all(procs: &mut [Proc]) {
+    for p in procs.iter_mut() {
+        let _ = p.child.kill();
+    }
+    for p in procs.iter_mut() {
+        let _ = p.child.wait();
+        // The pipes close with the child: let its last lines out.
+        for r in p.readers.drain(..) {
+            let _ = r.join();
+        }
+    }
+}
