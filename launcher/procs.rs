@@ -120,9 +120,10 @@ fn copy_lines<R: Read + Send + 'static>(
     })
 }
 
-/// Waits until every process has exited (0), one has failed and cannot be restarted (its exit
-/// code) or `stop` is set (130), polling every 20 ms; then stops every process. A failed server
-/// or worker is started again while `restarts` allows.
+/// Waits until the scheduler and every worker have exited (0), one has failed and cannot be
+/// restarted (its exit code) or `stop` is set (130), polling every 20 ms; then stops every
+/// process. A failed server or worker is started again while `restarts` allows and the
+/// scheduler runs.
 pub fn watch(
     launch: &Launch<'_>,
     procs: &mut [Proc],
@@ -139,7 +140,14 @@ pub fn watch(
             kill_all(procs);
             return result;
         }
-        if procs.iter().all(|p| !p.running) {
+        // The scheduler and every worker exited 0 (a failure would have returned or been
+        // restarted): the job is done; a server still running (a replacement that came too
+        // late to find the job) is stopped.
+        if procs
+            .iter()
+            .filter(|p| p.node.role != "server")
+            .all(|p| !p.running)
+        {
             kill_all(procs);
             return Ok(0);
         }
@@ -155,6 +163,9 @@ fn poll(
     procs: &mut [Proc],
     restarts: &mut Restarts,
 ) -> Option<Result<i32, String>> {
+    let scheduler_runs = procs
+        .iter()
+        .any(|p| p.node.role == "scheduler" && p.running);
     for p in procs.iter_mut().filter(|p| p.running) {
         let status = match p.child.try_wait() {
             Ok(Some(status)) => status,
@@ -166,8 +177,11 @@ fn poll(
             continue;
         }
         let name = &p.node.name;
-        if !p.node.restartable() || restarts.used >= restarts.limit {
-            let why = if p.node.restartable() && restarts.limit > 0 {
+        // Once the scheduler is gone there is no cluster for a replacement to join.
+        if !p.node.restartable() || restarts.used >= restarts.limit || !scheduler_runs {
+            let why = if p.node.restartable() && restarts.limit > 0 && !scheduler_runs {
+                "; the scheduler has exited, so there is no job to rejoin".to_string()
+            } else if p.node.restartable() && restarts.limit > 0 {
                 format!(
                     "; no restarts left ({} of {} used)",
                     restarts.used, restarts.limit

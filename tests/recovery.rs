@@ -6,6 +6,7 @@
 
 mod common;
 
+use common::launched::Launched;
 use common::roles::Cluster;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -125,4 +126,110 @@ fn a_flipped_byte_in_the_log_makes_the_replacement_refuse_naming_file_and_offset
         app.join("log.1").display()
     );
     assert!(out.contains(&want), "expected {want:?} in:\n{out}");
+}
+
+/// A number in `0..n` from the clock (the moments differ run to run; each is printed).
+fn random_below(n: u64) -> u64 {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos() as u64);
+    (t ^ (t >> 7)) % n
+}
+
+#[test]
+fn kv_app_ends_exactly_after_a_server_is_killed_and_replaced_at_five_random_moments() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = fresh_dir("kv-app");
+    let cp = dir.to_string_lossy().to_string();
+    for round in 0..5 {
+        let victim = format!("server {}", round % 2);
+        let after = Duration::from_millis(100 + random_below(900));
+        println!("round {round}: {victim} killed {after:?} after the workers started");
+        let l = Launched::start(
+            &[
+                "--servers",
+                "2",
+                "--workers",
+                "2",
+                "--restart",
+                "1",
+                "--checkpoint-dir",
+                &cp,
+                "--",
+                "kv-app",
+                "--keys",
+                "10000",
+                "--repeat",
+                "3000",
+            ],
+            &[("PS_VERBOSE", "1")],
+        );
+        l.wait_line("[worker 1] ");
+        l.wait_line("[worker 0] ");
+        std::thread::sleep(after);
+        l.kill(&victim);
+        let (code, out) = l.finish(Duration::from_secs(120));
+        assert_eq!(code, Some(0), "round {round}:\n{out}");
+        for w in 0..2 {
+            let exact = format!("[worker {w}] worker {w}: error: 0, 0");
+            assert!(out.contains(&exact), "round {round}: no {exact:?}:\n{out}");
+        }
+        assert!(
+            out.contains(&format!(
+                "{victim} exited with signal: 9 (SIGKILL); restarting it (restart 1 of 1)"
+            )),
+            "round {round}:\n{out}"
+        );
+        assert!(
+            out.contains("restored from"),
+            "round {round}: no restore:\n{out}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Final (accuracy, log-loss) worker 0 reported in `out` (launcher output of `lr --json`).
+fn last_epoch(out: &str) -> (f64, f64) {
+    out.lines()
+        .filter_map(|l| l.strip_prefix("[worker 0] "))
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter_map(|v| Some((v["accuracy"].as_f64()?, v["logloss"].as_f64()?)))
+        .last()
+        .unwrap_or_else(|| panic!("no epoch reported:\n{out}"))
+}
+
+#[test]
+fn lr_reaches_the_undisturbed_accuracy_after_a_server_is_killed_and_replaced() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let data = |f: &str| format!("{}/data/a8a/{f}", env!("CARGO_MANIFEST_DIR"));
+    let (train, test) = (data("a8a.train"), data("a8a.test"));
+    let lr = [
+        "--", "lr", "--train", &train, "--test", &test, "--epochs", "8", "--json",
+    ];
+    let cluster = ["--servers", "2", "--workers", "4"];
+    let undisturbed = Launched::start(&[&cluster[..], &lr[..]].concat(), &[]);
+    let (code, out) = undisturbed.finish(Duration::from_secs(300));
+    assert_eq!(code, Some(0), "{out}");
+    let (base, _) = last_epoch(&out);
+
+    let dir = fresh_dir("lr");
+    let cp = dir.to_string_lossy().to_string();
+    let restart = ["--restart", "1", "--checkpoint-dir", &cp];
+    let l = Launched::start(&[&cluster[..], &restart[..], &lr[..]].concat(), &[]);
+    l.wait_line("[worker 0] {\"epoch\":2,");
+    std::thread::sleep(Duration::from_millis(random_below(200)));
+    l.kill("server 0");
+    let (code, out) = l.finish(Duration::from_secs(300));
+    assert_eq!(code, Some(0), "{out}");
+    assert!(
+        out.contains("server 0 exited with signal: 9 (SIGKILL); restarting it"),
+        "{out}"
+    );
+    let (acc, loss) = last_epoch(&out);
+    println!("accuracy undisturbed {base:.4}, with a server killed and replaced {acc:.4} (log-loss {loss:.4})");
+    assert!(
+        (acc - base).abs() <= 0.005,
+        "accuracy {acc} vs undisturbed {base}:\n{out}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -199,9 +199,8 @@ impl Checkpoint {
     /// # Errors
     /// [`Error::Config`] naming the log and the OS error.
     pub fn append(&mut self, entry: &Entry<'_>) -> Result<()> {
-        let bytes = entry.encode();
-        self.log.append(&bytes)?;
-        self.log_bytes += bytes.len() as u64 + 12;
+        let mut scratch = Vec::new();
+        self.log_bytes += self.log.append_parts(&entry.parts(&mut scratch))?;
         self.note(entry);
         Ok(())
     }

@@ -15,6 +15,10 @@ use std::path::Path;
 
 const HEADER: usize = 12;
 
+/// Parts of a record shorter than this are gathered into one write; longer ones are written
+/// from where they are.
+const COPY_BELOW: usize = 64 << 10;
+
 /// A record's bytes in the log.
 pub fn encode(payload: &[u8]) -> Vec<u8> {
     let len = (payload.len() as u32).to_le_bytes();
@@ -114,12 +118,44 @@ impl LogWriter {
     /// # Errors
     /// [`Error::Config`] naming the path and the OS error.
     pub fn append(&mut self, payload: &[u8]) -> Result<()> {
+        self.append_parts(&[payload]).map(|_| ())
+    }
+
+    /// Appends one record whose payload is `parts` one after the other, without copying the
+    /// large parts (a pushed frame goes from the message to the file); returns the record's
+    /// bytes in the file. Same guarantees as [`append`](Self::append).
+    ///
+    /// # Errors
+    /// [`Error::Config`] naming the path and the OS error, or a payload over 4 GiB.
+    pub fn append_parts(&mut self, parts: &[&[u8]]) -> Result<u64> {
         let io = |e: std::io::Error| Error::Config(format!("checkpoint {}: {e}", self.path));
-        self.file.write_all(&encode(payload)).map_err(io)?;
+        let total: usize = parts.iter().map(|p| p.len()).sum();
+        let len = u32::try_from(total).map_err(|_| {
+            Error::Config(format!(
+                "checkpoint {}: a record of {total} bytes (at most 4 GiB)",
+                self.path
+            ))
+        })?;
+        let crc = parts.iter().fold(0, |c, p| crc32c::crc32c_append(c, p));
+        let len = len.to_le_bytes();
+        let mut small = Vec::with_capacity(HEADER + 256);
+        small.extend_from_slice(&len);
+        small.extend_from_slice(&crc32c::crc32c(&len).to_le_bytes());
+        small.extend_from_slice(&crc.to_le_bytes());
+        for p in parts {
+            if p.len() < COPY_BELOW {
+                small.extend_from_slice(p);
+            } else {
+                self.file.write_all(&small).map_err(io)?;
+                small.clear();
+                self.file.write_all(p).map_err(io)?;
+            }
+        }
+        self.file.write_all(&small).map_err(io)?;
         if self.sync == Fsync::Yes {
             self.file.sync_data().map_err(io)?;
         }
-        Ok(())
+        Ok((HEADER + total) as u64)
     }
 }
 

@@ -43,7 +43,33 @@ pub enum Entry<'b> {
     Forget(NodeId),
 }
 
-impl Entry<'_> {
+impl<'b> Entry<'b> {
+    /// The entry's bytes as parts to write one after the other: small headers, and the data
+    /// frames where they are (see the module docs). `scratch` holds the headers.
+    pub fn parts<'s>(&'s self, scratch: &'s mut Vec<Vec<u8>>) -> Vec<&'s [u8]> {
+        let base = scratch.len();
+        let Entry::Applied(r) = self else {
+            scratch.push(self.encode());
+            return vec![&scratch[base]];
+        };
+        let mut head = vec![APPLIED];
+        for v in [r.sender, r.customer, r.timestamp, r.cmd] {
+            head.extend_from_slice(&v.to_le_bytes());
+        }
+        head.push(u8::from(r.push) | (u8::from(r.pull) << 1));
+        head.extend_from_slice(&(r.frames.len() as u32).to_le_bytes());
+        scratch.push(head);
+        for f in &r.frames {
+            scratch.push((f.len() as u64).to_le_bytes().to_vec());
+        }
+        let mut out: Vec<&[u8]> = vec![&scratch[base]];
+        for (i, f) in r.frames.iter().enumerate() {
+            out.push(&scratch[base + i + 1]);
+            out.push(f);
+        }
+        out
+    }
+
     /// The entry's bytes (see the module docs).
     pub fn encode(&self) -> Vec<u8> {
         match self {
@@ -134,6 +160,8 @@ mod tests {
             };
             let bytes = e.encode();
             prop_assert_eq!(decode(&bytes), Ok(e.clone()));
+            let mut scratch = Vec::new();
+            prop_assert_eq!(e.parts(&mut scratch).concat(), bytes.clone());
             for cut in 0..bytes.len() {
                 prop_assert!(decode(&bytes[..cut]).is_err());
             }

@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# Issue 13's figures, in one run:
+#   1. What checkpointing costs (PS_CHECKPOINT_DIR; no fsync, and PS_CHECKPOINT_SYNC=1) against
+#      none, runs of the three interleaved: bench push-pull goodput, S=1 W=1, 1 MB values (median
+#      of RUNS x SECS s); kv-app --keys 1000000, S=1 W=1, job wall time (median of RUNS).
+#   2. Recovery: kv-app S=2 W=2 under `pslite-launch local --restart 1`, server 0 SIGKILLed at a
+#      random moment, KILLS times: seconds from the kill to the workers sending the unanswered
+#      requests to the replacement (its log line "was replaced by a new server"), and whether
+#      the job still ended with exact sums (every worker's "error: 0, 0").
+# Usage: scripts/bench-checkpoint.sh [RUNS] [SECS] [KILLS]      (defaults 5, 5, 5)
+# Bounded: every process is time-limited, all traffic is on 127.0.0.1; checkpoints go to a
+# temporary directory that is removed after each run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+RUNS=${1:-5}
+SECS=${2:-5}
+KILLS=${3:-5}
+
+cargo build --release --quiet --bins
+B=target/release
+. scripts/bench-lib.sh
+now() { date +%s.%N; }
+CP=$(mktemp -d)
+trap 'rm -rf "$CP"' EXIT
+
+# Runs "$@" with the checkpoint mode $1 (off, on, sync) and a fresh checkpoint directory.
+with_mode() {
+    local mode=$1; shift
+    rm -rf "$CP/run"
+    case $mode in
+        off) env -u PS_CHECKPOINT_DIR "$@" ;;
+        on) PS_CHECKPOINT_DIR="$CP/run" PS_CHECKPOINT_SYNC=0 "$@" ;;
+        sync) PS_CHECKPOINT_DIR="$CP/run" PS_CHECKPOINT_SYNC=1 "$@" ;;
+    esac
+}
+
+# ---- 1. checkpointing off / on / on with fsync ----
+declare -A good kv
+for i in $(seq "$RUNS"); do
+    for mode in off on sync; do
+        g=$(with_mode $mode timeout $((SECS + 60)) $B/pslite-launch local --servers 1 --workers 1 -- \
+            bench --mode push-pull --len 1024000 --seconds "$SECS" --json | field goodput_gbps)
+        t0=$(now)
+        with_mode $mode timeout 300 $B/pslite-launch local --servers 1 --workers 1 -- \
+            kv-app --keys 1000000 >/dev/null
+        k=$(awk -v a="$t0" -v b="$(now)" 'BEGIN {printf "%.3f", b-a}')
+        good[$mode]+="$(printf '%.2f' "$g") "
+        kv[$mode]+="$k "
+        echo "run $i checkpoint $mode: goodput $g Gbit/s, kv-app 1M keys $k s" >&2
+    done
+done
+med() { printf '%s\n' $1 | median; }
+pct() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%+.1f %%", (b-a)/a*100}'; }
+g_off=$(med "${good[off]}"); g_on=$(med "${good[on]}"); g_sync=$(med "${good[sync]}")
+k_off=$(med "${kv[off]}"); k_on=$(med "${kv[on]}"); k_sync=$(med "${kv[sync]}")
+
+# ---- 2. a server killed and replaced during kv-app ----
+kill_once() {
+    local out=$CP/launch.out pid t_kill back exact
+    rm -rf "$CP/run"
+    PS_CHECKPOINT_DIR="$CP/run" timeout 120 $B/pslite-launch local --servers 2 --workers 2 --restart 1 -- \
+        kv-app --keys 100000 --repeat 400 >"$out" 2>&1 &
+    local launcher=$!
+    sleep "0.$((RANDOM % 10))"
+    sleep 1
+    pid=""
+    while [ -z "$pid" ]; do
+        pid=$(grep -o "started server 0 (pid [0-9]*)" "$out" | grep -o "[0-9]*)" | tr -d ')' | head -1)
+        sleep 0.05
+    done
+    t_kill=$(now)
+    kill -9 "$pid"
+    local rc=0
+    wait "$launcher" || rc=$?
+    back=$(grep -m1 "was replaced by a new server" "$out" | grep -o "20[0-9-]*T[0-9:.]*Z" | head -1)
+    back=$(date -d "$back" +%s.%N 2>/dev/null || echo 0)
+    exact=$(grep -c "error: 0, 0" "$out" || true)
+    awk -v a="$t_kill" -v b="$back" 'BEGIN {printf "%.2f", b-a}'
+    echo " exit=$rc exact=$exact/2"
+}
+times=(); results=""
+for i in $(seq "$KILLS"); do
+    r=$(kill_once)
+    echo "kill $i: $r" >&2
+    times+=("$(echo "$r" | cut -d' ' -f1)")
+    results+="$r; "
+done
+t_sorted=$(printf '%s\n' "${times[@]}" | sort -g | tr '\n' ' ')
+t_med=$(printf '%s\n' "${times[@]}" | median 2)
+
+cat <<EOT
+| figure (S=1 W=1) | no checkpoint | checkpoint, no fsync | checkpoint, fsync |
+| --- | --- | --- | --- |
+| push-pull goodput, 1 MB values, median of ${RUNS} x ${SECS} s | ${g_off} Gbit/s | ${g_on} Gbit/s ($(pct "$g_off" "$g_on")) | ${g_sync} Gbit/s ($(pct "$g_off" "$g_sync")) |
+| kv-app --keys 1000000, job wall time, median of ${RUNS} | ${k_off} s | ${k_on} s ($(pct "$k_off" "$k_on")) | ${k_sync} s ($(pct "$k_off" "$k_sync")) |
+
+runs: goodput off ${good[off]}/ on ${good[on]}/ sync ${good[sync]}; kv-app off ${kv[off]}/ on ${kv[on]}/ sync ${kv[sync]}
+
+| server 0 SIGKILLed during kv-app (S=2 W=2, --restart 1), ${KILLS} kills | seconds |
+| --- | --- |
+| kill → workers send the unanswered requests to the replacement, sorted | ${t_sorted}|
+| median | ${t_med} |
+| each run: time, launcher exit status, workers with exact sums | ${results} |
+EOT
