@@ -164,8 +164,8 @@ fn kv_app_ends_exactly_after_a_server_is_killed_and_replaced_at_five_random_mome
             ],
             &[("PS_VERBOSE", "1")],
         );
-        l.wait_line("[worker 1] ");
-        l.wait_line("[worker 0] ");
+        l.wait_line("worker rank 1 (id 11) started: ");
+        l.wait_line("worker rank 0 (id 9) started: ");
         std::thread::sleep(after);
         l.kill(&victim);
         let (code, out) = l.finish(Duration::from_secs(120));

@@ -311,14 +311,25 @@ impl Postoffice {
         let payload = msg.data_bytes() as u64;
         let kept = self.stamp(&mut msg);
         let retained = self.retain(&msg);
-        let n = self.van.send(msg).inspect_err(|_| {
-            if let Some(k) = kept {
-                self.unstamp(k);
+        let n = match self.van.send(msg) {
+            Ok(n) => n,
+            Err(e) => {
+                if let Some(k) = kept {
+                    self.unstamp(k);
+                }
+                match retained {
+                    // A request to a server whose channel failed: kept for its replacement
+                    // (recovery), or failed with the server's loss.
+                    Some(_) if matches!(e, Error::Van(_) | Error::PeerLost(_)) => {
+                        tracing::debug!("kept a request for a replacement: {e}");
+                        return Ok(0);
+                    }
+                    Some(r) => lock(&self.retained).release(r),
+                    None => {}
+                }
+                return Err(e);
             }
-            if let Some(r) = retained {
-                lock(&self.retained).release(r);
-            }
-        })?;
+        };
         self.sent_bytes.fetch_add(payload, Ordering::Relaxed);
         Ok(n)
     }

@@ -14,13 +14,17 @@
 //! (`kv::durable::applied`). No replacement within the window: NODE_LOST again, without a
 //! window, and the job fails as in [`super::failure`].
 //!
-//! Not covered: the scheduler (its loss ends the job), workers (a lost worker fails the job),
-//! and the RDMA van (its QPs are not re-established; the scheduler offers no window there).
+//! On the RDMA van a worker drops the old server's QP and rings (late completions of the old
+//! QP name an older channel generation and are dropped) and sets up a new channel with the
+//! replacement; a failed WC on a server's channel is not a loss while servers are replaced
+//! (the scheduler's verdict is awaited), and a request whose send failed stays kept.
+//!
+//! Not covered: the scheduler (its loss ends the job) and workers (a lost worker fails the
+//! job).
 
 use super::scheduler::{Declared, Why};
 use super::{Postoffice, SCHEDULER};
-use crate::config::{Config, VanType};
-use crate::error::Error;
+use crate::config::Config;
 use crate::sync::lock;
 use crate::wire::{Command, Control, Message, Meta, Node, NodeId, Role};
 use std::collections::HashMap;
@@ -61,17 +65,9 @@ impl Retained {
 }
 
 /// How long the scheduler awaits a lost server's replacement: `PS_RECOVERY_TIMEOUT` when
-/// `PS_CHECKPOINT_DIR` is set and the van is ZMQ; `None` (a loss fails the job) otherwise.
+/// `PS_CHECKPOINT_DIR` is set; `None` (a loss fails the job) otherwise.
 pub(super) fn window(cfg: &Config) -> Option<Duration> {
-    let cp = cfg.checkpoint.as_ref()?;
-    if cfg.van == VanType::Rdma {
-        tracing::warn!(
-            "PS_CHECKPOINT_DIR is set, but the RDMA van cannot re-establish QPs with a replaced \
-             server yet: servers keep checkpoints, and a lost server still fails the job"
-        );
-        return None;
-    }
-    Some(cp.recovery_timeout)
+    cfg.checkpoint.as_ref().map(|cp| cp.recovery_timeout)
 }
 
 /// What a loss declared by the scheduler is called: "no heartbeat for 10.2 s
@@ -154,14 +150,6 @@ impl Postoffice {
         };
         let id = node.id;
         let connect = Node::is_worker_server_pair(self.my_id(), id);
-        if connect && self.cfg.van == VanType::Rdma {
-            let e = Error::PeerLost(format!(
-                "{} was replaced, but the RDMA van cannot re-establish its QP",
-                Node::describe(id)
-            ));
-            self.mark_lost(id, e.to_string(), e);
-            return;
-        }
         {
             let mut st = lock(&self.state);
             st.awaiting.retain(|&a| a != id);
@@ -170,7 +158,7 @@ impl Postoffice {
             }
         }
         if connect {
-            if let Err(e) = self.van.connect(id, &node.host, node.port) {
+            if let Err(e) = self.van.replace_peer(id, &node.host, node.port) {
                 self.mark_lost(id, e.to_string(), e);
                 return;
             }

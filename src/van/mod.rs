@@ -29,6 +29,16 @@ pub trait Van: Send + Sync {
     /// asynchronous: messages sent before the peer is up are queued.
     fn connect(&self, id: NodeId, host: &str, port: u16) -> Result<()>;
 
+    /// Node `id` was replaced by a new process at `host:port` (issue 13, recovery): whatever
+    /// this van keeps for the old one (the RDMA van's QP and rings) is dropped and the path
+    /// opened anew. The default connects again (the ZMQ van replaces its socket).
+    ///
+    /// # Errors
+    /// As [`connect`](Self::connect).
+    fn replace_peer(&self, id: NodeId, host: &str, port: u16) -> Result<()> {
+        self.connect(id, host, port)
+    }
+
     /// Sends `msg` to `msg.meta.recver`; returns the bytes handed to the transport.
     ///
     /// # Errors

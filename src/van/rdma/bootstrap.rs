@@ -56,6 +56,26 @@ impl VanState {
         }
     }
 
+    /// `id` was replaced by a new node at `host:port` (issue 13): the old channel is failed and
+    /// dropped (its late completions name an older generation), an endpoint the new node
+    /// already sent is kept, and a new channel is prepared and announced.
+    ///
+    /// # Errors
+    /// As [`connect`](Self::connect).
+    pub(super) fn replace(&self, id: NodeId, host: &str, port: u16) -> Result<()> {
+        let old = {
+            let mut pending = self.channels.pending();
+            if !matches!(pending.get(&id), Some(Pending::EndpointFirst(_))) {
+                pending.remove(&id);
+            }
+            self.channels.remove_connected(&pending, id)
+        };
+        if let Some(c) = old {
+            let _ = c.fail(format!("replaced by a new node at {host}:{port}"));
+        }
+        self.connect(id, host, port)
+    }
+
     /// Sends our endpoint to `peer` over ZMQ.
     fn announce(&self, me: NodeId, peer: NodeId, ours: &Endpoint) -> Result<()> {
         let body = bincode::serde::encode_to_vec(ours, bincode::config::standard())
@@ -77,7 +97,9 @@ impl VanState {
     }
 
     /// The peer's endpoint: the handshake if our channel is prepared, else it waits for our
-    /// `connect`. A second endpoint from a connected peer fails that channel.
+    /// `connect`. A second endpoint from a connected peer (a replacement that connected to
+    /// us before we heard of it) fails and drops that channel; the endpoint waits for our
+    /// [`replace`](Self::replace).
     ///
     /// # Errors
     /// [`Error::Van`] when the handshake or the writing of the backlog fails (recorded: later
@@ -92,11 +114,11 @@ impl VanState {
                 Ok(())
             }
             Some(Pending::EndpointFirst(_)) | None => {
-                if let Some(c) = self.channels.connected(peer) {
-                    drop(pending);
-                    c.fail("a second endpoint came (did the peer restart?)".into());
-                } else {
-                    pending.insert(peer, Pending::EndpointFirst(remote));
+                let old = self.channels.remove_connected(&pending, peer);
+                pending.insert(peer, Pending::EndpointFirst(remote));
+                drop(pending);
+                if let Some(c) = old {
+                    let _ = c.fail("a second endpoint came (the peer was replaced)".into());
                 }
                 Ok(())
             }

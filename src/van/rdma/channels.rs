@@ -81,6 +81,17 @@ impl Channels {
         up.insert(c.peer(), c);
     }
 
+    /// Takes `peer`'s connected channel out (the peer was replaced; the caller holds
+    /// `pending`).
+    pub fn remove_connected(
+        &self,
+        _pending: &PendingMap<'_>,
+        peer: NodeId,
+    ) -> Option<Arc<Channel>> {
+        let mut up = self.up.write().unwrap_or_else(|p| p.into_inner());
+        up.remove(&peer)
+    }
+
     /// Queues `msg` in its receiver's prepared channel: `Ok(None)`. `Ok(Some(msg))` back when
     /// the receiver has no prepared channel (none at all, or one connected by now: look again).
     ///

@@ -75,6 +75,8 @@ pub(super) struct LocalRings {
 /// it posts nothing, and messages for the peer wait in it.
 pub(super) struct PreparedChannel {
     peer: NodeId,
+    /// This channel's generation (its `wr_id`s carry it; see [`RecvWrId`]).
+    generation: u16,
     qp: ExtendedQueuePair,
     psn: u32,
     rings: LocalRings,
@@ -89,6 +91,7 @@ impl PreparedChannel {
     /// [`Error::Van`] naming the peer and the step that failed.
     pub fn new(dev: &Device, peer: NodeId) -> Result<PreparedChannel> {
         let depth = dev.cfg.queue_depth;
+        let generation = next_generation();
         let mut qp = dev
             .pd
             .create_qp_builder()
@@ -111,7 +114,7 @@ impl PreparedChannel {
         qp.modify(&attr)
             .map_err(|e| Error::Van(format!("QP for {} to INIT: {e}", Node::describe(peer))))?;
         for _ in 0..depth {
-            post_recv(&mut qp, peer)
+            post_recv(&mut qp, RecvWrId { peer, generation })
                 .map_err(|e| Error::Van(format!("cannot post receive WRs: {e}")))?;
         }
         let ring_bytes = dev.cfg.ring_bytes / 64 * 64;
@@ -125,6 +128,7 @@ impl PreparedChannel {
         };
         Ok(PreparedChannel {
             peer,
+            generation,
             qp,
             psn: (std::process::id().wrapping_mul(2_654_435_761) ^ peer as u32) & 0xFF_FFFF,
             rings,
@@ -195,7 +199,7 @@ impl PreparedChannel {
         self.qp.modify(&attr).map_err(|e| fail("RTS", &e))?;
         tracing::debug!("RDMA channel to {} is up", Node::describe(self.peer));
         Ok(Channel::connected(
-            self.peer,
+            (self.peer, self.generation),
             self.qp,
             self.rings,
             remote,
@@ -227,9 +231,16 @@ fn rtr_attr(dev: &Device, remote: &Endpoint) -> QueuePairAttribute {
 }
 
 /// Posts one receive WR (no scatter/gather entry: only WRITE WITH IMMEDIATE consumes it) whose
-/// `wr_id` names `peer` ([`RecvWrId`]).
-pub(super) fn post_recv(qp: &mut ExtendedQueuePair, peer: NodeId) -> Result<(), String> {
+/// `wr_id` is `id`.
+pub(super) fn post_recv(qp: &mut ExtendedQueuePair, id: RecvWrId) -> Result<(), String> {
     let mut g = qp.start_post_recv();
-    let _ = g.construct_wr(RecvWrId(peer).pack());
+    let _ = g.construct_wr(id.pack());
     g.post().map_err(|e| e.to_string())
+}
+
+/// A new channel generation: channels made by this process are numbered (modulo 65536), so a
+/// completion of a replaced peer's old QP is told from one of its new QP.
+fn next_generation() -> u16 {
+    static NEXT: std::sync::atomic::AtomicU16 = std::sync::atomic::AtomicU16::new(1);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }

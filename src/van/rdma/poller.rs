@@ -109,7 +109,9 @@ impl Poller {
         }
         for &(wr_id, status) in &wcs {
             let id = SendWrId::unpack(wr_id);
-            if let Some(c) = self.van.channels.connected(id.peer) {
+            let live = self.van.channels.connected(id.peer);
+            // A completion of a replaced peer's old QP: nothing waits on it any more.
+            if let Some(c) = live.filter(|c| c.generation() == id.generation) {
                 let failure = (status != 0).then(|| format!("send {}", wc_status_text(status)));
                 if let Some(text) = c.send_completed(id.count, failure) {
                     self.report_lost(id.peer, text);
@@ -123,9 +125,13 @@ impl Poller {
     /// [`VanEvent::RemoteWrite`]); then the consumed receive WR is posted again. A failed WC
     /// fails the channel.
     fn on_receive(&self, wc: &Received) {
-        let Some(c) = self.van.channels.receiving(RecvWrId::unpack(wc.wr_id).0) else {
+        let id = RecvWrId::unpack(wc.wr_id);
+        let Some(c) = self.van.channels.receiving(id.peer) else {
             return;
         };
+        if c.generation() != id.generation {
+            return; // the old QP of a replaced peer
+        }
         if wc.status != 0 {
             if let Some(text) = c.fail(format!("receive {}", wc_status_text(wc.status))) {
                 self.report_lost(c.peer(), text);

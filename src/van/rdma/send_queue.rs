@@ -14,28 +14,41 @@ use std::collections::VecDeque;
 pub(super) const SIGNAL_EVERY: u32 = 16;
 
 /// What a receive WR's `wr_id` carries: the peer's node id (the shared receive CQ does not say
-/// which QP a completion came from). Packed as the id's 32 bits, zero-extended.
+/// which QP a completion came from) and the generation of the peer's channel (a replaced
+/// peer's old QP may still have completions in the CQ: they name an older generation and are
+/// dropped). Packed as the generation in bits 32–47 and the id's 32 bits below.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) struct RecvWrId(pub NodeId);
+pub(super) struct RecvWrId {
+    /// The peer.
+    pub peer: NodeId,
+    /// Its channel's generation.
+    pub generation: u16,
+}
 
 impl RecvWrId {
     /// The 64-bit `wr_id`.
     pub fn pack(self) -> u64 {
-        self.0 as u32 as u64
+        (u64::from(self.generation) << 32) | self.peer as u32 as u64
     }
 
-    /// The peer a receive completion's `wr_id` names.
+    /// The peer and generation a receive completion's `wr_id` names.
     pub fn unpack(wr_id: u64) -> RecvWrId {
-        RecvWrId(wr_id as u32 as NodeId)
+        RecvWrId {
+            peer: wr_id as u32 as NodeId,
+            generation: (wr_id >> 32) as u16,
+        }
     }
 }
 
-/// What a send WR's `wr_id` carries: the peer's node id (high 32 bits) and how many send WRs
+/// What a send WR's `wr_id` carries: the channel's generation (bits 48–63, see [`RecvWrId`]),
+/// the peer's node id (bits 32–47: ids below 65536, ranks below 32764) and how many send WRs
 /// its completion accounts for (low 32 bits).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct SendWrId {
     /// The peer the WR writes to.
     pub peer: NodeId,
+    /// Its channel's generation.
+    pub generation: u16,
     /// This WR and the unsignaled ones before it since the previous signaled WR.
     pub count: u32,
 }
@@ -43,13 +56,16 @@ pub(super) struct SendWrId {
 impl SendWrId {
     /// The 64-bit `wr_id`.
     pub fn pack(self) -> u64 {
-        ((self.peer as u32 as u64) << 32) | self.count as u64
+        (u64::from(self.generation) << 48)
+            | (u64::from(self.peer as u16) << 32)
+            | u64::from(self.count)
     }
 
-    /// The peer and count a send completion's `wr_id` says.
+    /// The peer, generation and count a send completion's `wr_id` says.
     pub fn unpack(wr_id: u64) -> SendWrId {
         SendWrId {
-            peer: (wr_id >> 32) as u32 as NodeId,
+            peer: NodeId::from((wr_id >> 32) as u16),
+            generation: (wr_id >> 48) as u16,
             count: wr_id as u32,
         }
     }
@@ -86,10 +102,14 @@ impl SendQueue {
         (self.outstanding as u64 + n as u64 + 1) < self.depth as u64
     }
 
-    /// Accounts one WR about to be posted to `peer`; `always_signal` for a WR whose
-    /// completion must be seen (its source is held). Returns its `wr_id` and whether to
-    /// signal it.
-    pub fn next_wr(&mut self, peer: NodeId, always_signal: bool) -> (SendWrId, bool) {
+    /// Accounts one WR about to be posted to `peer`'s channel of `generation`;
+    /// `always_signal` for a WR whose completion must be seen (its source is held). Returns
+    /// its `wr_id` and whether to signal it.
+    pub fn next_wr(
+        &mut self,
+        (peer, generation): (NodeId, u16),
+        always_signal: bool,
+    ) -> (SendWrId, bool) {
         self.outstanding += 1;
         self.unsignaled += 1;
         self.posted += 1;
@@ -97,6 +117,7 @@ impl SendQueue {
             always_signal || self.unsignaled >= SIGNAL_EVERY || self.outstanding >= self.depth / 2;
         let id = SendWrId {
             peer,
+            generation,
             count: self.unsignaled,
         };
         if signal {
@@ -139,10 +160,18 @@ mod tests {
 
     #[test]
     fn wr_ids_round_trip() {
-        let s = SendWrId { peer: 9, count: 16 };
-        assert_eq!(s.pack(), (9 << 32) | 16);
+        let s = SendWrId {
+            peer: 9,
+            generation: 3,
+            count: 16,
+        };
+        assert_eq!(s.pack(), (3 << 48) | (9 << 32) | 16);
         assert_eq!(SendWrId::unpack(s.pack()), s);
-        assert_eq!(RecvWrId::unpack(RecvWrId(12).pack()), RecvWrId(12));
+        let r = RecvWrId {
+            peer: 12,
+            generation: 65535,
+        };
+        assert_eq!(RecvWrId::unpack(r.pack()), r);
     }
 
     /// Posts `n` WRs and completes the signaled ones; every WR is accounted exactly once.
@@ -152,7 +181,7 @@ mod tests {
         let mut covered = 0;
         for i in 0..100 {
             assert!(q.has_room(1));
-            let (id, signal) = q.next_wr(8, i == 99);
+            let (id, signal) = q.next_wr((8, 1), i == 99);
             if signal {
                 covered += id.count;
                 q.completed(id.count);
@@ -165,7 +194,7 @@ mod tests {
     #[test]
     fn half_full_signals_every_wr_and_full_refuses() {
         let mut q = SendQueue::new(8);
-        let signals: Vec<bool> = (0..7).map(|_| q.next_wr(8, false).1).collect();
+        let signals: Vec<bool> = (0..7).map(|_| q.next_wr((8, 1), false).1).collect();
         assert_eq!(signals, [false, false, false, true, true, true, true]);
         assert!(!q.has_room(1), "one slot always stays free");
         q.completed(4);
@@ -182,8 +211,8 @@ mod tests {
         }
         let dropped = Arc::new(AtomicUsize::new(0));
         let mut q = SendQueue::new(64);
-        q.next_wr(8, false);
-        let (id, signal) = q.next_wr(8, true);
+        q.next_wr((8, 1), false);
+        let (id, signal) = q.next_wr((8, 1), true);
         assert!(signal);
         q.hold_last(Box::new(Counted(dropped.clone())));
         q.completed(id.count - 1);

@@ -109,6 +109,10 @@ impl Van for RdmaVan {
         self.state.connect(id, host, port)
     }
 
+    fn replace_peer(&self, id: NodeId, host: &str, port: u16) -> Result<()> {
+        self.state.replace(id, host, port)
+    }
+
     fn send(&self, msg: Message) -> Result<usize> {
         let s = &self.state;
         if let Some(c) = s.channels.connected(msg.meta.recver) {

@@ -66,6 +66,8 @@ struct Outbound {
 /// its WRs name.
 pub(super) struct Channel {
     peer: NodeId,
+    /// Its generation, in every `wr_id` (see `send_queue::RecvWrId`).
+    generation: u16,
     qp: Mutex<ExtendedQueuePair>,
     rings: LocalRings,
     /// The peer's endpoint: where our records and credits go.
@@ -84,7 +86,7 @@ impl Channel {
     /// The channel of a QP the handshake moved to RTS; `backlog` is written first
     /// ([`flush_backlog`](Self::flush_backlog)).
     pub(super) fn connected(
-        peer: NodeId,
+        (peer, generation): (NodeId, u16),
         qp: ExtendedQueuePair,
         rings: LocalRings,
         remote: Endpoint,
@@ -94,6 +96,7 @@ impl Channel {
         let receiver = RingReceiver::with_min_record(rings.ring_bytes, rings.min_record);
         Channel {
             peer,
+            generation,
             qp: Mutex::new(qp),
             tx: Mutex::new(Outbound {
                 sender: RingSender::with_min_record(remote.ring_bytes, remote.min_record),
@@ -112,6 +115,12 @@ impl Channel {
     /// The peer.
     pub fn peer(&self) -> NodeId {
         self.peer
+    }
+
+    /// The channel's generation: a completion whose `wr_id` names another belongs to an
+    /// earlier channel to the same peer (replaced) and is dropped.
+    pub fn generation(&self) -> u16 {
+        self.generation
     }
 
     /// Writes `msg` into the peer's ring (after the backlog, if any is left); returns its data
@@ -322,7 +331,7 @@ impl Channel {
         let mut qp = lock(&self.qp);
         let mut g = qp.start_post_send();
         for wr in wrs {
-            let (id, signal) = tx.queue.next_wr(self.peer, wr.signal);
+            let (id, signal) = tx.queue.next_wr((self.peer, self.generation), wr.signal);
             let flags = if signal {
                 WorkRequestFlags::Signaled
             } else {

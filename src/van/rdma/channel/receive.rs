@@ -5,6 +5,7 @@
 use super::{Channel, Wr};
 use crate::sync::lock;
 use crate::van::rdma::connect::post_recv;
+use crate::van::rdma::send_queue::RecvWrId;
 use crate::van::ring::{Reassembler, RingReceiver};
 use crate::wire::Node;
 
@@ -54,7 +55,11 @@ impl Channel {
 
     /// Posts a receive WR in place of one a completion consumed.
     pub fn repost_recv(&self) {
-        let reposted = post_recv(&mut lock(&self.qp), self.peer);
+        let id = RecvWrId {
+            peer: self.peer,
+            generation: self.generation,
+        };
+        let reposted = post_recv(&mut lock(&self.qp), id);
         if let Err(e) = reposted {
             self.fail(format!("cannot re-post a receive WR: {e}"));
         }
