@@ -14,6 +14,8 @@
 //! `--checkpoint-dir DIR` passes `PS_CHECKPOINT_DIR=DIR` to every child, where servers keep
 //! their checkpoint; without it (or that variable in the launcher's environment) a restarted
 //! server starts with empty values.
+//!
+//! `pslite-launch inspect DIR` prints what a checkpoint directory holds, without changing it.
 
 mod procs;
 
@@ -39,6 +41,13 @@ struct Cli {
 enum Cmd {
     /// Scheduler, servers and workers as processes on this machine (127.0.0.1).
     Local(Local),
+    /// Prints what a checkpoint directory (PS_CHECKPOINT_DIR) holds: per server and
+    /// application the snapshot's generation and size, the requests logged since, and for the
+    /// default handler the keys, their lengths and a sample of values (read-only).
+    Inspect {
+        /// The checkpoint directory.
+        dir: std::path::PathBuf,
+    },
     /// Runs one node (what `local` starts for each process; same as the pslite-* binaries).
     #[command(subcommand, hide = true)]
     Node(Box<NodeCmd>),
@@ -90,6 +99,16 @@ fn main() {
             NodeCmd::Worker(c) => exit_with("pslite-worker", run_worker(&c)),
         },
         Cmd::Local(local) => local,
+        Cmd::Inspect { dir } => match pslite::apps::inspect::inspect(&dir) {
+            Ok(report) => {
+                print!("{report}");
+                std::process::exit(0)
+            }
+            Err(e) => {
+                eprintln!("pslite-launch: error: {e}");
+                std::process::exit(1)
+            }
+        },
     };
     let code = match run(&local) {
         Ok(code) => code,

@@ -1,5 +1,5 @@
 //! Failures with real processes on loopback (issue 12, part 1): a killed server or worker, a
-//! paused server. Every node must end soon after the scheduler declares a peer lost, naming it,
+//! paused server, a killed scheduler. Every node must end soon after the scheduler declares a peer lost (or the scheduler goes silent), naming it,
 //! and none may exit with status 0; a pause shorter than `PS_HEARTBEAT_TIMEOUT` is harmless.
 //! The tests run one at a time (their bounds are in seconds; the machine has two cores).
 
@@ -158,4 +158,32 @@ fn a_pause_longer_than_the_heartbeat_timeout_is_reported_by_every_node() {
         !paused.output.contains("scheduler (id 1): no answer"),
         "{all}"
     );
+}
+
+#[test]
+fn a_killed_scheduler_ends_every_node_within_the_heartbeat_timeout_naming_it() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let ended = kill_during_bench("scheduler");
+    let all = all_output(&ended);
+    let bound = Duration::from_secs(HB_TIMEOUT + 2);
+    for e in ended.iter().filter(|e| e.name != "scheduler") {
+        assert!(
+            e.code.is_some_and(|c| c != 0),
+            "{} exited with {:?}:\n{all}",
+            e.name,
+            e.code
+        );
+        assert!(
+            e.after <= bound,
+            "{} ended after {:?}:\n{all}",
+            e.name,
+            e.after
+        );
+        assert!(
+            e.output
+                .contains("error: peer lost: scheduler (id 1): no answer to heartbeats for"),
+            "{} does not name the scheduler:\n{all}",
+            e.name
+        );
+    }
 }

@@ -233,3 +233,62 @@ fn lr_reaches_the_undisturbed_accuracy_after_a_server_is_killed_and_replaced() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn inspect_prints_the_keys_and_values_a_server_would_restore() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = fresh_dir("inspect");
+    let cp = dir.to_string_lossy().to_string();
+    let l = Launched::start(
+        &[
+            "--servers",
+            "2",
+            "--workers",
+            "1",
+            "--checkpoint-dir",
+            &cp,
+            "--",
+            "kv-app",
+            "--keys",
+            "100",
+            "--repeat",
+            "3",
+        ],
+        &[],
+    );
+    let (code, out) = l.finish(Duration::from_secs(120));
+    assert_eq!(code, Some(0), "{out}");
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_pslite-launch"))
+        .args(["inspect", &cp])
+        .output()
+        .expect("inspect runs");
+    let report = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{report}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let f32_0 = format!(
+        "{}: generation 1, snapshot 44 bytes (handler state 12 bytes), 6 logged requests since",
+        dir.join("server-0").join("app0-f32").display()
+    );
+    assert!(report.contains(&f32_0), "no {f32_0:?} in:\n{report}");
+    // 100 keys spread over the key space: 51 on server 0, 49 on server 1; key 0 holds
+    // 1 (its value) x 3 pushes x 2 phases x 1 worker.
+    assert!(
+        report.contains("  51 keys, 51 values, lengths 1..=1\n  key 0: [6.0]\n"),
+        "{report}"
+    );
+    assert!(
+        report.contains("  49 keys, 49 values, lengths 1..=1\n"),
+        "{report}"
+    );
+    let missing = std::process::Command::new(env!("CARGO_BIN_EXE_pslite-launch"))
+        .args(["inspect", "/nonexistent-pslite-dir"])
+        .output()
+        .expect("inspect runs");
+    assert_eq!(missing.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&missing.stderr)
+        .contains("pslite-launch: error: /nonexistent-pslite-dir: cannot list"));
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -5,6 +5,7 @@
 
 use crate::error::{Error, Result};
 use crate::kv::durable::checkpoint::Checkpoint;
+use crate::kv::durable::record::Entry;
 use crate::kv::server::durable::rebuild;
 use crate::kv::{DefaultHandler, Value};
 use std::fmt::Write;
@@ -65,7 +66,14 @@ fn app_dirs(dir: &Path) -> Result<Vec<PathBuf>> {
 
 /// One application's block.
 fn describe(app: &Path) -> Result<String> {
-    let (generation, applied, restored) = Checkpoint::read(app)?;
+    let (generation, mut applied, restored) = Checkpoint::read(app)?;
+    let entries = restored.entries()?;
+    for (_, e) in &entries {
+        match e {
+            Entry::Applied(r) => applied.insert(r.sender, r.customer, r.timestamp),
+            Entry::Forget(s) => applied.forget(*s),
+        }
+    }
     let name = app.file_name().and_then(|n| n.to_str()).unwrap_or("");
     let dtype = name.rsplit('-').next().unwrap_or("");
     let mut out = format!(
@@ -74,7 +82,7 @@ fn describe(app: &Path) -> Result<String> {
         app.display(),
         restored.snapshot_bytes,
         restored.state.len(),
-        restored.entries()?.len(),
+        entries.len(),
         restored.log.len(),
         restored.torn_at.map_or(String::new(), |at| format!(
             ", a torn last record at byte {at}"

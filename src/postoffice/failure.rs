@@ -22,7 +22,7 @@ use crate::sync::lock;
 use crate::van::VanEvent;
 use crate::wire::{Command, Control, Message, Meta, Node, NodeId};
 use std::sync::atomic::Ordering;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// A peer this node learnt is gone.
 pub(super) struct Loss {
@@ -74,6 +74,34 @@ impl Postoffice {
             return;
         }
         self.mark_lost(peer, error.to_string(), error);
+    }
+
+    /// On a server or worker (its heartbeat thread, at every look, `last_look` the previous):
+    /// the scheduler has not answered for `PS_HEARTBEAT_TIMEOUT` — it is a single point of
+    /// failure, so its loss ends the job on this node, naming it. A gap of more than
+    /// [`PAUSED`](super::scheduler::PAUSED) between looks means this process was paused: the
+    /// scheduler gets a whole timeout again.
+    pub(super) fn check_scheduler(&self, last_look: &mut Option<Instant>) {
+        let now = Instant::now();
+        let paused = last_look
+            .replace(now)
+            .is_some_and(|t| now.duration_since(t) > super::scheduler::PAUSED);
+        let silent = {
+            let mut st = lock(&self.state);
+            if paused && st.last_from_scheduler.is_some() {
+                st.last_from_scheduler = Some(now);
+            }
+            st.last_from_scheduler.map(|t| now.duration_since(t))
+        };
+        let timeout = self.cfg.heartbeat_timeout;
+        if silent.is_some_and(|s| s > timeout) {
+            let e = Error::PeerLost(format!(
+                "scheduler (id 1): no answer to heartbeats for {:.0} s (PS_HEARTBEAT_TIMEOUT); \
+                 the scheduler is a single point of failure: the job ends",
+                timeout.as_secs_f64()
+            ));
+            self.mark_lost(SCHEDULER, e.to_string(), e);
+        }
     }
 
     /// Why a data message `meta` may not be sent now (see [`refusal`]); `None` when it may go.

@@ -123,14 +123,17 @@ impl Postoffice {
     }
 
     /// The `ps-heartbeat` thread of a server or worker: a heartbeat to the scheduler every
-    /// `PS_HEARTBEAT_INTERVAL` until the node stops.
+    /// `PS_HEARTBEAT_INTERVAL` until the node stops; a scheduler silent for longer than
+    /// `PS_HEARTBEAT_TIMEOUT` ends the job ([`check_scheduler`](Self::check_scheduler)).
     pub(super) fn heartbeat_loop(weak: &Weak<Postoffice>) {
         let mut next = Instant::now();
+        let mut last_look = None;
         loop {
             let Some(po) = weak.upgrade() else { return };
             if po.stopped.load(Ordering::Acquire) {
                 return;
             }
+            po.check_scheduler(&mut last_look);
             if Instant::now() >= next {
                 next = Instant::now() + po.cfg.heartbeat_interval;
                 let meta = Meta {

@@ -390,7 +390,8 @@ impl Postoffice {
         }
         // The scheduler answers a timed barrier itself; this grace covers a scheduler that died.
         let deadline = timeout.map(|t| Instant::now() + t + Duration::from_secs(5));
-        self.wait_state(|st, now| {
+        let mut scheduler_gone = false;
+        let r = self.wait_state(|st, now| {
             if let Some(r) = st.barrier_result.take() {
                 return Some(r);
             }
@@ -406,8 +407,15 @@ impl Postoffice {
                     "barrier of group {group}: no answer from the scheduler (id 1)"
                 ))));
             }
-            self.scheduler_silent(st, now, group)
-        })
+            let silent = self.scheduler_silent(st, now, group);
+            scheduler_gone = silent.is_some();
+            silent
+        });
+        if let (true, Err(e)) = (scheduler_gone, &r) {
+            // Recorded like any loss: this node's sockets are aborted at shutdown.
+            self.mark_lost(SCHEDULER, e.to_string(), e.clone());
+        }
+        r
     }
 
     /// An error when the scheduler has not been heard of for `PS_HEARTBEAT_TIMEOUT` while this
