@@ -269,7 +269,8 @@ fn inspect_prints_the_keys_and_values_a_server_would_restore() {
         String::from_utf8_lossy(&o.stderr)
     );
     let f32_0 = format!(
-        "{}: generation 1, snapshot 44 bytes (handler state 12 bytes), 6 logged requests since",
+        "{}: generation 1, snapshot 44 bytes (handler state 12 bytes), log 2065 bytes: 6 \
+         requests and 1 key lists since, 6 recent requests remembered",
         dir.join("server-0").join("app0-f32").display()
     );
     assert!(report.contains(&f32_0), "no {f32_0:?} in:\n{report}");

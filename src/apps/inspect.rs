@@ -68,21 +68,25 @@ fn app_dirs(dir: &Path) -> Result<Vec<PathBuf>> {
 fn describe(app: &Path) -> Result<String> {
     let (generation, mut applied, restored) = Checkpoint::read(app)?;
     let entries = restored.entries()?;
+    let (mut requests, mut lists) = (0, 0);
     for (_, e) in &entries {
         match e {
-            Entry::Applied(r) => applied.insert(r.sender, r.customer, r.timestamp),
+            Entry::Applied(r) => {
+                requests += 1;
+                applied.insert(r.sender, r.customer, r.timestamp)
+            }
             Entry::Forget(s) => applied.forget(*s),
+            Entry::KeyList { .. } => lists += 1,
         }
     }
     let name = app.file_name().and_then(|n| n.to_str()).unwrap_or("");
     let dtype = name.rsplit('-').next().unwrap_or("");
     let mut out = format!(
-        "{}: generation {generation}, snapshot {} bytes (handler state {} bytes), {} logged \
-         requests since ({} bytes{}), {} recent requests remembered\n",
+        "{}: generation {generation}, snapshot {} bytes (handler state {} bytes), log {} bytes: \
+         {requests} requests and {lists} key lists since{}, {} recent requests remembered\n",
         app.display(),
         restored.snapshot_bytes,
         restored.state.len(),
-        entries.len(),
         restored.log.len(),
         restored.torn_at.map_or(String::new(), |at| format!(
             ", a torn last record at byte {at}"

@@ -36,6 +36,8 @@ pub struct Checkpoint {
     limit: u64,
     /// The requests applied recently (kept in the snapshot; the log's entries add to it).
     pub applied: Applied,
+    /// Key lists (sender, customer, digest) logged in the current log generation.
+    lists: std::collections::HashSet<(crate::wire::NodeId, i32, u64)>,
 }
 
 /// What a restored checkpoint holds: the handler's saved state and the log's bytes, whose
@@ -117,6 +119,7 @@ impl Checkpoint {
             snapshot_bytes,
             limit,
             applied,
+            lists: Default::default(),
         })
     }
 
@@ -189,6 +192,7 @@ impl Checkpoint {
             snapshot_bytes: restored.snapshot_bytes,
             limit,
             applied,
+            lists: Default::default(),
         };
         Ok((cp, restored))
     }
@@ -205,12 +209,26 @@ impl Checkpoint {
         Ok(())
     }
 
-    /// Records in [`applied`](Self::applied) what `entry` says (when replaying the log).
+    /// Records what `entry` says (when replaying the log): a request applied, a sender
+    /// forgotten, a key list logged.
     pub fn note(&mut self, entry: &Entry<'_>) {
         match entry {
             Entry::Applied(r) => self.applied.insert(r.sender, r.customer, r.timestamp),
             Entry::Forget(s) => self.applied.forget(*s),
+            Entry::KeyList {
+                sender,
+                customer,
+                digest,
+                ..
+            } => {
+                self.lists.insert((*sender, *customer, *digest));
+            }
         }
+    }
+
+    /// Whether key list `digest` of (`sender`, `customer`) is in the current log.
+    pub fn has_list(&self, sender: crate::wire::NodeId, customer: i32, digest: u64) -> bool {
+        self.lists.contains(&(sender, customer, digest))
     }
 
     /// Whether a snapshot is due: the log outgrew `PS_CHECKPOINT_LOG_MB` and twice the last
@@ -231,6 +249,7 @@ impl Checkpoint {
         let old = self.dir.join(format!("log.{}", self.generation));
         self.generation = next;
         self.log_bytes = 0;
+        self.lists.clear();
         std::fs::remove_file(&old).map_err(io(&old, "cannot remove"))
     }
 

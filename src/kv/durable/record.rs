@@ -7,13 +7,19 @@
 //!   command `i32`, flags `u8` (1 push, 2 pull), the number of data frames `u32`, then each
 //!   frame as length `u64` and bytes — the request's keys, values and lengths frames exactly
 //!   as the handler saw them (a cached key list already replaced by its keys);
-//! - 2, a sender forgotten: sender `i32` (a replacement worker took its id).
+//!   With flag 4 (`keys_by_digest`), the keys frame is replaced by the 8-byte digest of a key
+//!   list logged before in the same log (kind 3);
+//! - 2, a sender forgotten: sender `i32` (a replacement worker took its id);
+//! - 3, a key list (key caching): sender `i32`, customer id `i32`, digest `u64`, the keys as
+//!   length `u64` and bytes. Logged once per log generation, before the first request that
+//!   names it, so a request repeating a cached list logs its values, not its keys again.
 
 use super::bytes::Reader;
 use crate::wire::NodeId;
 
 const APPLIED: u8 = 1;
 const FORGET: u8 = 2;
+const KEY_LIST: u8 = 3;
 
 /// An applied request as logged.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -30,6 +36,9 @@ pub struct Request<'b> {
     pub push: bool,
     /// It pulled values.
     pub pull: bool,
+    /// Its keys are the key list of this digest (a [`Entry::KeyList`] logged before), and
+    /// `frames[0]` is empty.
+    pub keys_by_digest: Option<u64>,
     /// Its data frames: keys, values, lengths.
     pub frames: Vec<&'b [u8]>,
 }
@@ -41,6 +50,17 @@ pub enum Entry<'b> {
     Applied(Request<'b>),
     /// Requests of this sender are forgotten from here on.
     Forget(NodeId),
+    /// A key list requests of (`sender`, `customer`) name by `digest` from here on.
+    KeyList {
+        /// The worker.
+        sender: NodeId,
+        /// Its customer id.
+        customer: i32,
+        /// The list's digest (key caching).
+        digest: u64,
+        /// The keys (`u64` each, little-endian).
+        keys: &'b [u8],
+    },
 }
 
 impl<'b> Entry<'b> {
@@ -48,22 +68,43 @@ impl<'b> Entry<'b> {
     /// frames where they are (see the module docs). `scratch` holds the headers.
     pub fn parts<'s>(&'s self, scratch: &'s mut Vec<Vec<u8>>) -> Vec<&'s [u8]> {
         let base = scratch.len();
-        let Entry::Applied(r) = self else {
-            scratch.push(self.encode());
-            return vec![&scratch[base]];
+        let (head, frames): (Vec<u8>, Vec<&[u8]>) = match self {
+            Entry::Forget(_) => {
+                scratch.push(self.encode());
+                return vec![&scratch[base]];
+            }
+            Entry::KeyList {
+                sender,
+                customer,
+                digest,
+                keys,
+            } => {
+                let mut head = vec![KEY_LIST];
+                head.extend_from_slice(&sender.to_le_bytes());
+                head.extend_from_slice(&customer.to_le_bytes());
+                head.extend_from_slice(&digest.to_le_bytes());
+                (head, vec![keys])
+            }
+            Entry::Applied(r) => {
+                let mut head = vec![APPLIED];
+                for v in [r.sender, r.customer, r.timestamp, r.cmd] {
+                    head.extend_from_slice(&v.to_le_bytes());
+                }
+                let by_digest = r.keys_by_digest.is_some();
+                head.push(u8::from(r.push) | (u8::from(r.pull) << 1) | (u8::from(by_digest) << 2));
+                if let Some(d) = r.keys_by_digest {
+                    head.extend_from_slice(&d.to_le_bytes());
+                }
+                head.extend_from_slice(&(r.frames.len() as u32).to_le_bytes());
+                (head, r.frames.clone())
+            }
         };
-        let mut head = vec![APPLIED];
-        for v in [r.sender, r.customer, r.timestamp, r.cmd] {
-            head.extend_from_slice(&v.to_le_bytes());
-        }
-        head.push(u8::from(r.push) | (u8::from(r.pull) << 1));
-        head.extend_from_slice(&(r.frames.len() as u32).to_le_bytes());
         scratch.push(head);
-        for f in &r.frames {
+        for f in &frames {
             scratch.push((f.len() as u64).to_le_bytes().to_vec());
         }
         let mut out: Vec<&[u8]> = vec![&scratch[base]];
-        for (i, f) in r.frames.iter().enumerate() {
+        for (i, f) in frames.into_iter().enumerate() {
             out.push(&scratch[base + i + 1]);
             out.push(f);
         }
@@ -72,28 +113,13 @@ impl<'b> Entry<'b> {
 
     /// The entry's bytes (see the module docs).
     pub fn encode(&self) -> Vec<u8> {
-        match self {
-            Entry::Forget(sender) => {
-                let mut out = vec![FORGET];
-                out.extend_from_slice(&sender.to_le_bytes());
-                out
-            }
-            Entry::Applied(r) => {
-                let size: usize = r.frames.iter().map(|f| 8 + f.len()).sum();
-                let mut out = Vec::with_capacity(22 + size);
-                out.push(APPLIED);
-                for v in [r.sender, r.customer, r.timestamp, r.cmd] {
-                    out.extend_from_slice(&v.to_le_bytes());
-                }
-                out.push(u8::from(r.push) | (u8::from(r.pull) << 1));
-                out.extend_from_slice(&(r.frames.len() as u32).to_le_bytes());
-                for f in &r.frames {
-                    out.extend_from_slice(&(f.len() as u64).to_le_bytes());
-                    out.extend_from_slice(f);
-                }
-                out
-            }
+        if let Entry::Forget(sender) = self {
+            let mut out = vec![FORGET];
+            out.extend_from_slice(&sender.to_le_bytes());
+            return out;
         }
+        let mut scratch = Vec::new();
+        self.parts(&mut scratch).concat()
     }
 }
 
@@ -105,10 +131,26 @@ pub fn decode(bytes: &[u8]) -> Result<Entry<'_>, String> {
     let mut r = Reader::new("log entry", bytes);
     let entry = match r.u8("its kind")? {
         FORGET => Entry::Forget(r.i32("the sender")?),
+        KEY_LIST => {
+            let (sender, customer) = (r.i32("the sender")?, r.i32("the customer id")?);
+            let digest = r.u64("the digest")?;
+            let keys = r.sized("the keys")?;
+            Entry::KeyList {
+                sender,
+                customer,
+                digest,
+                keys,
+            }
+        }
         APPLIED => {
             let (sender, customer) = (r.i32("the sender")?, r.i32("the customer id")?);
             let (timestamp, cmd) = (r.i32("the timestamp")?, r.i32("the command")?);
             let flags = r.u8("the flags")?;
+            let keys_by_digest = if flags & 4 != 0 {
+                Some(r.u64("the key list's digest")?)
+            } else {
+                None
+            };
             let mut n = [0u8; 4];
             n.copy_from_slice(r.take(4, "the number of frames")?);
             let n = u32::from_le_bytes(n);
@@ -125,12 +167,13 @@ pub fn decode(bytes: &[u8]) -> Result<Entry<'_>, String> {
                 cmd,
                 push: flags & 1 != 0,
                 pull: flags & 2 != 0,
+                keys_by_digest,
                 frames,
             })
         }
         k => {
             return Err(format!(
-                "log entry: unknown kind {k} at offset 0 (expected 1 or 2)"
+                "log entry: unknown kind {k} at offset 0 (expected 1, 2 or 3)"
             ))
         }
     };
@@ -150,13 +193,13 @@ mod tests {
             sender in -20i32..20, customer in 0i32..3, ts in any::<i32>(), cmd in any::<i32>(),
             push: bool, pull: bool,
             frames in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..40), 0..4),
-            forget: bool,
+            kind in 0u8..3, digest in any::<Option<u64>>(),
         ) {
             let frames: Vec<&[u8]> = frames.iter().map(|f| &f[..]).collect();
-            let e = if forget {
-                Entry::Forget(sender)
-            } else {
-                Entry::Applied(Request { sender, customer, timestamp: ts, cmd, push, pull, frames })
+            let e = match kind {
+                0 => Entry::Forget(sender),
+                1 => Entry::KeyList { sender, customer, digest: digest.unwrap_or(7), keys: frames.first().copied().unwrap_or(&[]) },
+                _ => Entry::Applied(Request { sender, customer, timestamp: ts, cmd, push, pull, keys_by_digest: digest, frames }),
             };
             let bytes = e.encode();
             prop_assert_eq!(decode(&bytes), Ok(e.clone()));
@@ -172,7 +215,7 @@ mod tests {
     fn an_unknown_kind_is_named() {
         assert_eq!(
             decode(&[7]),
-            Err("log entry: unknown kind 7 at offset 0 (expected 1 or 2)".into())
+            Err("log entry: unknown kind 7 at offset 0 (expected 1, 2 or 3)".into())
         );
     }
 }

@@ -71,20 +71,43 @@ impl Durable {
     }
 
     /// Logs request `m`, applied with `frames` (keys, values, lengths), before it is answered.
+    /// A request whose keys are the kept list `list` (key caching) logs the list once per log
+    /// generation and then names it by digest.
     ///
     /// # Errors
     /// The log could not be written: the request must not be acknowledged as durable.
-    pub(super) fn log(&mut self, m: &Meta, frames: &[Bytes]) -> std::result::Result<(), String> {
-        let entry = Entry::Applied(Request {
-            sender: m.sender,
-            customer: m.customer_id,
-            timestamp: m.timestamp,
-            cmd: m.head,
-            push: m.push,
-            pull: m.pull,
-            frames: frames.iter().map(|f| &f[..]).collect(),
-        });
-        self.cp.append(&entry).map_err(|e| {
+    pub(super) fn log(
+        &mut self,
+        m: &Meta,
+        frames: &[Bytes],
+        list: Option<u64>,
+    ) -> std::result::Result<(), String> {
+        let (sender, customer) = (m.sender, m.customer_id);
+        let mut parts: Vec<&[u8]> = frames.iter().map(|f| &f[..]).collect();
+        let result = (|| {
+            if let (Some(digest), Some(keys)) = (list, parts.first_mut()) {
+                if !self.cp.has_list(sender, customer, digest) {
+                    self.cp.append(&Entry::KeyList {
+                        sender,
+                        customer,
+                        digest,
+                        keys,
+                    })?;
+                }
+                *keys = &[];
+            }
+            self.cp.append(&Entry::Applied(Request {
+                sender,
+                customer,
+                timestamp: m.timestamp,
+                cmd: m.head,
+                push: m.push,
+                pull: m.pull,
+                keys_by_digest: list,
+                frames: parts,
+            }))
+        })();
+        result.map_err(|e| {
             tracing::error!("{}: {e}", self.name);
             format!("the server could not log the request, which is applied in memory only: {e}")
         })
@@ -145,27 +168,53 @@ pub(crate) fn rebuild<V: Value>(
         .map_err(|e| corrupt(&snap, snapshot::HEADER as u64, &e))?;
     let entries = restored.entries()?;
     let n = entries.len();
+    let mut lists = std::collections::HashMap::new();
     for (at, entry) in entries {
-        if let Entry::Applied(r) = &entry {
-            replay(handler, r).map_err(|e| {
-                corrupt(
-                    &restored.log_name,
-                    at,
-                    &format!("the logged request cannot be applied again: {e}"),
-                )
-            })?;
+        match &entry {
+            Entry::KeyList {
+                sender,
+                customer,
+                digest,
+                keys,
+            } => {
+                lists.insert((*sender, *customer, *digest), *keys);
+            }
+            Entry::Applied(r) => {
+                let keys = match r.keys_by_digest {
+                    None => None,
+                    Some(d) => Some(*lists.get(&(r.sender, r.customer, d)).ok_or_else(|| {
+                        corrupt(
+                            &restored.log_name,
+                            at,
+                            &format!("the request names key list {d:#x}, not logged before it"),
+                        )
+                    })?),
+                };
+                replay(handler, r, keys).map_err(|e| {
+                    corrupt(
+                        &restored.log_name,
+                        at,
+                        &format!("the logged request cannot be applied again: {e}"),
+                    )
+                })?;
+            }
+            Entry::Forget(_) => {}
         }
         note(&entry);
     }
     Ok(n)
 }
 
-/// Applies logged request `r` to `handler` again.
+/// Applies logged request `r` to `handler` again; `keys` are its key list's when it names one.
 fn replay<V: Value>(
     handler: &mut impl RequestHandler<V>,
     r: &Request<'_>,
+    keys: Option<&[u8]>,
 ) -> std::result::Result<(), String> {
-    let frames: Vec<Bytes> = r.frames.iter().map(|f| Bytes::copy_from_slice(f)).collect();
+    let mut frames: Vec<Bytes> = r.frames.iter().map(|f| Bytes::copy_from_slice(f)).collect();
+    if let (Some(k), Some(first)) = (keys, frames.first_mut()) {
+        *first = Bytes::copy_from_slice(k);
+    }
     let req = decode_checked::<V>(&frames, false)?;
     let meta = ReqMeta {
         cmd: r.cmd,

@@ -327,7 +327,7 @@ fn serve_request<V: Value>(
         handler.handle(&rm, req).map(|res| (res, asked))
     });
     let result = match (result, durable.as_deref_mut()) {
-        (Ok(r), Some(d)) if may_change && !again => d.log(&m, &data).map(|()| r),
+        (Ok(r), Some(d)) if may_change && !again => d.log(&m, &data, list).map(|()| r),
         (r, _) => r,
     };
     match result {
