@@ -191,10 +191,10 @@ fn kv_app_ends_exactly_after_a_server_is_killed_and_replaced_at_five_random_mome
 /// Final (accuracy, log-loss) worker 0 reported in `out` (launcher output of `lr --json`).
 fn last_epoch(out: &str) -> (f64, f64) {
     out.lines()
+        .rev()
         .filter_map(|l| l.strip_prefix("[worker 0] "))
         .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .filter_map(|v| Some((v["accuracy"].as_f64()?, v["logloss"].as_f64()?)))
-        .last()
+        .find_map(|v| Some((v["accuracy"].as_f64()?, v["logloss"].as_f64()?)))
         .unwrap_or_else(|| panic!("no epoch reported:\n{out}"))
 }
 

@@ -15,7 +15,8 @@
 //! sends its heartbeats; `control` is the receiving thread (commands in, answers out) and drives
 //! the [`scheduler::Scheduler`] on the scheduler node; `routes` hands data messages to
 //! customers; `memory` holds the registered pool and immediate slots; `resender` stamps,
-//! acknowledges, de-duplicates and resends data messages (`PS_RESEND`); `barrier`, `liveness`,
+//! acknowledges, de-duplicates and resends data messages (`PS_RESEND`); `failure` handles lost
+//! peers and `recovery` replaced servers (`PS_CHECKPOINT_DIR`); `barrier`, `liveness`,
 //! `scheduler` and `resend` are sans-IO state.
 
 pub mod barrier;
@@ -90,7 +91,8 @@ struct State {
 /// [`Postoffice::finalize`].
 ///
 /// Lock order: `barrier_lock` (held by a thread waiting in a barrier), then `scheduler`, then
-/// `state`; `routes`, `resend`, `acks_due` and `memory`'s locks are taken alone.
+/// `state`, then `retained`; `routes`, `resend`, `acks_due` and `memory`'s locks are taken
+/// alone.
 pub struct Postoffice {
     cfg: Config,
     van: Arc<dyn Van>,

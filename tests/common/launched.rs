@@ -76,8 +76,8 @@ impl Launched {
         let text = self.text();
         let line = text
             .lines()
-            .filter(|l| l.contains(&started))
-            .last()
+            .rev()
+            .find(|l| l.contains(&started))
             .expect("the node started");
         let pid: i32 = line
             .rsplit("(pid ")

@@ -273,31 +273,29 @@ fn serve_request<V: Value>(
     let Handling {
         handler,
         lists,
-        mut durable,
+        durable,
     } = server;
     let Incoming { msg, gate, parked } = req;
     let Message { meta: m, mut data } = msg;
     let mut reply = Message::new(reply_meta(&m));
     // The key list first, before anything can refuse the request: what the server keeps under
     // a digest then always follows the worker's registrations (see `super::keycache`).
-    let list = match key_list(lists, &m, &mut data) {
+    // Then the gate's refusal, answered as an error text like a malformed reference.
+    let list = key_list(lists, &m, &mut data)
+        .and_then(|list| gate.map(|()| list).map_err(Refused::Malformed));
+    let list = match list {
         Ok(list) => list,
-        Err(Refused::UnknownList { digest }) => {
-            reply.meta.keys = Some(KeyRef::Unknown { digest });
-            send_answer(po, reply);
-            return None;
-        }
-        Err(Refused::Malformed(e)) => {
-            reply.meta.error = Some(e);
+        Err(refused) => {
+            match refused {
+                Refused::UnknownList { digest } => {
+                    reply.meta.keys = Some(KeyRef::Unknown { digest })
+                }
+                Refused::Malformed(e) => reply.meta.error = Some(e),
+            }
             send_answer(po, reply);
             return None;
         }
     };
-    if let Err(e) = gate {
-        reply.meta.error = Some(e);
-        send_answer(po, reply);
-        return None;
-    }
     let mut pushed = None;
     let may_change = m.push || m.head != 0;
     let again = may_change && durable.as_ref().is_some_and(|d| d.applied_before(&m));
@@ -326,7 +324,7 @@ fn serve_request<V: Value>(
         let asked = !req.keys.is_empty();
         handler.handle(&rm, req).map(|res| (res, asked))
     });
-    let result = match (result, durable.as_deref_mut()) {
+    let result = match (result, durable) {
         (Ok(r), Some(d)) if may_change && !again => d.log(&m, &data, list).map(|()| r),
         (r, _) => r,
     };
