@@ -1,6 +1,5 @@
 //! The launcher's child processes: starting a node with its output prefixed, watching them all,
-//! restarting a failed server or worker while the run's restart budget lasts, and stopping
-//! them.
+//! restarting a failed server while the run's restart budget lasts, and stopping them.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::process::CommandExt;
@@ -33,10 +32,11 @@ pub struct Node {
 }
 
 impl Node {
-    /// Whether a failure of this node may be answered by starting it again (servers and
-    /// workers; never the scheduler).
+    /// Whether a failure of this node may be answered by starting it again: servers only
+    /// (the scheduler accepts a replacement server with PS_CHECKPOINT_DIR set; a lost
+    /// scheduler or worker ends the job).
     fn restartable(&self) -> bool {
-        self.role != "scheduler"
+        self.role == "server"
     }
 }
 
@@ -122,8 +122,8 @@ fn copy_lines<R: Read + Send + 'static>(
 
 /// Waits until the scheduler and every worker have exited (0), one has failed and cannot be
 /// restarted (its exit code) or `stop` is set (130), polling every 20 ms; then stops every
-/// process. A failed server or worker is started again while `restarts` allows and the
-/// scheduler runs.
+/// process. A failed server is started again while `restarts` allows and the scheduler
+/// runs.
 pub fn watch(
     launch: &Launch<'_>,
     procs: &mut [Proc],
@@ -156,7 +156,7 @@ pub fn watch(
 }
 
 /// Looks at each running process once, marking those that have exited and restarting a failed
-/// one while `restarts` allows: the exit code of the first failure that ends the run, or the
+/// server while `restarts` allows: the exit code of the first failure that ends the run, or the
 /// error of the first process that cannot be watched or restarted; `None` otherwise.
 fn poll(
     launch: &Launch<'_>,

@@ -66,7 +66,8 @@ fn app_dirs(dir: &Path) -> Result<Vec<PathBuf>> {
 
 /// One application's block.
 fn describe(app: &Path) -> Result<String> {
-    let (generation, mut applied, restored) = Checkpoint::read(app)?;
+    let (mut applied, restored) = Checkpoint::read(app)?;
+    let (generation, run) = (restored.generation, restored.run);
     let entries = restored.entries()?;
     let (mut requests, mut lists) = (0, 0);
     for (_, e) in &entries {
@@ -82,7 +83,7 @@ fn describe(app: &Path) -> Result<String> {
     let name = app.file_name().and_then(|n| n.to_str()).unwrap_or("");
     let dtype = name.rsplit('-').next().unwrap_or("");
     let mut out = format!(
-        "{}: generation {generation}, snapshot {} bytes (handler state {} bytes), log {} bytes: \
+        "{}: run {run:#018x}, generation {generation}, snapshot {} bytes (handler state {} bytes), log {} bytes: \
          {requests} requests and {lists} key lists since{}, {} recent requests remembered\n",
         app.display(),
         restored.snapshot_bytes,

@@ -125,9 +125,15 @@ impl Postoffice {
     }
 
     /// Refuses the parked requests whose application did not appear in time
-    /// ([`super::routes::PARK`]).
+    /// ([`super::routes::PARK`]; `PS_TIMEOUT` on a replacement).
     fn expire_parked(&self) {
-        let expired = lock(&self.routes).expire(Instant::now());
+        // A replacement restores its applications one by one before serving them: requests
+        // sent to it again wait up to PS_TIMEOUT.
+        let park = match self.is_replacement() {
+            true => super::routes::PARK.max(self.cfg.timeout),
+            false => super::routes::PARK,
+        };
+        let expired = lock(&self.routes).expire(Instant::now(), park);
         for e in expired {
             let m = &e.msg.meta;
             if m.rendezvous.is_some() {
@@ -175,19 +181,21 @@ impl Postoffice {
                 node,
                 displaced,
                 table,
-            } => self.admit_replacement(node, displaced, table),
+                started,
+            } => self.admit_replacement(node, displaced, table, started),
         }
     }
 
     /// Every node registered: the scheduler is ready, and every node gets the table.
     fn send_table(&self, table: Vec<Node>) {
         let window = super::recovery::window(&self.cfg).map_or(0, |w| w.as_millis() as u64);
-        {
+        let run_id = {
             let mut st = lock(&self.state);
             st.nodes = table.clone();
             st.ready = true;
             st.replace_within = window;
-        }
+            st.run_id
+        };
         self.cv.notify_all();
         for n in &table[1..] {
             let sent = self.van.connect(n.id, &n.host, n.port).and_then(|_| {
@@ -195,6 +203,7 @@ impl Postoffice {
                     cmd: Some(Command::AddNode),
                     nodes: table.clone(),
                     replace_within_ms: window,
+                    run_id,
                     ..Control::default()
                 };
                 self.send(Message::new(Meta::for_control(n.id, control)))

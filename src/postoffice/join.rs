@@ -117,7 +117,9 @@ impl Postoffice {
         st.nodes = nodes;
         st.ready = true;
         st.replacement = control.replacement;
+        st.must_meet = control.replacement && control.barrier_group == super::ALL_GROUP;
         st.replace_within = control.replace_within_ms;
+        st.run_id = control.run_id;
         self.set_retaining(control.replace_within_ms > 0);
         self.cv.notify_all();
     }

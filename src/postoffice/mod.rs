@@ -85,6 +85,10 @@ struct State {
     /// How long, in ms, the scheduler awaits a lost server's replacement (0: a loss fails
     /// the job), as its node table says.
     replace_within: u64,
+    /// This run's id (the scheduler draws it; the node table carries it).
+    run_id: u64,
+    /// A replacement whose cluster has not passed the start-up barrier yet: it passes it.
+    must_meet: bool,
 }
 
 /// One node's view of the cluster. Create it with [`Postoffice::start`]; end it with
@@ -116,6 +120,10 @@ pub struct Postoffice {
     /// Requests to servers not answered yet, kept to be sent again to a replacement
     /// ([`recovery`]; only when the scheduler said lost servers may be replaced).
     retained: Mutex<recovery::Retained>,
+    /// Held (shared) by every send from stamping to the van, and (exclusive) while a replaced
+    /// peer's resend state and path are swapped: no message is numbered for the old peer and
+    /// sent to the new one ([`recovery`]).
+    replacing: RwLock<()>,
     /// `PS_DROP_MSG`: the state of its random numbers, and the messages it dropped.
     drop_rng: AtomicU64,
     dropped: AtomicU64,
@@ -192,7 +200,10 @@ impl Postoffice {
             cfg,
             van,
             me: RwLock::new(me.clone()),
-            state: Mutex::new(State::default()),
+            state: Mutex::new(State {
+                run_id: if is_scheduler { drop_seed() } else { 0 },
+                ..State::default()
+            }),
             cv: Condvar::new(),
             scheduler,
             routes: Mutex::new(Routes::default()),
@@ -203,6 +214,7 @@ impl Postoffice {
             acks_due: Mutex::default(),
             broken: AtomicBool::new(false),
             retained: Mutex::default(),
+            replacing: RwLock::new(()),
             drop_rng: AtomicU64::new(drop_seed()),
             dropped: 0.into(),
             sent_bytes: 0.into(),
@@ -234,7 +246,7 @@ impl Postoffice {
         if !is_scheduler {
             self.spawn("ps-heartbeat", Postoffice::heartbeat_loop)?;
         }
-        if self.is_replacement() {
+        if self.is_replacement() && !lock(&self.state).must_meet {
             // The others passed the start-up barrier long ago.
             return Ok(());
         }
@@ -311,8 +323,10 @@ impl Postoffice {
         }
         msg.meta.sender = self.my_id();
         let payload = msg.data_bytes() as u64;
+        let _numbered = self.replacing.read().unwrap_or_else(|p| p.into_inner());
         let kept = self.stamp(&mut msg);
         let retained = self.retain(&msg);
+        let recver = msg.meta.recver;
         let n = match self.van.send(msg) {
             Ok(n) => n,
             Err(e) => {
@@ -323,7 +337,10 @@ impl Postoffice {
                     // A request to a server whose channel failed: kept for its replacement
                     // (recovery), or failed with the server's loss.
                     Some(_) if matches!(e, Error::Van(_) | Error::PeerLost(_)) => {
-                        tracing::debug!("kept a request for a replacement: {e}");
+                        tracing::warn!(
+                            "a request to {} is kept for its replacement: {e}",
+                            Node::describe(recver)
+                        );
                         return Ok(0);
                     }
                     Some(r) => lock(&self.retained).release(r),

@@ -93,6 +93,12 @@ impl Postoffice {
         lock(&self.state).replacement
     }
 
+    /// This run's id (drawn by the scheduler, sent in the node table): a replacement restores
+    /// only a checkpoint written in the same run.
+    pub fn run_id(&self) -> u64 {
+        lock(&self.state).run_id
+    }
+
     /// Keeps a copy of data request `msg` to a server until it is answered, when the cluster
     /// replaces lost servers; returns its key.
     pub(super) fn retain(&self, msg: &Message) -> Option<Key> {
@@ -157,16 +163,22 @@ impl Postoffice {
                 *n = node.clone();
             }
         }
-        if connect {
-            if let Err(e) = self.van.replace_peer(id, &node.host, node.port) {
-                self.mark_lost(id, e.to_string(), e);
-                return;
+        // Nothing is numbered for the old peer and sent to the new one meanwhile: the resend
+        // state is forgotten and the path replaced under the exclusive lock every send shares.
+        let again = {
+            let _swap = self.replacing.write().unwrap_or_else(|p| p.into_inner());
+            if let Some(book) = &self.resend {
+                lock(book).forget(id);
             }
-        }
-        if let Some(book) = &self.resend {
-            lock(book).forget(id);
-        }
-        let again = lock(&self.retained).take_for(id);
+            if connect {
+                if let Err(e) = self.van.replace_peer(id, &node.host, node.port) {
+                    drop(_swap);
+                    self.mark_lost(id, e.to_string(), e);
+                    return;
+                }
+            }
+            lock(&self.retained).take_for(id)
+        };
         tracing::warn!(
             "{} was replaced by a new server at {}:{}; sending it again the {} requests not \
              answered",
@@ -183,24 +195,28 @@ impl Postoffice {
         }
     }
 
-    /// On the scheduler: `node` replaces a lost server (or `displaced`, still counted alive).
-    /// Sends it the node `table` marked as a replacement, tells every other node its address,
-    /// and tells the displaced process it was replaced.
-    pub(super) fn admit_replacement(&self, node: Node, displaced: Option<Node>, table: Vec<Node>) {
-        {
+    /// On the scheduler: `node` replaces a lost server, `displaced` (told so, in case it only
+    /// paused). Sends it the node `table` marked as a replacement (and whether the start-up
+    /// barrier is still open: `started`), and tells every other node its address.
+    pub(super) fn admit_replacement(
+        &self,
+        node: Node,
+        displaced: Node,
+        table: Vec<Node>,
+        started: bool,
+    ) {
+        let (window, run_id) = {
             let mut st = lock(&self.state);
             st.nodes = table.clone();
             st.awaiting.retain(|&a| a != node.id);
-        }
+            (st.replace_within, st.run_id)
+        };
         let place = format!("{}:{}", node.host, node.port);
         tracing::warn!(
             "{} is taken over by a new server at {place}",
             Node::describe(node.id)
         );
-        if let Some(old) = displaced {
-            self.tell_displaced(&old, &place);
-        }
-        let window = lock(&self.state).replace_within;
+        self.tell_displaced(&displaced, &place);
         let to_new = self
             .van
             .connect(node.id, &node.host, node.port)
@@ -210,6 +226,8 @@ impl Postoffice {
                     nodes: table.clone(),
                     replacement: true,
                     replace_within_ms: window,
+                    run_id,
+                    barrier_group: if started { 0 } else { super::ALL_GROUP },
                     ..Control::default()
                 };
                 self.send(Message::new(Meta::for_control(node.id, control)))
@@ -235,8 +253,8 @@ impl Postoffice {
         }
     }
 
-    /// Tells a server still running at its old address that a new one took its place (it
-    /// then fails with [`Error::DeclaredLost`]), through a temporary connection.
+    /// Tells a server that may still run at its old address (paused, say) that a new one took
+    /// its place (it then fails with `Error::DeclaredLost`), through a temporary connection.
     fn tell_displaced(&self, old: &Node, place: &str) {
         let tmp = -2000 - old.id;
         let control = Control {
@@ -255,5 +273,48 @@ impl Postoffice {
         {
             tracing::debug!("cannot tell the displaced server it was replaced: {e}");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(server: NodeId, customer: i32, ts: i32) -> (Key, Message) {
+        let meta = Meta {
+            recver: server,
+            customer_id: customer,
+            timestamp: ts,
+            request: true,
+            ..Meta::default()
+        };
+        ((server, 0, customer, ts), Message::new(meta))
+    }
+
+    #[test]
+    fn a_replaced_servers_unanswered_requests_come_back_oldest_first_and_only_its_own() {
+        let mut r = Retained::default();
+        for (k, m) in [
+            req(8, 0, 5),
+            req(10, 0, 1),
+            req(8, 1, 2),
+            req(8, 0, 3),
+            req(8, 0, 4),
+        ] {
+            r.msgs.insert(k, m);
+        }
+        r.release((8, 0, 0, 4));
+        let again: Vec<(i32, i32)> = r
+            .take_for(8)
+            .iter()
+            .map(|m| (m.meta.customer_id, m.meta.timestamp))
+            .collect();
+        assert_eq!(
+            again,
+            vec![(0, 3), (0, 5), (1, 2)],
+            "answered ones are not sent again"
+        );
+        assert_eq!(r.msgs.len(), 1, "server 10's request stays");
+        assert!(r.take_for(8).is_empty(), "taken once");
     }
 }

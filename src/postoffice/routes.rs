@@ -100,14 +100,15 @@ impl Routes {
         }
     }
 
-    /// Takes the parked requests older than [`PARK`] at `now`.
-    pub fn expire(&mut self, now: Instant) -> Vec<Expired> {
+    /// Takes the parked requests older than `park` ([`PARK`], or longer on a replacement
+    /// server still restoring) at `now`.
+    pub fn expire(&mut self, now: Instant, park: Duration) -> Vec<Expired> {
         if self.parked.is_empty() {
             return Vec::new();
         }
         let (old, keep): (Vec<_>, Vec<_>) = std::mem::take(&mut self.parked)
             .into_iter()
-            .partition(|(at, _, _)| now.duration_since(*at) >= PARK);
+            .partition(|(at, _, _)| now.duration_since(*at) >= park);
         self.parked = keep;
         old.into_iter()
             .map(|(_, _, msg)| {
@@ -155,14 +156,14 @@ mod tests {
         r.open(f32s, tx.clone()).expect("opens");
         assert!(r.open(f32s, tx).is_err(), "a route opens once");
         assert!(matches!(rx.try_recv(), Ok(VanEvent::Message(m)) if m.meta.app_id == 1));
-        assert!(r.expire(t0 + PARK / 2).is_empty());
+        assert!(r.expire(t0 + PARK / 2, PARK).is_empty());
         let (tx2, _rx2) = crossbeam_channel::unbounded();
         let app2_u8 = Route::Server {
             app_id: 2,
             dtype: DType::U8,
         };
         r.open(app2_u8, tx2).expect("opens");
-        let expired = r.expire(t0 + PARK);
+        let expired = r.expire(t0 + PARK, PARK);
         assert_eq!(expired.len(), 1);
         assert_eq!(expired[0].msg.meta.app_id, 2);
         assert_eq!(expired[0].served, vec!["u8".to_string()]);

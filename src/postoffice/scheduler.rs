@@ -28,15 +28,17 @@ pub enum Admission {
     Complete(Vec<Node>),
     /// A server registered after the start to replace a lost one (issue 13): it takes the
     /// lost server's id (so its rank and key range). Send it the table, tell every other node
-    /// its address, and tell `displaced` (the old holder, if it was not known to be lost) that
-    /// it was replaced.
+    /// its address, and tell `displaced` (the old holder) that it was replaced.
     Replaced {
         /// The replacement, with its id.
         node: Node,
-        /// The node it replaces, when that one was still counted alive.
-        displaced: Option<Node>,
+        /// The node it replaces (told it was replaced: alive or paused, it then stops).
+        displaced: Node,
         /// The node table with the replacement in it.
         table: Vec<Node>,
+        /// Whether the start-up barrier (the first of all nodes) has completed; if not, the
+        /// replacement must pass it.
+        started: bool,
     },
 }
 
@@ -76,6 +78,8 @@ pub struct Scheduler {
     recovery: Option<Duration>,
     /// Lost servers awaiting a replacement, with the deadline for it.
     awaiting: std::collections::BTreeMap<NodeId, Instant>,
+    /// A barrier of all nodes has completed (the start-up barrier is behind everyone).
+    started: bool,
     /// When the clock last ticked (a much longer gap than the receiving thread's tick: this
     /// process was paused).
     last_tick: Option<Instant>,
@@ -94,6 +98,7 @@ impl Scheduler {
         Scheduler {
             recovery,
             awaiting: std::collections::BTreeMap::new(),
+            started: false,
             servers,
             workers,
             me,
@@ -117,10 +122,11 @@ impl Scheduler {
     /// `node` registered at `now`. Once the last expected node registered, ranks are assigned
     /// ([`assign_ranks`]), ids follow from them, and every node counts as heard of at `now`.
     pub fn add_node(&mut self, node: Node, now: Instant) -> Admission {
+        let lost = self.liveness.lost();
         if self
             .joining
             .iter()
-            .chain(&self.table)
+            .chain(self.table.iter().filter(|n| !lost.contains(&n.id)))
             .any(|n| n.host == node.host && n.port == node.port)
         {
             return Admission::Repeat;
@@ -182,7 +188,7 @@ impl Scheduler {
         }
         let slot = self.table.iter_mut().find(|n| n.id == id)?;
         let old = std::mem::replace(slot, Node { id, ..node.clone() });
-        let displaced = (!self.liveness.lost().contains(&id)).then_some(old);
+        let displaced = old;
         self.awaiting.remove(&id);
         self.liveness.revive(id, now);
         self.book.leave(id);
@@ -190,6 +196,7 @@ impl Scheduler {
             node: Node { id, ..node.clone() },
             displaced,
             table: self.table.clone(),
+            started: self.started,
         })
     }
 
@@ -231,7 +238,13 @@ impl Scheduler {
             .filter(|n| n.role.group() & group != 0)
             .map(|n| n.id)
             .collect();
-        self.book.arrive(group, from, &members, timeout, now)
+        let outcome = self.book.arrive(group, from, &members, timeout, now);
+        if group == crate::postoffice::ALL_GROUP
+            && outcome.as_ref().is_some_and(|o| o.failure.is_none())
+        {
+            self.started = true;
+        }
+        outcome
     }
 
     /// Node `from` sent a heartbeat at `now`.
@@ -492,11 +505,13 @@ mod tests {
             node: n,
             displaced,
             table,
+            started,
         } = s.add_node(node(Role::Server, 7, None), t0 + 12 * sec)
         else {
             panic!("a replacement");
         };
-        assert_eq!((n.id, n.port, displaced), (8, 7, None));
+        assert_eq!((n.id, n.port, displaced.port), (8, 7, 1));
+        assert!(!started, "no barrier of all nodes completed yet");
         assert_eq!(table[1].port, 7, "the table has its address");
         for id in [SCHEDULER, 9, 10] {
             assert_eq!(
@@ -507,6 +522,15 @@ mod tests {
         }
         let done = s.barrier(8, 7, None, t0 + 12 * sec).expect("complete");
         assert_eq!(done.failure, None);
+        let Admission::Replaced { started, .. } =
+            s.add_node(node(Role::Server, 6, Some(0)), t0 + 13 * sec)
+        else {
+            panic!("rank 0 asked for");
+        };
+        assert!(
+            started,
+            "a barrier of all nodes completed: the replacement skips it"
+        );
         assert!(
             matches!(
                 s.add_node(node(Role::Worker, 8, None), t0),
@@ -533,7 +557,7 @@ mod tests {
         else {
             panic!("rank 1 asked for");
         };
-        assert_eq!(displaced.map(|d| (d.id, d.port)), Some((10, 2)));
+        assert_eq!((displaced.id, displaced.port), (10, 2));
         assert_eq!(s.barrier(9, 7, None, t0), None);
         s.heartbeat(9, t0 + 10 * sec);
         s.heartbeat(10, t0 + 10 * sec);

@@ -168,6 +168,7 @@ mod tests {
                     acks: vec![12, 13],
                     replace_within_ms: 60_000,
                     replacement: true,
+                    run_id: 0xfeed_beef,
                 }),
                 frame_lens: vec![],
             },

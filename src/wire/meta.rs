@@ -109,8 +109,11 @@ pub struct Control {
     /// replacement of a lost server; 0 = a lost server fails the job.
     pub replace_within_ms: u64,
     /// In the node table sent to one node: it replaces a lost node (it restores its state and
-    /// skips the start-up barrier the others passed long ago).
+    /// skips the start-up barrier, unless `barrier_group` says the barrier is still open).
     pub replacement: bool,
+    /// In the node table: this run's id, drawn by the scheduler; a replacement restores only a
+    /// checkpoint of the same run.
+    pub run_id: u64,
 }
 
 /// Why a barrier failed (the scheduler's release of a failed barrier).

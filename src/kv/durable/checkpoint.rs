@@ -4,15 +4,21 @@
 //! Files in the directory (`PS_CHECKPOINT_DIR/server-R/appA-T/` for server rank R,
 //! application A and value type T):
 //! - `snapshot`: the state as of the start of log generation G ([`super::snapshot`] framing);
-//!   its payload, little-endian: G `u64`; the applied requests ([`Applied::encode`]) as length
-//!   `u64` and bytes; the handler's state ([`RequestHandler::save`](crate::kv::RequestHandler::save),
+//!   its payload, little-endian: G `u64`; the run's id `u64` (drawn by the scheduler: a
+//!   replacement restores only its own run's checkpoint); the applied requests
+//!   ([`Applied::encode`]) as length `u64` and bytes; the handler's state ([`RequestHandler::save`](crate::kv::RequestHandler::save),
 //!   for the default handler the key store's layout in `kv/store/saved.rs`) as length `u64` and
 //!   bytes.
 //! - `log.G`: the entries ([`super::record`]) applied since, in [`super::log`] framing.
 //!
-//! A new snapshot is written to `snapshot.tmp` and renamed over `snapshot` (generation G + 1);
-//! only then is `log.G+1` started and `log.G` removed. A crash between the two leaves the new
-//! snapshot and no `log.G+1`: nothing is replayed twice.
+//! - `lock`: held (`flock`) by the process using the directory: a replacement cannot restore
+//!   while the server it replaces still runs (paused, say) and writes.
+//!
+//! A new snapshot: `log.G+1` is created empty, the snapshot of generation G + 1 is written to
+//! `snapshot.tmp` and renamed over `snapshot`, then appending moves to `log.G+1` and `log.G`
+//! is removed. A crash (or error) before the rename leaves generation G whole (an empty
+//! `log.G+1` is ignored, and truncated when G + 1 comes); after it, generation G + 1 whole:
+//! nothing is lost or replayed twice.
 
 use super::applied::Applied;
 use super::bytes::Reader;
@@ -38,13 +44,23 @@ pub struct Checkpoint {
     pub applied: Applied,
     /// Key lists (sender, customer, digest) logged in the current log generation.
     lists: std::collections::HashSet<(crate::wire::NodeId, i32, u64)>,
+    /// The run these files belong to.
+    run: u64,
+    /// The directory's lock, held while this lives.
+    _lock: std::fs::File,
 }
 
 /// What a restored checkpoint holds: the handler's saved state and the log's bytes, whose
 /// entries are to be applied on top in order ([`Restored::entries`]).
 pub struct Restored {
+    /// The snapshot's generation.
+    pub generation: u64,
+    /// The run the checkpoint was written in.
+    pub run: u64,
     /// The handler's state in the snapshot.
     pub state: Vec<u8>,
+    /// Where the handler's state starts in the snapshot file (for errors).
+    pub state_at: u64,
     /// The log file's path, for errors.
     pub log_name: String,
     /// The log's whole records (a torn tail already cut off).
@@ -93,14 +109,60 @@ fn io(path: &Path, what: &str) -> impl FnOnce(std::io::Error) -> Error {
     move |e| Error::Config(format!("checkpoint {p}: {what}: {e}"))
 }
 
+/// How long [`lock_dir`] waits for another process to release a checkpoint directory (a
+/// killed server's descriptors close a moment after it died).
+const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Takes `dir`'s lock file, waiting up to [`LOCK_WAIT`] for another holder to go.
+///
+/// # Errors
+/// [`Error::Config`]: another process still holds it (the server being replaced still runs,
+/// paused say), or the file cannot be made.
+fn lock_dir(dir: &Path) -> Result<std::fs::File> {
+    use std::os::fd::AsRawFd;
+    let path = dir.join("lock");
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(io(&path, "cannot open"))?;
+    let deadline = std::time::Instant::now() + LOCK_WAIT;
+    // SAFETY: flock(2) on a descriptor this function owns.
+    while unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        if std::time::Instant::now() >= deadline {
+            return Err(Error::Config(format!(
+                "checkpoint {} is in use by another process (for {} s): is the server it \
+                 belongs to still running (paused, say)? Stop it first",
+                dir.display(),
+                LOCK_WAIT.as_secs()
+            )));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    Ok(f)
+}
+
+/// Fsyncs directory `dir` (a file in it was created, renamed or removed).
+fn sync_dir(dir: &Path) -> Result<()> {
+    let d = std::fs::File::open(dir).map_err(io(dir, "cannot open"))?;
+    d.sync_all().map_err(io(dir, "cannot fsync"))
+}
+
 impl Checkpoint {
-    /// Starts a new checkpoint in `dir` (created if missing) for a handler whose state is
-    /// `state`: files of an earlier run there are removed, and generation 1 begins.
+    /// Starts a new checkpoint in `dir` (created if missing) for run `run` and a handler whose
+    /// state is `state`: files of an earlier run there are removed, and generation 1 begins.
     ///
     /// # Errors
     /// [`Error::Config`] naming the path and the OS error.
-    pub fn create(dir: &Path, sync: Fsync, limit: u64, state: &[u8]) -> Result<Checkpoint> {
+    pub fn create(
+        dir: &Path,
+        (sync, limit): (Fsync, u64),
+        run: u64,
+        state: &[u8],
+    ) -> Result<Checkpoint> {
         std::fs::create_dir_all(dir).map_err(io(dir, "cannot create the directory"))?;
+        let lock = lock_dir(dir)?;
         for entry in std::fs::read_dir(dir).map_err(io(dir, "cannot list"))? {
             let path = entry.map_err(io(dir, "cannot list"))?.path();
             let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
@@ -109,9 +171,12 @@ impl Checkpoint {
             }
         }
         let applied = Applied::default();
-        let snapshot_bytes = write_snapshot(dir, sync, 1, &applied, state)?;
+        let log = LogWriter::create(&dir.join("log.1"), sync)?;
+        let snapshot_bytes = write_snapshot(dir, sync, (1, run), &applied, state)?;
         Ok(Checkpoint {
-            log: LogWriter::open(&dir.join("log.1"), sync)?,
+            log,
+            run,
+            _lock: lock,
             dir: dir.to_path_buf(),
             sync,
             generation: 1,
@@ -124,23 +189,23 @@ impl Checkpoint {
     }
 
     /// Reads the checkpoint in `dir` without changing it (for `pslite-launch inspect`): the
-    /// snapshot's generation, applied requests and handler state, and the log's whole records
-    /// (a torn last record left out).
+    /// snapshot's applied requests, and what [`Restored`] holds (a torn last record of the log
+    /// left out).
     ///
     /// # Errors
     /// [`Error::Config`] when a file is missing or unreadable; [`Error::Corrupt`] naming the
     /// file and offset of any damage.
-    pub fn read(dir: &Path) -> Result<(u64, Applied, Restored)> {
+    pub fn read(dir: &Path) -> Result<(Applied, Restored)> {
         let snap_path = dir.join(SNAPSHOT);
         let payload = snapshot::read(&snap_path)?;
-        let (generation, applied, state) = parse_snapshot(&payload).map_err(|e| {
+        let snap = parse_snapshot(&payload).map_err(|e| {
             corrupt(
                 &snap_path.display().to_string(),
                 snapshot::HEADER as u64,
                 &e,
             )
         })?;
-        let log_path = dir.join(format!("log.{generation}"));
+        let log_path = dir.join(format!("log.{}", snap.generation));
         let log_name = log_path.display().to_string();
         let mut log = match std::fs::read(&log_path) {
             Ok(b) => b,
@@ -154,23 +219,28 @@ impl Checkpoint {
             log.truncate(at as usize);
         }
         let restored = Restored {
-            state: state.to_vec(),
+            generation: snap.generation,
+            run: snap.run,
+            state: snap.state.to_vec(),
+            state_at: (snapshot::HEADER + snap.state_at) as u64,
             log_name,
             log,
             torn_at: torn,
             snapshot_bytes: payload.len() as u64,
         };
-        Ok((generation, applied, restored))
+        Ok((snap.applied, restored))
     }
 
-    /// Opens the checkpoint in `dir` to restore it: [`read`](Self::read), then a torn last
-    /// record is cut off the log file, and appending carries on in that log.
+    /// Opens the checkpoint in `dir` to restore it: takes its lock, [`read`](Self::read)s it,
+    /// cuts a torn last record off the log file, and carries on appending to that log.
     ///
     /// # Errors
-    /// As [`read`](Self::read); [`Error::Config`] when the log cannot be cut or opened.
+    /// As [`read`](Self::read); [`Error::Config`] when the directory is locked by another
+    /// process, or the log cannot be cut or opened.
     pub fn open(dir: &Path, sync: Fsync, limit: u64) -> Result<(Checkpoint, Restored)> {
-        let (generation, applied, restored) = Checkpoint::read(dir)?;
-        let log_path = dir.join(format!("log.{generation}"));
+        let lock = lock_dir(dir)?;
+        let (applied, restored) = Checkpoint::read(dir)?;
+        let log_path = dir.join(format!("log.{}", restored.generation));
         if let Some(at) = restored.torn_at {
             tracing::warn!(
                 "{}: cut off a torn last record at byte {at} (written when the server died, \
@@ -187,12 +257,14 @@ impl Checkpoint {
             log: LogWriter::open(&log_path, sync)?,
             dir: dir.to_path_buf(),
             sync,
-            generation,
+            generation: restored.generation,
             log_bytes: restored.log.len() as u64,
             snapshot_bytes: restored.snapshot_bytes,
             limit,
             applied,
             lists: Default::default(),
+            run: restored.run,
+            _lock: lock,
         };
         Ok((cp, restored))
     }
@@ -238,19 +310,35 @@ impl Checkpoint {
     }
 
     /// Writes a snapshot of `state` (the handler's state now, with every logged entry applied)
-    /// as the next generation, starts its log and removes the previous one.
+    /// as the next generation, moves appending to its (new, empty) log and removes the
+    /// previous log (see the module docs for the order).
     ///
     /// # Errors
-    /// [`Error::Config`] naming the path and the OS error; the old generation stays in use.
+    /// [`Error::Config`] naming the path and the OS error. Before the snapshot is renamed into
+    /// place the current generation stays in use, whole; after, the new one is.
     pub fn snapshot(&mut self, state: &[u8]) -> Result<()> {
         let next = self.generation + 1;
-        self.snapshot_bytes = write_snapshot(&self.dir, self.sync, next, &self.applied, state)?;
-        self.log = LogWriter::open(&self.dir.join(format!("log.{next}")), self.sync)?;
+        let next_log = self.dir.join(format!("log.{next}"));
+        let log = LogWriter::create(&next_log, self.sync)?;
+        let written = write_snapshot(&self.dir, self.sync, (next, self.run), &self.applied, state);
+        let bytes = match written {
+            Ok(b) => b,
+            Err(e) => {
+                let _ = std::fs::remove_file(&next_log);
+                return Err(e);
+            }
+        };
+        self.snapshot_bytes = bytes;
+        self.log = log;
         let old = self.dir.join(format!("log.{}", self.generation));
         self.generation = next;
         self.log_bytes = 0;
         self.lists.clear();
-        std::fs::remove_file(&old).map_err(io(&old, "cannot remove"))
+        std::fs::remove_file(&old).map_err(io(&old, "cannot remove"))?;
+        if self.sync == Fsync::Yes {
+            sync_dir(&self.dir)?;
+        }
+        Ok(())
     }
 
     /// The current generation (the log `log.G` being appended to).
@@ -259,17 +347,18 @@ impl Checkpoint {
     }
 }
 
-/// Writes the snapshot of generation `generation`; returns its payload's size.
+/// Writes the snapshot of (generation, run); returns its payload's size.
 fn write_snapshot(
     dir: &Path,
     sync: Fsync,
-    generation: u64,
+    (generation, run): (u64, u64),
     applied: &Applied,
     state: &[u8],
 ) -> Result<u64> {
     let applied = applied.encode();
-    let mut payload = Vec::with_capacity(24 + applied.len() + state.len());
+    let mut payload = Vec::with_capacity(32 + applied.len() + state.len());
     payload.extend_from_slice(&generation.to_le_bytes());
+    payload.extend_from_slice(&run.to_le_bytes());
     payload.extend_from_slice(&(applied.len() as u64).to_le_bytes());
     payload.extend_from_slice(&applied);
     payload.extend_from_slice(&(state.len() as u64).to_le_bytes());
@@ -278,15 +367,162 @@ fn write_snapshot(
     Ok(payload.len() as u64)
 }
 
-/// A snapshot's payload: generation, applied requests, the handler's state.
+/// A snapshot's payload, read.
+pub struct Snap<'b> {
+    /// The generation: `log.G` follows it.
+    pub generation: u64,
+    /// The run it was written in.
+    pub run: u64,
+    /// The requests applied recently.
+    pub applied: Applied,
+    /// The handler's state.
+    pub state: &'b [u8],
+    /// Where the handler's state starts in the payload.
+    pub state_at: usize,
+}
+
+/// A snapshot's payload: generation, run, applied requests, the handler's state.
 ///
 /// # Errors
 /// A text naming the field and its offset in the payload.
-pub fn parse_snapshot(payload: &[u8]) -> std::result::Result<(u64, Applied, &[u8]), String> {
+pub fn parse_snapshot(payload: &[u8]) -> std::result::Result<Snap<'_>, String> {
     let mut r = Reader::new("snapshot payload", payload);
     let generation = r.u64("the generation")?;
+    let run = r.u64("the run id")?;
     let applied = Applied::decode(r.sized("the applied requests")?)?;
     let state = r.sized("the handler's state")?;
     r.finish("the handler's state")?;
-    Ok((generation, applied, state))
+    let state_at = payload.len() - state.len();
+    Ok(Snap {
+        generation,
+        run,
+        applied,
+        state,
+        state_at,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kv::durable::record::Request;
+
+    fn dir(name: &str) -> std::path::PathBuf {
+        let d = std::env::temp_dir().join(format!("pslite-cp-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        d
+    }
+
+    fn push(ts: i32, vals: &[u8]) -> Entry<'_> {
+        Entry::Applied(Request {
+            sender: 9,
+            customer: 0,
+            timestamp: ts,
+            cmd: 0,
+            push: true,
+            pull: false,
+            keys_by_digest: None,
+            frames: vec![&[1, 0, 0, 0, 0, 0, 0, 0], vals],
+        })
+    }
+
+    #[test]
+    fn a_snapshot_starts_a_new_log_and_both_come_back_after_a_restart() {
+        let d = dir("generations");
+        let mut cp = Checkpoint::create(&d, (Fsync::No, 1 << 20), 77, b"s1").expect("created");
+        for ts in 0..3 {
+            cp.append(&push(ts, &[ts as u8])).expect("logged");
+        }
+        cp.snapshot(b"s2").expect("snapshot");
+        assert!(!d.join("log.1").exists(), "the old log is removed");
+        cp.append(&push(3, &[3])).expect("logged");
+        drop(cp);
+        let (cp, r) = Checkpoint::open(&d, Fsync::No, 1 << 20).expect("opened");
+        assert_eq!((r.generation, r.run, &r.state[..]), (2, 77, &b"s2"[..]));
+        let entries = r.entries().expect("whole");
+        assert_eq!(entries.len(), 1, "only what came after the snapshot");
+        assert_eq!(entries[0].1, push(3, &[3]));
+        assert!(
+            (0..3).all(|ts| cp.applied.contains(9, 0, ts)),
+            "kept in the snapshot"
+        );
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn a_torn_last_record_is_cut_off_and_appending_goes_on_after_the_whole_ones() {
+        let d = dir("torn");
+        let mut cp = Checkpoint::create(&d, (Fsync::No, 1 << 20), 1, b"").expect("created");
+        cp.append(&push(0, &[5; 10])).expect("logged");
+        drop(cp);
+        let log = d.join("log.1");
+        let whole = std::fs::metadata(&log).expect("log").len();
+        let half = super::log::encode(&push(1, &[6; 10]).encode());
+        let mut bytes = std::fs::read(&log).expect("read");
+        bytes.extend_from_slice(&half[..half.len() / 2]);
+        std::fs::write(&log, bytes).expect("torn");
+        let (mut cp, r) = Checkpoint::open(&d, Fsync::No, 1 << 20).expect("opened");
+        assert_eq!(r.torn_at, Some(whole));
+        assert_eq!(std::fs::metadata(&log).expect("log").len(), whole, "cut");
+        cp.append(&push(2, &[7])).expect("logged");
+        drop(cp);
+        let (_, r) = Checkpoint::read(&d).expect("read");
+        let ts: Vec<i32> = r
+            .entries()
+            .expect("whole")
+            .into_iter()
+            .map(|(_, e)| match e {
+                Entry::Applied(r) => r.timestamp,
+                _ => -1,
+            })
+            .collect();
+        assert_eq!(ts, vec![0, 2]);
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn a_snapshot_interrupted_before_its_rename_leaves_the_old_generation_whole() {
+        let d = dir("interrupted");
+        let mut cp = Checkpoint::create(&d, (Fsync::No, 1 << 20), 1, b"s1").expect("created");
+        cp.append(&push(0, &[1])).expect("logged");
+        drop(cp);
+        // What a crash after `log.2` was created, before the snapshot's rename, leaves.
+        std::fs::write(d.join("log.2"), b"").expect("empty next log");
+        std::fs::write(d.join("snapshot.tmp"), b"half a snapshot").expect("tmp");
+        let (mut cp, r) = Checkpoint::open(&d, Fsync::No, 1 << 20).expect("opened");
+        assert_eq!((r.generation, r.entries().expect("whole").len()), (1, 1));
+        cp.snapshot(b"s2").expect("the next snapshot succeeds");
+        drop(cp);
+        let (_, r) = Checkpoint::read(&d).expect("read");
+        assert_eq!(
+            (r.generation, &r.state[..], r.log.len()),
+            (2, &b"s2"[..], 0)
+        );
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn a_directory_in_use_is_refused_naming_it() {
+        let d = dir("locked");
+        let cp = Checkpoint::create(&d, (Fsync::No, 1 << 20), 1, b"").expect("created");
+        let t0 = std::time::Instant::now();
+        let e = Checkpoint::open(&d, Fsync::No, 1 << 20)
+            .err()
+            .expect("locked")
+            .to_string();
+        assert!(
+            e.contains(&format!(
+                "checkpoint {} is in use by another process (for 10 s)",
+                d.display()
+            )),
+            "{e}"
+        );
+        assert!(t0.elapsed() >= LOCK_WAIT, "it waited for the holder");
+        drop(cp);
+        assert!(
+            Checkpoint::open(&d, Fsync::No, 1 << 20).is_ok(),
+            "free again"
+        );
+        let _ = std::fs::remove_dir_all(&d);
+    }
 }

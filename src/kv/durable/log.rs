@@ -89,6 +89,8 @@ pub struct LogWriter {
     file: std::fs::File,
     path: String,
     sync: Fsync,
+    /// Bytes in the file (where the next record starts).
+    len: u64,
 }
 
 impl LogWriter {
@@ -98,17 +100,35 @@ impl LogWriter {
     /// # Errors
     /// [`Error::Config`] naming the path and the OS error.
     pub fn open(path: &Path, sync: Fsync) -> Result<LogWriter> {
+        LogWriter::opened(path, sync, false)
+    }
+
+    /// Creates the log at `path` empty (an existing file is truncated), for appending.
+    ///
+    /// # Errors
+    /// [`Error::Config`] naming the path and the OS error.
+    pub fn create(path: &Path, sync: Fsync) -> Result<LogWriter> {
+        LogWriter::opened(path, sync, true)
+    }
+
+    fn opened(path: &Path, sync: Fsync, empty: bool) -> Result<LogWriter> {
+        let io = |e: std::io::Error| {
+            Error::Config(format!("checkpoint {}: cannot open: {e}", path.display()))
+        };
         let file = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(path)
-            .map_err(|e| {
-                Error::Config(format!("checkpoint {}: cannot open: {e}", path.display()))
-            })?;
+            .map_err(io)?;
+        if empty {
+            file.set_len(0).map_err(io)?;
+        }
+        let len = file.metadata().map_err(io)?.len();
         Ok(LogWriter {
             file,
             path: path.display().to_string(),
             sync,
+            len,
         })
     }
 
@@ -123,11 +143,32 @@ impl LogWriter {
 
     /// Appends one record whose payload is `parts` one after the other, without copying the
     /// large parts (a pushed frame goes from the message to the file); returns the record's
-    /// bytes in the file. Same guarantees as [`append`](Self::append).
+    /// bytes in the file. Same guarantees as [`append`](Self::append). A failed append is
+    /// cut off the file again, so later records do not follow half of one.
     ///
     /// # Errors
     /// [`Error::Config`] naming the path and the OS error, or a payload over 4 GiB.
     pub fn append_parts(&mut self, parts: &[&[u8]]) -> Result<u64> {
+        let start = self.len;
+        let written = self.write_record(parts);
+        match written {
+            Ok(n) => {
+                self.len += n;
+                Ok(n)
+            }
+            Err(e) => {
+                if let Err(cut) = self.file.set_len(start) {
+                    return Err(Error::Config(format!(
+                        "{e}; and the part written cannot be cut off ({cut}): the log is \
+                         damaged from byte {start}"
+                    )));
+                }
+                Err(e)
+            }
+        }
+    }
+
+    fn write_record(&mut self, parts: &[&[u8]]) -> Result<u64> {
         let io = |e: std::io::Error| Error::Config(format!("checkpoint {}: {e}", self.path));
         let total: usize = parts.iter().map(|p| p.len()).sum();
         let len = u32::try_from(total).map_err(|_| {

@@ -8,7 +8,7 @@ use super::{ReqMeta, RequestHandler};
 use crate::error::{Error, Result};
 use crate::kv::durable::checkpoint::{corrupt, Checkpoint, Restored, SNAPSHOT};
 use crate::kv::durable::record::{Entry, Request};
-use crate::kv::durable::{snapshot, Fsync};
+use crate::kv::durable::Fsync;
 use crate::kv::pairs::decode_checked;
 use crate::kv::value::Value;
 use crate::postoffice::Postoffice;
@@ -48,16 +48,21 @@ impl Durable {
             Node::describe(po.my_id()),
             V::DTYPE.name()
         );
-        let cp = if po.is_replacement() {
-            restore(&dir, (sync, c.log_bytes), handler, &name)?
-        } else {
-            let state = handler.save().ok_or_else(|| {
-                Error::Config(format!(
-                    "PS_CHECKPOINT_DIR is set but the handler of {name} cannot save its state \
-                     (RequestHandler::save returns None)"
-                ))
-            })?;
-            Checkpoint::create(&dir, sync, c.log_bytes, &state)?
+        let cp = match po.is_replacement() {
+            true => restore(&dir, (sync, c.log_bytes), handler, (&name, po.run_id()))?,
+            false => None,
+        };
+        let cp = match cp {
+            Some(cp) => cp,
+            None => {
+                let state = handler.save().ok_or_else(|| {
+                    Error::Config(format!(
+                        "PS_CHECKPOINT_DIR is set but the handler of {name} cannot save its \
+                         state (RequestHandler::save returns None)"
+                    ))
+                })?;
+                Checkpoint::create(&dir, (sync, c.log_bytes), po.run_id(), &state)?
+            }
         };
         Ok(Some(Durable { cp, name }))
     }
@@ -86,7 +91,9 @@ impl Durable {
         let mut parts: Vec<&[u8]> = frames.iter().map(|f| &f[..]).collect();
         let result = (|| {
             if let (Some(digest), Some(keys)) = (list, parts.first_mut()) {
-                if !self.cp.has_list(sender, customer, digest) {
+                // A registration may replace a list under a colliding digest: logged again.
+                let registers = matches!(m.keys, Some(crate::wire::KeyRef::Register { .. }));
+                if registers || !self.cp.has_list(sender, customer, digest) {
                     self.cp.append(&Entry::KeyList {
                         sender,
                         customer,
@@ -132,21 +139,42 @@ impl Durable {
 }
 
 /// Restores `handler` from the checkpoint in `dir`: the snapshot's state, then every logged
-/// request applied again in order.
+/// request applied again in order. `None` when there is nothing of this run to restore (no
+/// snapshot, or one of another run: the lost server died before it served this application,
+/// so no request of it was applied): the caller starts a new checkpoint.
+///
+/// # Errors
+/// As [`Checkpoint::open`] and [`rebuild`].
 fn restore<V: Value>(
     dir: &std::path::Path,
     (sync, limit): (Fsync, u64),
     handler: &mut impl RequestHandler<V>,
-    name: &str,
-) -> Result<Checkpoint> {
+    (name, run): (&str, u64),
+) -> Result<Option<Checkpoint>> {
+    if !dir.join(SNAPSHOT).exists() {
+        tracing::warn!(
+            "{name}: no checkpoint in {} to restore: starting empty",
+            dir.display()
+        );
+        return Ok(None);
+    }
     let (mut cp, restored) = Checkpoint::open(dir, sync, limit)?;
+    if restored.run != run {
+        tracing::warn!(
+            "{name}: the checkpoint in {} is of another run ({:#x}, this is {run:#x}): starting \
+             empty",
+            dir.display(),
+            restored.run
+        );
+        return Ok(None);
+    }
     let n = rebuild(dir, handler, &restored, |e| cp.note(e))?;
     tracing::warn!(
-        "{name}: restored from {} and {n} logged requests of {}",
+        "{name}: restored from {} and {n} logged entries of {}",
         dir.join(SNAPSHOT).display(),
         restored.log_name
     );
-    Ok(cp)
+    Ok(Some(cp))
 }
 
 /// Puts `handler` in the state checkpoint `restored` (read from `dir`) holds: the snapshot's
@@ -163,9 +191,13 @@ pub(crate) fn rebuild<V: Value>(
     mut note: impl FnMut(&Entry<'_>),
 ) -> Result<usize> {
     let snap = dir.join(SNAPSHOT).display().to_string();
-    handler
-        .restore(&restored.state)
-        .map_err(|e| corrupt(&snap, snapshot::HEADER as u64, &e))?;
+    handler.restore(&restored.state).map_err(|e| {
+        corrupt(
+            &snap,
+            restored.state_at,
+            &format!("the handler's state: {e}"),
+        )
+    })?;
     let entries = restored.entries()?;
     let n = entries.len();
     let mut lists = std::collections::HashMap::new();

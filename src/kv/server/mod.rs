@@ -299,8 +299,9 @@ fn serve_request<V: Value>(
     let mut pushed = None;
     let may_change = m.push || m.head != 0;
     let again = may_change && durable.as_ref().is_some_and(|d| d.applied_before(&m));
+    // Applied before the restart: answered as a plain pull of its keys (no command, no values).
     let rm = ReqMeta {
-        cmd: m.head,
+        cmd: if again { 0 } else { m.head },
         push: m.push && !again,
         pull: m.pull,
         sender: m.sender,
