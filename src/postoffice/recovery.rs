@@ -216,7 +216,10 @@ impl Postoffice {
             "{} is taken over by a new server at {place}",
             Node::describe(node.id)
         );
-        self.tell_displaced(&displaced, &place);
+        // (Not when the replacement got the old address: the notice would reach it.)
+        if (displaced.host.as_str(), displaced.port) != (node.host.as_str(), node.port) {
+            self.tell_displaced(&displaced, &place);
+        }
         let to_new = self
             .van
             .connect(node.id, &node.host, node.port)

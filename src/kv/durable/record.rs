@@ -9,7 +9,8 @@
 //!   as the handler saw them (a cached key list already replaced by its keys);
 //!   With flag 4 (`keys_by_digest`), the keys frame is replaced by the 8-byte digest of a key
 //!   list logged before in the same log (kind 3);
-//! - 2, a sender forgotten: sender `i32` (a replacement worker took its id);
+//! - 2, a sender forgotten: sender `i32` (for when a replacement worker takes a lost worker's
+//!   id and starts its timestamps again; workers are not replaced yet, so nothing writes it);
 //! - 3, a key list (key caching): sender `i32`, customer id `i32`, digest `u64`, the keys as
 //!   length `u64` and bytes. Logged once per log generation, before the first request that
 //!   names it, so a request repeating a cached list logs its values, not its keys again.
