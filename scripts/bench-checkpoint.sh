@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Issue 13's figures, in one run:
-#   1. What checkpointing costs (PS_CHECKPOINT_DIR; no fsync, and PS_CHECKPOINT_SYNC=1) against
-#      none, runs of the three interleaved: bench push-pull goodput, S=1 W=1, 1 MB values (median
-#      of RUNS x SECS s); kv-app --keys 1000000, S=1 W=1, job wall time (median of RUNS).
+#   1. What checkpointing costs (PS_CHECKPOINT_DIR on this disk, without and with
+#      PS_CHECKPOINT_SYNC=1, and on /dev/shm, a tmpfs, to tell the code's cost from the disk's)
+#      against none, runs of the four interleaved: bench push-pull goodput, S=1 W=1, 1 MB values
+#      (median of RUNS x SECS s); kv-app --keys 1000000, S=1 W=1, job wall time (median of
+#      RUNS). Reference, same run: dd's page-cache write speed of 512 MiB on each.
 #   2. Recovery: kv-app S=2 W=2 under `pslite-launch local --restart 1`, server 0 SIGKILLed at a
 #      random moment, KILLS times: seconds from the kill to the workers sending the unanswered
 #      requests to the replacement (its log line "was replaced by a new server"), and whether
@@ -20,24 +22,29 @@ cargo build --release --quiet --bins
 B=target/release
 . scripts/bench-lib.sh
 now() { date +%s.%N; }
-CP=$(mktemp -d)
-trap 'rm -rf "$CP"' EXIT
+# Checkpoints on the repository's disk (target/ is on it), and on tmpfs.
+mkdir -p target
+CP=$(mktemp -d -p target)
+SHM=$(mktemp -d -p /dev/shm)
+trap 'rm -rf "$CP" "$SHM"' EXIT
+ddspeed() { dd if=/dev/zero of="$1/dd" bs=1M count=512 2>&1 | grep -o "[0-9.]* [GM]B/s"; rm -f "$1/dd"; }
 
-# Runs "$@" with the checkpoint mode $1 (off, on, sync) and a fresh checkpoint directory.
+# Runs "$@" with the checkpoint mode $1 (off, on, sync, shm) and a fresh checkpoint directory.
 with_mode() {
     local mode=$1; shift
-    rm -rf "$CP/run"
+    rm -rf "$CP/run" "$SHM/run"
     case $mode in
         off) env -u PS_CHECKPOINT_DIR "$@" ;;
         on) PS_CHECKPOINT_DIR="$CP/run" PS_CHECKPOINT_SYNC=0 "$@" ;;
         sync) PS_CHECKPOINT_DIR="$CP/run" PS_CHECKPOINT_SYNC=1 "$@" ;;
+        shm) PS_CHECKPOINT_DIR="$SHM/run" PS_CHECKPOINT_SYNC=0 "$@" ;;
     esac
 }
 
 # ---- 1. checkpointing off / on / on with fsync ----
 declare -A good kv
 for i in $(seq "$RUNS"); do
-    for mode in off on sync; do
+    for mode in off on sync shm; do
         g=$(with_mode $mode timeout $((SECS + 60)) $B/pslite-launch local --servers 1 --workers 1 -- \
             bench --mode push-pull --len 1024000 --seconds "$SECS" --json | field goodput_gbps)
         t0=$(now)
@@ -53,27 +60,30 @@ med() { printf '%s\n' $1 | median; }
 pct() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%+.1f %%", (b-a)/a*100}'; }
 g_off=$(med "${good[off]}"); g_on=$(med "${good[on]}"); g_sync=$(med "${good[sync]}")
 k_off=$(med "${kv[off]}"); k_on=$(med "${kv[on]}"); k_sync=$(med "${kv[sync]}")
+g_shm=$(med "${good[shm]}"); k_shm=$(med "${kv[shm]}")
+dd_disk=$(ddspeed "$CP"); dd_shm=$(ddspeed "$SHM")
 
 # ---- 2. a server killed and replaced during kv-app ----
 kill_once() {
-    local out=$CP/launch.out pid t_kill back exact
+    local out=$CP/launch.out pid t_kill back exact n=0
     rm -rf "$CP/run"
-    PS_CHECKPOINT_DIR="$CP/run" timeout 120 $B/pslite-launch local --servers 2 --workers 2 --restart 1 -- \
-        kv-app --keys 100000 --repeat 400 >"$out" 2>&1 &
+    PS_CHECKPOINT_DIR="$CP/run" PS_VERBOSE=1 timeout 120 $B/pslite-launch local --servers 2 \
+        --workers 2 --restart 1 -- kv-app --keys 100000 --repeat 3000 >"$out" 2>&1 &
     local launcher=$!
-    sleep "0.$((RANDOM % 10))"
-    sleep 1
-    pid=""
-    while [ -z "$pid" ]; do
-        pid=$(grep -o "started server 0 (pid [0-9]*)" "$out" | grep -o "[0-9]*)" | tr -d ')' | head -1)
-        sleep 0.05
+    # Kill at a random moment 0.1–0.9 s after both workers started.
+    until grep -q "worker rank 1 (id 11) started" "$out" && grep -q "worker rank 0 (id 9) started" "$out"; do
+        n=$((n + 1)); [ $n -lt 3000 ] || { echo "the workers did not start" >&2; exit 1; }
+        sleep 0.01
     done
+    sleep "0.$((RANDOM % 9 + 1))"
+    pid=$(grep -o "started server 0 (pid [0-9]*)" "$out" | grep -o "[0-9]*)" | tr -d ')' | head -1)
     t_kill=$(now)
     kill -9 "$pid"
     local rc=0
     wait "$launcher" || rc=$?
     back=$(grep -m1 "was replaced by a new server" "$out" | grep -o "20[0-9-]*T[0-9:.]*Z" | head -1)
-    back=$(date -d "$back" +%s.%N 2>/dev/null || echo 0)
+    [ -n "$back" ] || { echo "no replacement in:" >&2; tail -20 "$out" >&2; exit 1; }
+    back=$(date -d "$back" +%s.%N)
     exact=$(grep -c "error: 0, 0" "$out" || true)
     awk -v a="$t_kill" -v b="$back" 'BEGIN {printf "%.2f", b-a}'
     echo " exit=$rc exact=$exact/2"
@@ -89,12 +99,13 @@ t_sorted=$(printf '%s\n' "${times[@]}" | sort -g | tr '\n' ' ')
 t_med=$(printf '%s\n' "${times[@]}" | median 2)
 
 cat <<EOT
-| figure (S=1 W=1) | no checkpoint | checkpoint, no fsync | checkpoint, fsync |
-| --- | --- | --- | --- |
-| push-pull goodput, 1 MB values, median of ${RUNS} x ${SECS} s | ${g_off} Gbit/s | ${g_on} Gbit/s ($(pct "$g_off" "$g_on")) | ${g_sync} Gbit/s ($(pct "$g_off" "$g_sync")) |
-| kv-app --keys 1000000, job wall time, median of ${RUNS} | ${k_off} s | ${k_on} s ($(pct "$k_off" "$k_on")) | ${k_sync} s ($(pct "$k_off" "$k_sync")) |
+| figure (S=1 W=1) | no checkpoint | checkpoint on disk, no fsync | on disk, fsync | on tmpfs (/dev/shm), no fsync |
+| --- | --- | --- | --- | --- |
+| push-pull goodput, 1 MB values, median of ${RUNS} x ${SECS} s | ${g_off} Gbit/s | ${g_on} Gbit/s ($(pct "$g_off" "$g_on")) | ${g_sync} Gbit/s ($(pct "$g_off" "$g_sync")) | ${g_shm} Gbit/s ($(pct "$g_off" "$g_shm")) |
+| kv-app --keys 1000000, job wall time, median of ${RUNS} | ${k_off} s | ${k_on} s ($(pct "$k_off" "$k_on")) | ${k_sync} s ($(pct "$k_off" "$k_sync")) | ${k_shm} s ($(pct "$k_off" "$k_shm")) |
+| reference: dd, 512 MiB into the page cache | | ${dd_disk} | | ${dd_shm} |
 
-runs: goodput off ${good[off]}/ on ${good[on]}/ sync ${good[sync]}; kv-app off ${kv[off]}/ on ${kv[on]}/ sync ${kv[sync]}
+runs: goodput off ${good[off]}/ on ${good[on]}/ sync ${good[sync]}/ shm ${good[shm]}; kv-app off ${kv[off]}/ on ${kv[on]}/ sync ${kv[sync]}/ shm ${kv[shm]}
 
 | server 0 SIGKILLed during kv-app (S=2 W=2, --restart 1), ${KILLS} kills | seconds |
 | --- | --- |

@@ -143,12 +143,6 @@ fn lock_dir(dir: &Path) -> Result<std::fs::File> {
     Ok(f)
 }
 
-/// Fsyncs directory `dir` (a file in it was created, renamed or removed).
-fn sync_dir(dir: &Path) -> Result<()> {
-    let d = std::fs::File::open(dir).map_err(io(dir, "cannot open"))?;
-    d.sync_all().map_err(io(dir, "cannot fsync"))
-}
-
 impl Checkpoint {
     /// Starts a new checkpoint in `dir` (created if missing) for run `run` and a handler whose
     /// state is `state`: files of an earlier run there are removed, and generation 1 begins.
@@ -319,6 +313,8 @@ impl Checkpoint {
     pub fn snapshot(&mut self, state: &[u8]) -> Result<()> {
         let next = self.generation + 1;
         let next_log = self.dir.join(format!("log.{next}"));
+        // Its directory entry is made durable (PS_CHECKPOINT_SYNC) by the snapshot's rename's
+        // directory fsync below.
         let log = LogWriter::create(&next_log, self.sync)?;
         let written = write_snapshot(&self.dir, self.sync, (next, self.run), &self.applied, state);
         let bytes = match written {
@@ -334,9 +330,17 @@ impl Checkpoint {
         self.generation = next;
         self.log_bytes = 0;
         self.lists.clear();
-        std::fs::remove_file(&old).map_err(io(&old, "cannot remove"))?;
-        if self.sync == Fsync::Yes {
-            sync_dir(&self.dir)?;
+        // Removing a large file can take a while (freeing, discarding its blocks): off the
+        // path of the requests waiting for their answer. Nothing reads it any more.
+        let spawned = std::thread::Builder::new()
+            .name("checkpoint-rm".into())
+            .spawn(move || {
+                if let Err(e) = std::fs::remove_file(&old) {
+                    tracing::warn!("checkpoint {}: cannot remove: {e}", old.display());
+                }
+            });
+        if let Err(e) = spawned {
+            tracing::warn!("cannot start a thread to remove the old log: {e}");
         }
         Ok(())
     }
@@ -434,6 +438,12 @@ mod tests {
             cp.append(&push(ts, &[ts as u8])).expect("logged");
         }
         cp.snapshot(b"s2").expect("snapshot");
+        for _ in 0..100 {
+            if !d.join("log.1").exists() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
         assert!(!d.join("log.1").exists(), "the old log is removed");
         cp.append(&push(3, &[3])).expect("logged");
         drop(cp);
