@@ -169,6 +169,8 @@ fn kv_app_ends_exactly_after_a_server_is_killed_and_replaced_at_five_random_mome
                     "PS_CHECKPOINT_LOG_MB",
                     if round % 2 == 1 { "1" } else { "256" },
                 ),
+                // The last round with resend on: sequence numbers restart with the replacement.
+                ("PS_RESEND", if round == 4 { "1" } else { "0" }),
             ],
         );
         l.wait_line("worker rank 1 (id 11) started: ");
