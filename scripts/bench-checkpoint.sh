@@ -7,8 +7,9 @@
 #      RUNS). Reference, same run: dd's page-cache write speed of 512 MiB on each.
 #   2. Recovery: kv-app S=2 W=2 under `pslite-launch local --restart 1`, server 0 SIGKILLed at a
 #      random moment, KILLS times: seconds from the kill to the workers sending the unanswered
-#      requests to the replacement (its log line "was replaced by a new server"), and whether
-#      the job still ended with exact sums (every worker's "error: 0, 0").
+#      requests to the replacement (their log line "was replaced by a new server") and to the
+#      replacement serving (its last "restored from" line), and whether the job still ended
+#      with exact sums (every worker's "error: 0, 0").
 # Usage: scripts/bench-checkpoint.sh [RUNS] [SECS] [KILLS]      (defaults 5, 5, 5)
 # Bounded: every process is time-limited, all traffic is on 127.0.0.1; checkpoints go to a
 # temporary directory that is removed after each run.
@@ -84,8 +85,12 @@ kill_once() {
     back=$(grep -m1 "was replaced by a new server" "$out" | grep -o "20[0-9-]*T[0-9:.]*Z" | head -1)
     [ -n "$back" ] || { echo "no replacement in:" >&2; tail -20 "$out" >&2; exit 1; }
     back=$(date -d "$back" +%s.%N)
+    # The replacement serves once its last application is restored (or started empty).
+    served=$(grep "^\[server 0\].*\(restored from\|starting empty\)" "$out" | tail -1 |
+        grep -o "20[0-9-]*T[0-9:.]*Z" | head -1)
+    served=$(date -d "$served" +%s.%N)
     exact=$(grep -c "error: 0, 0" "$out" || true)
-    awk -v a="$t_kill" -v b="$back" 'BEGIN {printf "%.2f", b-a}'
+    awk -v a="$t_kill" -v b="$back" -v c="$served" 'BEGIN {printf "%.2f/%.2f", b-a, c-a}'
     echo " exit=$rc exact=$exact/2"
 }
 times=(); results=""
@@ -95,8 +100,10 @@ for i in $(seq "$KILLS"); do
     times+=("$(echo "$r" | cut -d' ' -f1)")
     results+="$r; "
 done
-t_sorted=$(printf '%s\n' "${times[@]}" | sort -g | tr '\n' ' ')
-t_med=$(printf '%s\n' "${times[@]}" | median 2)
+t_back=$(printf '%s\n' "${times[@]}" | cut -d/ -f1 | sort -g | tr '\n' ' ')
+t_served=$(printf '%s\n' "${times[@]}" | cut -d/ -f2 | sort -g | tr '\n' ' ')
+m_back=$(printf '%s\n' "${times[@]}" | cut -d/ -f1 | median 2)
+m_served=$(printf '%s\n' "${times[@]}" | cut -d/ -f2 | median 2)
 
 cat <<EOT
 | figure (S=1 W=1) | no checkpoint | checkpoint on disk, no fsync | on disk, fsync | on tmpfs (/dev/shm), no fsync |
@@ -109,7 +116,8 @@ runs: goodput off ${good[off]}/ on ${good[on]}/ sync ${good[sync]}/ shm ${good[s
 
 | server 0 SIGKILLed during kv-app (S=2 W=2, --restart 1), ${KILLS} kills | seconds |
 | --- | --- |
-| kill → workers send the unanswered requests to the replacement, sorted | ${t_sorted}|
-| median | ${t_med} |
+| kill → workers send the unanswered requests to the replacement, sorted | ${t_back}|
+| kill → the replacement serves (its last application restored), sorted | ${t_served}|
+| medians: workers resend / replacement serves | ${m_back} / ${m_served} |
 | each run: time, launcher exit status, workers with exact sums | ${results} |
 EOT

@@ -246,53 +246,21 @@ fn a_dead_peers_failed_wc_fails_the_request_at_once_naming_it() {
 #[test]
 #[ignore = "needs an RDMA device: run in scripts/softroce-vm.sh"]
 fn kv_app_ends_exactly_after_a_server_is_killed_and_replaced_over_rdma() {
-    use common::launched::Launched;
+    use common::launched::{kv_app_with_a_server_killed, KillRun};
     use std::time::Duration;
     let dir = std::env::temp_dir().join(format!("pslite-rdma-recovery-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let cp = dir.to_string_lossy().to_string();
     for (round, after_ms) in [(0, 300), (1, 900)] {
-        let victim = format!("server {round}");
-        let l = Launched::start(
-            &[
-                "--van",
-                "rdma",
-                "--servers",
-                "2",
-                "--workers",
-                "2",
-                "--restart",
-                "1",
-                "--checkpoint-dir",
-                &cp,
-                "--",
-                "kv-app",
-                "--keys",
-                "1000",
-                "--repeat",
-                "1000",
-            ],
-            &[("PS_VERBOSE", "1")],
-        );
-        l.wait_line("worker rank 1 (id 11) started: ");
-        l.wait_line("worker rank 0 (id 9) started: ");
-        std::thread::sleep(Duration::from_millis(after_ms));
-        l.kill(&victim);
-        let (code, out) = l.finish(Duration::from_secs(240));
-        let kept: String = out
-            .lines()
-            .filter(|l| !l.contains(" INFO ") || l.contains("restored") || l.contains("replaced"))
-            .collect::<Vec<_>>()
-            .join("\n");
-        assert_eq!(code, Some(0), "round {round}:\n{kept}");
-        for w in 0..2 {
-            let exact = format!("[worker {w}] worker {w}: error: 0, 0");
-            assert!(out.contains(&exact), "round {round}: no {exact:?}:\n{kept}");
-        }
-        assert!(
-            out.contains("was replaced by a new server"),
-            "round {round}: the workers did not reconnect:\n{kept}"
-        );
+        kv_app_with_a_server_killed(&KillRun {
+            cp: &cp,
+            extra: &["--van", "rdma"],
+            kv_app: &["--keys", "1000", "--repeat", "1000"],
+            env: &[("PS_VERBOSE", "1")],
+            victim: &format!("server {round}"),
+            after: Duration::from_millis(after_ms),
+            limit: Duration::from_secs(240),
+        });
     }
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -115,3 +115,72 @@ impl Drop for Launched {
         let _ = self.child.wait();
     }
 }
+
+/// One kill of [`kv_app_with_a_server_killed`].
+pub struct KillRun<'a> {
+    /// The checkpoint directory.
+    pub cp: &'a str,
+    /// More launcher options (`--van rdma`).
+    pub extra: &'a [&'a str],
+    /// kv-app's options (`--keys`, `--repeat`).
+    pub kv_app: &'a [&'a str],
+    /// Variables for every node.
+    pub env: &'a [(&'a str, &'a str)],
+    /// The server killed ("server 0").
+    pub victim: &'a str,
+    /// When, after both workers started.
+    pub after: Duration,
+    /// How long the whole run may take.
+    pub limit: Duration,
+}
+
+/// Runs `kv-app` with 2 servers and 2 workers under `--restart 1 --checkpoint-dir`, SIGKILLs
+/// the victim server at the given moment, and checks the job ended with status 0, exact sums
+/// on both workers, the victim restarted, and the workers sending to its replacement. Returns
+/// the launcher's output.
+pub fn kv_app_with_a_server_killed(k: &KillRun<'_>) -> String {
+    let mut args = k.extra.to_vec();
+    args.extend([
+        "--servers",
+        "2",
+        "--workers",
+        "2",
+        "--restart",
+        "1",
+        "--checkpoint-dir",
+        k.cp,
+        "--",
+        "kv-app",
+    ]);
+    args.extend(k.kv_app);
+    let l = Launched::start(&args, k.env);
+    l.wait_line("worker rank 1 (id 11) started: ");
+    l.wait_line("worker rank 0 (id 9) started: ");
+    std::thread::sleep(k.after);
+    l.kill(k.victim);
+    let (code, out) = l.finish(k.limit);
+    // Info lines are many: kept only where they say what recovery did.
+    let shown: String = out
+        .lines()
+        .filter(|l| !l.contains(" INFO ") || l.contains("restored") || l.contains("replaced"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let victim = k.victim;
+    assert_eq!(
+        code,
+        Some(0),
+        "{victim} killed after {:?}:\n{shown}",
+        k.after
+    );
+    for w in 0..2 {
+        let exact = format!("[worker {w}] worker {w}: error: 0, 0");
+        assert!(out.contains(&exact), "no {exact:?}:\n{shown}");
+    }
+    let restarted = format!("{victim} exited with signal: 9 (SIGKILL); restarting it");
+    assert!(out.contains(&restarted), "{shown}");
+    assert!(
+        out.contains("was replaced by a new server"),
+        "the workers did not send to the replacement:\n{shown}"
+    );
+    out
+}
