@@ -139,6 +139,7 @@ fn a_malformed_line_is_named_with_file_and_line() {
         .args(["--test", &data("a8a.test")])
         .output()
         .expect("launcher runs");
+    let _ = std::fs::remove_dir_all(&dir);
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(1));
     assert!(
