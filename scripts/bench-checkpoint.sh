@@ -22,7 +22,6 @@ KILLS=${3:-5}
 cargo build --release --quiet --bins
 B=target/release
 . scripts/bench-lib.sh
-now() { date +%s.%N; }
 # Checkpoints on the repository's disk (target/ is on it), and on tmpfs.
 mkdir -p target
 CP=$(mktemp -d -p target)
@@ -51,17 +50,15 @@ for i in $(seq "$RUNS"); do
         t0=$(now)
         with_mode $mode timeout 300 $B/pslite-launch local --servers 1 --workers 1 -- \
             kv-app --keys 1000000 >/dev/null
-        k=$(awk -v a="$t0" -v b="$(now)" 'BEGIN {printf "%.3f", b-a}')
+        k=$(elapsed "$t0")
         good[$mode]+="$(printf '%.2f' "$g") "
         kv[$mode]+="$k "
         echo "run $i checkpoint $mode: goodput $g Gbit/s, kv-app 1M keys $k s" >&2
     done
 done
-med() { printf '%s\n' $1 | median; }
-pct() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%+.1f %%", (b-a)/a*100}'; }
-g_off=$(med "${good[off]}"); g_on=$(med "${good[on]}"); g_sync=$(med "${good[sync]}")
-k_off=$(med "${kv[off]}"); k_on=$(med "${kv[on]}"); k_sync=$(med "${kv[sync]}")
-g_shm=$(med "${good[shm]}"); k_shm=$(med "${kv[shm]}")
+g_off=$(median_of "${good[off]}"); g_on=$(median_of "${good[on]}"); g_sync=$(median_of "${good[sync]}")
+k_off=$(median_of "${kv[off]}"); k_on=$(median_of "${kv[on]}"); k_sync=$(median_of "${kv[sync]}")
+g_shm=$(median_of "${good[shm]}"); k_shm=$(median_of "${kv[shm]}")
 dd_disk=$(ddspeed "$CP"); dd_shm=$(ddspeed "$SHM")
 
 # ---- 2. a server killed and replaced during kv-app ----

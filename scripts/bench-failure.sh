@@ -18,7 +18,6 @@ KILLS=${3:-5}
 cargo build --release --quiet --bins
 B=target/release
 . scripts/bench-lib.sh
-now() { date +%s.%N; }
 
 # ---- 1. resend off / on ----
 declare -A good lat kv
@@ -32,18 +31,16 @@ for i in $(seq "$RUNS"); do
         t0=$(now)
         PS_RESEND=$r timeout 300 $B/pslite-launch local --servers 1 --workers 1 -- \
             kv-app --keys 1000000 >/dev/null
-        k=$(awk -v a="$t0" -v b="$(now)" 'BEGIN {printf "%.3f", b-a}')
+        k=$(elapsed "$t0")
         good[$mode]+="$(printf '%.2f' "$g") "
         lat[$mode]+="$(printf '%.3f' "$l") "
         kv[$mode]+="$k "
         echo "run $i resend $mode: goodput $g Gbit/s, p50 $l ms, kv-app 1M keys $k s" >&2
     done
 done
-med() { printf '%s\n' $1 | median; }
-g_off=$(med "${good[off]}"); g_on=$(med "${good[on]}")
-l_off=$(med "${lat[off]}"); l_on=$(med "${lat[on]}")
-k_off=$(med "${kv[off]}"); k_on=$(med "${kv[on]}")
-pct() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%+.1f %%", (b-a)/a*100}'; }
+g_off=$(median_of "${good[off]}"); g_on=$(median_of "${good[on]}")
+l_off=$(median_of "${lat[off]}"); l_on=$(median_of "${lat[on]}")
+k_off=$(median_of "${kv[off]}"); k_on=$(median_of "${kv[on]}")
 
 # ---- 2. a server killed during bench ----
 kill_once() {

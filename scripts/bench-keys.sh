@@ -16,14 +16,13 @@ cargo build --release --quiet --bins
 L=target/release/pslite-launch
 
 . scripts/bench-lib.sh
-now() { date +%s.%N; }
 declare -A R
 
 for i in $(seq "$RUNS"); do
     for kc in 1 0; do
         t0=$(now)
         out=$(PS_KEY_CACHE=$kc timeout 120 $L local --servers 1 --workers 1 -- kv-app --keys 10000000 --repeat 1 --outstanding 1)
-        wall=$(awk -v a="$(now)" -v b="$t0" 'BEGIN {printf "%.3f", a - b}')
+        wall=$(elapsed "$t0")
         echo "$out" | grep -q "error: 0, 0" || { echo "kv-app failed: $out" >&2; exit 1; }
         R[kv10m_wall_$kc]+="$wall "
         for ph in push pull push-pull; do
@@ -42,7 +41,7 @@ for i in $(seq "$RUNS"); do
     done
     t0=$(now)
     timeout 60 $L local --servers 2 --workers 2 -- kv-app | grep -c "error: 0, 0" | grep -qx 2 || { echo "kv-app S2W2 failed" >&2; exit 1; }
-    R[kvapp_s2w2]+="$(awk -v a="$(now)" -v b="$t0" 'BEGIN {printf "%.3f", a - b}') "
+    R[kvapp_s2w2]+="$(elapsed "$t0") "
     echo "round $i/$RUNS done" >&2
 done
 
