@@ -127,6 +127,9 @@ impl Postoffice {
     /// Refuses the parked requests whose application did not appear in time
     /// ([`super::routes::PARK`]; `PS_TIMEOUT` on a replacement).
     fn expire_parked(&self) {
+        if !lock(&self.routes).has_parked() {
+            return;
+        }
         // A replacement restores its applications one by one before serving them: requests
         // sent to it again wait up to PS_TIMEOUT.
         let park = match self.is_replacement() {

@@ -82,19 +82,17 @@ impl Postoffice {
     /// [`PAUSED`](super::scheduler::PAUSED) between looks means this process was paused: the
     /// scheduler gets a whole timeout again.
     pub(super) fn check_scheduler(&self, last_look: &mut Option<Instant>) {
-        let now = Instant::now();
-        let paused = last_look
-            .replace(now)
-            .is_some_and(|t| now.duration_since(t) > super::scheduler::PAUSED);
+        let timeout = self.cfg.heartbeat_timeout;
         let silent = {
             let mut st = lock(&self.state);
-            if paused && st.last_from_scheduler.is_some() {
-                st.last_from_scheduler = Some(now);
-            }
-            st.last_from_scheduler.map(|t| now.duration_since(t))
+            scheduler_silent(
+                &mut st.last_from_scheduler,
+                last_look,
+                Instant::now(),
+                timeout,
+            )
         };
-        let timeout = self.cfg.heartbeat_timeout;
-        if silent.is_some_and(|s| s > timeout) {
+        if silent {
             let e = Error::PeerLost(format!(
                 "scheduler (id 1): no answer to heartbeats for {:.0} s (PS_HEARTBEAT_TIMEOUT); \
                  the scheduler is a single point of failure: the job ends",
@@ -215,6 +213,25 @@ impl Postoffice {
     }
 }
 
+/// Whether the scheduler, last heard of at `last_from`, has been silent for longer than
+/// `timeout` at `now`, as a looker that last looked at `last_look` sees it (both updated). A
+/// gap of more than [`PAUSED`](super::scheduler::PAUSED) between looks means this process was
+/// paused: the scheduler counts as heard of now (its answers may be waiting unread).
+pub(super) fn scheduler_silent(
+    last_from: &mut Option<Instant>,
+    last_look: &mut Option<Instant>,
+    now: Instant,
+    timeout: Duration,
+) -> bool {
+    let paused = last_look
+        .replace(now)
+        .is_some_and(|t| now.duration_since(t) > super::scheduler::PAUSED);
+    if paused && last_from.is_some() {
+        *last_from = Some(now);
+    }
+    last_from.is_some_and(|t| now.duration_since(t) > timeout)
+}
+
 /// The loss of `peer` among `lost`, if it is lost.
 fn loss_of(lost: &[Loss], peer: NodeId) -> Option<&Loss> {
     lost.iter().find(|l| l.peer == peer)
@@ -258,6 +275,32 @@ mod tests {
             request,
             ..Meta::default()
         }
+    }
+
+    #[test]
+    fn a_silent_scheduler_is_told_from_a_paused_looker() {
+        let t0 = Instant::now();
+        let sec = Duration::from_secs(1);
+        let (mut from, mut look) = (None, None);
+        assert!(
+            !scheduler_silent(&mut from, &mut look, t0 + 99 * sec, sec),
+            "never heard"
+        );
+        from = Some(t0);
+        look = Some(t0);
+        assert!(!scheduler_silent(&mut from, &mut look, t0 + sec, 2 * sec));
+        assert!(
+            scheduler_silent(&mut from, &mut look, t0 + 3 * sec, 2 * sec),
+            "silent 3 s"
+        );
+        // This process stopped for 30 s: the scheduler gets a whole timeout again.
+        assert!(!scheduler_silent(
+            &mut from,
+            &mut look,
+            t0 + 33 * sec,
+            2 * sec
+        ));
+        assert_eq!(from, Some(t0 + 33 * sec));
     }
 
     #[test]

@@ -118,8 +118,11 @@ pub struct Postoffice {
     /// A peer is gone ([`failure`]): `state.lost` is not empty.
     broken: AtomicBool,
     /// Requests to servers not answered yet, kept to be sent again to a replacement
-    /// ([`recovery`]; only when the scheduler said lost servers may be replaced).
+    /// ([`recovery`]; only while `retaining`).
     retained: Mutex<recovery::Retained>,
+    /// The scheduler said lost servers may be replaced, and this is a worker: requests are
+    /// retained (checked before `retained` is locked, so sends pay nothing otherwise).
+    retaining: AtomicBool,
     /// Held (shared) by every send from stamping to the van, and (exclusive) while a replaced
     /// peer's resend state and path are swapped: no message is numbered for the old peer and
     /// sent to the new one ([`recovery`]).
@@ -214,6 +217,7 @@ impl Postoffice {
             acks_due: Mutex::default(),
             broken: AtomicBool::new(false),
             retained: Mutex::default(),
+            retaining: AtomicBool::new(false),
             replacing: RwLock::new(()),
             drop_rng: AtomicU64::new(drop_seed()),
             dropped: 0.into(),
@@ -442,21 +446,18 @@ impl Postoffice {
     /// than [`scheduler::PAUSED`] means this process was paused, and the scheduler gets a whole timeout again (its answer,
     /// maybe NODE_LOST for this node, may be waiting unread).
     fn scheduler_silent(&self, st: &mut State, now: Instant, group: i32) -> Option<Result<()>> {
-        let paused = st
-            .last_check
-            .is_some_and(|t| now.duration_since(t) > scheduler::PAUSED);
-        st.last_check = Some(now);
-        if paused && st.last_from_scheduler.is_some() {
-            st.last_from_scheduler = Some(now);
-        }
-        let last = st
-            .last_from_scheduler
-            .filter(|_| self.my_id() != SCHEDULER)?;
-        (now.duration_since(last) > self.cfg.heartbeat_timeout).then(|| {
+        let timeout = self.cfg.heartbeat_timeout;
+        let silent = failure::scheduler_silent(
+            &mut st.last_from_scheduler,
+            &mut st.last_check,
+            now,
+            timeout,
+        );
+        (silent && self.my_id() != SCHEDULER).then(|| {
             Err(Error::PeerLost(format!(
                 "scheduler (id 1): no answer to heartbeats for {:.0} s \
                  (PS_HEARTBEAT_TIMEOUT) while waiting in a barrier of group {group}",
-                self.cfg.heartbeat_timeout.as_secs_f64()
+                timeout.as_secs_f64()
             )))
         })
     }

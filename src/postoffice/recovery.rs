@@ -28,16 +28,16 @@ use crate::config::Config;
 use crate::sync::lock;
 use crate::wire::{Command, Control, Message, Meta, Node, NodeId, Role};
 use std::collections::HashMap;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 /// A retained request's key: the server, the application, the customer, the timestamp.
 pub(super) type Key = (NodeId, i32, i32, i32);
 
 /// A worker's requests to servers that have not been answered yet (only while the cluster
-/// replaces lost servers).
+/// replaces lost servers: `Postoffice::retaining`).
 #[derive(Default)]
 pub(super) struct Retained {
-    on: bool,
     msgs: HashMap<Key, Message>,
 }
 
@@ -103,29 +103,30 @@ impl Postoffice {
     /// replaces lost servers; returns its key.
     pub(super) fn retain(&self, msg: &Message) -> Option<Key> {
         let m = &msg.meta;
-        if !m.request || m.control.is_some() || m.rendezvous.is_some() {
-            return None;
-        }
-        let mut r = lock(&self.retained);
-        if !r.on || Node::role_of(m.recver) != Some(Role::Server) {
+        if !self.retaining.load(Ordering::Acquire)
+            || !m.request
+            || m.control.is_some()
+            || m.rendezvous.is_some()
+            || Node::role_of(m.recver) != Some(Role::Server)
+        {
             return None;
         }
         let key = (m.recver, m.app_id, m.customer_id, m.timestamp);
-        r.msgs.insert(key, msg.clone());
+        lock(&self.retained).msgs.insert(key, msg.clone());
         Some(key)
     }
 
     /// An answer arrived: its request needs no copy any more.
     pub(super) fn answered(&self, m: &Meta) {
-        let mut r = lock(&self.retained);
-        if r.on {
-            r.release((m.sender, m.app_id, m.customer_id, m.timestamp));
+        if self.retaining.load(Ordering::Acquire) {
+            lock(&self.retained).release((m.sender, m.app_id, m.customer_id, m.timestamp));
         }
     }
 
     /// The scheduler's node table said lost servers may be replaced: keep requests.
     pub(super) fn set_retaining(&self, on: bool) {
-        lock(&self.retained).on = on && self.cfg.role == Role::Worker;
+        self.retaining
+            .store(on && self.cfg.role == Role::Worker, Ordering::Release);
     }
 
     /// `peer` was declared lost and a replacement is awaited for `window`: not a failure yet;

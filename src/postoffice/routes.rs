@@ -100,6 +100,11 @@ impl Routes {
         }
     }
 
+    /// Whether any request is parked.
+    pub fn has_parked(&self) -> bool {
+        !self.parked.is_empty()
+    }
+
     /// Takes the parked requests older than `park` ([`PARK`], or longer on a replacement
     /// server still restoring) at `now`.
     pub fn expire(&mut self, now: Instant, park: Duration) -> Vec<Expired> {

@@ -354,11 +354,25 @@ mod tests {
     }
 
     fn scheduler(servers: usize, workers: usize) -> Scheduler {
+        with_recovery(servers, workers, None)
+    }
+
+    fn with_recovery(servers: usize, workers: usize, recovery: Option<Duration>) -> Scheduler {
         let me = Node {
             id: SCHEDULER,
             ..node(Role::Scheduler, 9000, None)
         };
-        Scheduler::new(me, servers, workers, None)
+        Scheduler::new(me, servers, workers, recovery)
+    }
+
+    /// Two servers (ports 1, 2) and a worker (port 3) registered at `t0`; lost servers wait
+    /// `recovery` for a replacement.
+    fn two_servers_one_worker(recovery: Duration, t0: Instant) -> Scheduler {
+        let mut s = with_recovery(2, 1, Some(recovery));
+        for (role, port) in [(Role::Server, 1), (Role::Server, 2), (Role::Worker, 3)] {
+            s.add_node(node(role, port, None), t0);
+        }
+        s
     }
 
     #[test]
@@ -484,16 +498,9 @@ mod tests {
 
     #[test]
     fn a_lost_server_is_awaited_and_a_replacement_takes_its_id_and_barrier_place() {
-        let me = Node {
-            id: SCHEDULER,
-            ..node(Role::Scheduler, 9000, None)
-        };
         let sec = Duration::from_secs(1);
-        let mut s = Scheduler::new(me, 2, 1, Some(30 * sec));
         let t0 = Instant::now();
-        for (role, port) in [(Role::Server, 1), (Role::Server, 2), (Role::Worker, 3)] {
-            s.add_node(node(role, port, None), t0);
-        }
+        let mut s = two_servers_one_worker(30 * sec, t0);
         assert_eq!(s.barrier(8, 7, None, t0), None, "server 8 arrives");
         for id in [9, 10] {
             s.heartbeat(id, t0 + 10 * sec);
@@ -542,16 +549,9 @@ mod tests {
 
     #[test]
     fn a_server_not_replaced_in_time_fails_the_job_and_a_live_one_can_be_displaced() {
-        let me = Node {
-            id: SCHEDULER,
-            ..node(Role::Scheduler, 9000, None)
-        };
         let sec = Duration::from_secs(1);
-        let mut s = Scheduler::new(me, 2, 1, Some(5 * sec));
         let t0 = Instant::now();
-        for (role, port) in [(Role::Server, 1), (Role::Server, 2), (Role::Worker, 3)] {
-            s.add_node(node(role, port, None), t0);
-        }
+        let mut s = two_servers_one_worker(5 * sec, t0);
         let Admission::Replaced { displaced, .. } =
             s.add_node(node(Role::Server, 4, Some(1)), t0 + sec)
         else {
