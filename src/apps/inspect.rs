@@ -71,13 +71,11 @@ fn describe(app: &Path) -> Result<String> {
     let entries = restored.entries()?;
     let (mut requests, mut lists) = (0, 0);
     for (_, e) in &entries {
+        applied.note(e);
         match e {
-            Entry::Applied(r) => {
-                requests += 1;
-                applied.insert(r.sender, r.customer, r.timestamp)
-            }
-            Entry::Forget(s) => applied.forget(*s),
+            Entry::Applied(_) => requests += 1,
             Entry::KeyList { .. } => lists += 1,
+            Entry::Forget(_) => {}
         }
     }
     let name = app.file_name().and_then(|n| n.to_str()).unwrap_or("");
@@ -95,13 +93,13 @@ fn describe(app: &Path) -> Result<String> {
         applied.len()
     );
     let values = match (name.starts_with("app0-"), dtype) {
-        (true, "f32") => keys_of::<f32>(app, &restored)?,
-        (true, "f64") => keys_of::<f64>(app, &restored)?,
-        (true, "i32") => keys_of::<i32>(app, &restored)?,
-        (true, "i64") => keys_of::<i64>(app, &restored)?,
-        (true, "u8") => keys_of::<u8>(app, &restored)?,
-        (true, "u32") => keys_of::<u32>(app, &restored)?,
-        (true, "u64") => keys_of::<u64>(app, &restored)?,
+        (true, "f32") => keys_of::<f32>(app, &restored, &entries)?,
+        (true, "f64") => keys_of::<f64>(app, &restored, &entries)?,
+        (true, "i32") => keys_of::<i32>(app, &restored, &entries)?,
+        (true, "i64") => keys_of::<i64>(app, &restored, &entries)?,
+        (true, "u8") => keys_of::<u8>(app, &restored, &entries)?,
+        (true, "u32") => keys_of::<u32>(app, &restored, &entries)?,
+        (true, "u64") => keys_of::<u64>(app, &restored, &entries)?,
         _ => "  (not the default handler's state: keys not shown)\n".to_string(),
     };
     out.push_str(&values);
@@ -112,9 +110,10 @@ fn describe(app: &Path) -> Result<String> {
 fn keys_of<V: Value>(
     app: &Path,
     restored: &crate::kv::durable::checkpoint::Restored,
+    entries: &[(u64, Entry<'_>)],
 ) -> Result<String> {
     let mut h = DefaultHandler::<V>::new();
-    rebuild(app, &mut h, restored, |_| {})?;
+    rebuild(app, &mut h, restored, entries)?;
     let store = h.store();
     let mut keys = store.keys();
     keys.sort_unstable();

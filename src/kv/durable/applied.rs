@@ -10,6 +10,7 @@
 //! one server could see the oldest applied twice after a restart.
 
 use super::bytes::Reader;
+use super::record::Entry;
 use crate::wire::NodeId;
 use std::collections::{HashMap, HashSet, VecDeque};
 
@@ -48,6 +49,16 @@ impl Applied {
             if let Some(old) = r.order.pop_front() {
                 r.set.remove(&old);
             }
+        }
+    }
+
+    /// Records what log entry `e` says of applied requests: one applied, or a sender
+    /// forgotten (a key list says nothing of them).
+    pub fn note(&mut self, e: &Entry<'_>) {
+        match e {
+            Entry::Applied(r) => self.insert(r.sender, r.customer, r.timestamp),
+            Entry::Forget(s) => self.forget(*s),
+            Entry::KeyList { .. } => {}
         }
     }
 

@@ -278,17 +278,15 @@ impl Checkpoint {
     /// Records what `entry` says (when replaying the log): a request applied, a sender
     /// forgotten, a key list logged.
     pub fn note(&mut self, entry: &Entry<'_>) {
-        match entry {
-            Entry::Applied(r) => self.applied.insert(r.sender, r.customer, r.timestamp),
-            Entry::Forget(s) => self.applied.forget(*s),
-            Entry::KeyList {
-                sender,
-                customer,
-                digest,
-                ..
-            } => {
-                self.lists.insert((*sender, *customer, *digest));
-            }
+        self.applied.note(entry);
+        if let Entry::KeyList {
+            sender,
+            customer,
+            digest,
+            ..
+        } = entry
+        {
+            self.lists.insert((*sender, *customer, *digest));
         }
     }
 

@@ -168,7 +168,12 @@ fn restore<V: Value>(
         );
         return Ok(None);
     }
-    let n = rebuild(dir, handler, &restored, |e| cp.note(e))?;
+    let entries = restored.entries()?;
+    rebuild(dir, handler, &restored, &entries)?;
+    for (_, e) in &entries {
+        cp.note(e);
+    }
+    let n = entries.len();
     tracing::warn!(
         "{name}: restored from {} and {n} logged entries of {}",
         dir.join(SNAPSHOT).display(),
@@ -178,8 +183,7 @@ fn restore<V: Value>(
 }
 
 /// Puts `handler` in the state checkpoint `restored` (read from `dir`) holds: the snapshot's
-/// state, then the logged requests applied again in order, each entry also handed to `note`.
-/// Returns how many entries the log held.
+/// state, then the logged requests (`entries`, [`Restored::entries`]) applied again in order.
 ///
 /// # Errors
 /// [`Error::Corrupt`] naming the file and offset: a state the handler refuses, a damaged log,
@@ -188,8 +192,8 @@ pub(crate) fn rebuild<V: Value>(
     dir: &std::path::Path,
     handler: &mut impl RequestHandler<V>,
     restored: &Restored,
-    mut note: impl FnMut(&Entry<'_>),
-) -> Result<usize> {
+    entries: &[(u64, Entry<'_>)],
+) -> Result<()> {
     let snap = dir.join(SNAPSHOT).display().to_string();
     handler.restore(&restored.state).map_err(|e| {
         corrupt(
@@ -198,11 +202,10 @@ pub(crate) fn rebuild<V: Value>(
             &format!("the handler's state: {e}"),
         )
     })?;
-    let entries = restored.entries()?;
-    let n = entries.len();
     let mut lists = std::collections::HashMap::new();
     for (at, entry) in entries {
-        match &entry {
+        let at = *at;
+        match entry {
             Entry::KeyList {
                 sender,
                 customer,
@@ -232,9 +235,8 @@ pub(crate) fn rebuild<V: Value>(
             }
             Entry::Forget(_) => {}
         }
-        note(&entry);
     }
-    Ok(n)
+    Ok(())
 }
 
 /// Applies logged request `r` to `handler` again; `keys` are its key list's when it names one.
