@@ -48,18 +48,24 @@ fn kill_during_bench(victim: &str) -> Vec<Ended> {
     c.wait_all(Instant::now(), Duration::from_secs(30))
 }
 
+/// Process `e` exited with a status other than 0 (`all`: every process's output, shown if
+/// not).
+fn failed(e: &Ended, all: &str) {
+    assert!(
+        e.code.is_some_and(|c| c != 0),
+        "{} exited with {:?}:\n{all}",
+        e.name,
+        e.code
+    );
+}
+
 /// Every process but `victim` exited non-zero; the workers within `PS_HEARTBEAT_TIMEOUT` + 2 s
 /// of the kill, each naming `lost` ("server rank 0 (id 8)").
 fn all_fail_naming(ended: &[Ended], victim: &str, lost: &str) {
     let all = all_output(ended);
     let bound = Duration::from_secs(HB_TIMEOUT + 2);
     for e in ended.iter().filter(|e| e.name != victim) {
-        assert!(
-            e.code.is_some_and(|c| c != 0),
-            "{} exited with {:?}:\n{all}",
-            e.name,
-            e.code
-        );
+        failed(e, &all);
         assert!(
             e.output.contains(lost),
             "{} does not name {lost}:\n{all}",
@@ -133,12 +139,7 @@ fn a_pause_longer_than_the_heartbeat_timeout_is_reported_by_every_node() {
     let ended = pause_server(5, 120);
     let all = all_output(&ended);
     for e in &ended {
-        assert!(
-            e.code.is_some_and(|c| c != 0),
-            "{} exited with {:?}:\n{all}",
-            e.name,
-            e.code
-        );
+        failed(e, &all);
     }
     for e in ended.iter().filter(|e| e.name != "server0") {
         assert!(
@@ -167,12 +168,7 @@ fn a_killed_scheduler_ends_every_node_within_the_heartbeat_timeout_naming_it() {
     let all = all_output(&ended);
     let bound = Duration::from_secs(HB_TIMEOUT + 2);
     for e in ended.iter().filter(|e| e.name != "scheduler") {
-        assert!(
-            e.code.is_some_and(|c| c != 0),
-            "{} exited with {:?}:\n{all}",
-            e.name,
-            e.code
-        );
+        failed(e, &all);
         assert!(
             e.after <= bound,
             "{} ended after {:?}:\n{all}",
