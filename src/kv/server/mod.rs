@@ -199,7 +199,7 @@ impl<H> Served<H> {
         };
         // A push, or an application command (which may change values), waits for the
         // zero-copy writes of stored values still in flight.
-        let may_change = msg.meta.push || msg.meta.head != 0;
+        let may_change = changes_state(&msg.meta);
         let gate = if may_change && !rv.in_flight.wait_idle(*timeout) {
             Err(format!(
                 "zero-copy pulls of this server's values were still being written after {:.0} s (PS_TIMEOUT); the request was not applied",
@@ -297,7 +297,7 @@ fn serve_request<V: Value>(
         }
     };
     let mut pushed = None;
-    let may_change = m.push || m.head != 0;
+    let may_change = changes_state(&m);
     let again = may_change && durable.as_ref().is_some_and(|d| d.applied_before(&m));
     // Applied before the restart: answered as a plain pull of its keys (no command, no values).
     let rm = ReqMeta {
@@ -344,6 +344,13 @@ fn serve_request<V: Value>(
     }
     send_answer(po, reply);
     pushed.map(|keys| (m, keys))
+}
+
+/// Whether request `m` may change the handler's state: a push or an application command
+/// (`cmd` ≠ 0). Such requests wait for zero-copy writes from the values, and are logged with a
+/// checkpoint.
+fn changes_state(m: &Meta) -> bool {
+    m.push || m.head != 0
 }
 
 /// Why a request is answered without reaching the handler, before anything of it is applied.
