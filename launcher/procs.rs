@@ -1,5 +1,6 @@
 //! The launcher's child processes: starting a node with its output prefixed, watching them all,
-//! restarting a failed server while the run's restart budget lasts, and stopping them.
+//! restarting a failed server or worker while the run's restart budget lasts, and stopping
+//! them.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::process::CommandExt;
@@ -32,11 +33,11 @@ pub struct Node {
 }
 
 impl Node {
-    /// Whether a failure of this node may be answered by starting it again: servers only
-    /// (the scheduler accepts a replacement server with PS_CHECKPOINT_DIR set; a lost
-    /// scheduler or worker ends the job).
+    /// Whether a failure of this node may be answered by starting it again: servers and
+    /// workers (the scheduler accepts a replacement with PS_CHECKPOINT_DIR set; a lost
+    /// scheduler ends the job).
     fn restartable(&self) -> bool {
-        self.role == "server"
+        self.role != "scheduler"
     }
 }
 
@@ -122,8 +123,8 @@ fn copy_lines<R: Read + Send + 'static>(
 
 /// Waits until the scheduler and every worker have exited (0), one has failed and cannot be
 /// restarted (its exit code) or `stop` is set (130), polling every 20 ms; then stops every
-/// process. A failed server is started again while `restarts` allows and the scheduler
-/// runs.
+/// process. A failed server or worker is started again while `restarts` allows and the
+/// scheduler runs.
 pub fn watch(
     launch: &Launch<'_>,
     procs: &mut [Proc],
@@ -156,8 +157,9 @@ pub fn watch(
 }
 
 /// Looks at each running process once, marking those that have exited and restarting a failed
-/// server while `restarts` allows: the exit code of the first failure that ends the run, or the
-/// error of the first process that cannot be watched or restarted; `None` otherwise.
+/// server or worker while `restarts` allows: the exit code of the first failure that ends the
+/// run, or the error of the first process that cannot be watched or restarted; `None`
+/// otherwise.
 fn poll(
     launch: &Launch<'_>,
     procs: &mut [Proc],

@@ -246,13 +246,13 @@ fn a_dead_peers_failed_wc_fails_the_request_at_once_naming_it() {
 #[test]
 #[ignore = "needs an RDMA device: run in scripts/softroce-vm.sh"]
 fn kv_app_ends_exactly_after_a_server_is_killed_and_replaced_over_rdma() {
-    use common::launched::{kv_app_with_a_server_killed, KillRun};
+    use common::launched::{kv_app_with_a_node_killed, KillRun};
     use std::time::Duration;
     let dir = std::env::temp_dir().join(format!("pslite-rdma-recovery-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let cp = dir.to_string_lossy().to_string();
     for (round, after_ms) in [(0, 300), (1, 900)] {
-        kv_app_with_a_server_killed(&KillRun {
+        kv_app_with_a_node_killed(&KillRun {
             cp: &cp,
             extra: &["--van", "rdma"],
             kv_app: &["--keys", "1000", "--repeat", "1000"],

@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::launched::{kv_app_with_a_server_killed, KillRun, Launched};
+use common::launched::{kv_app_with_a_node_killed, KillRun, Launched};
 use common::roles::Cluster;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -145,7 +145,7 @@ fn kv_app_ends_exactly_after_a_server_is_killed_and_replaced_at_five_random_mome
         let victim = format!("server {}", round % 2);
         let after = Duration::from_millis(100 + random_below(900));
         println!("round {round}: {victim} killed {after:?} after the workers started");
-        let out = kv_app_with_a_server_killed(&KillRun {
+        let out = kv_app_with_a_node_killed(&KillRun {
             cp: &cp,
             extra: &[],
             kv_app: &["--keys", "10000", "--repeat", "3000"],
@@ -177,6 +177,35 @@ fn kv_app_ends_exactly_after_a_server_is_killed_and_replaced_at_five_random_mome
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+#[test]
+fn kv_app_ends_exactly_after_a_worker_is_killed_and_replaced_at_three_random_moments() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = fresh_dir("kv-app-worker");
+    let cp = dir.to_string_lossy().to_string();
+    for round in 0..3 {
+        let victim = format!("worker {}", round % 2);
+        // Within the push phase or the push-pull phase (about 1.5 s and 4 s here).
+        let after = Duration::from_millis(100 + random_below(3400));
+        println!("round {round}: {victim} killed {after:?} after the workers started");
+        let out = kv_app_with_a_node_killed(&KillRun {
+            cp: &cp,
+            extra: &[],
+            kv_app: &["--keys", "10000", "--repeat", "3000"],
+            env: &[("PS_VERBOSE", "1")],
+            victim: &victim,
+            after,
+            limit: Duration::from_secs(120),
+        });
+        let resumed = format!("[{victim}] ");
+        assert!(
+            out.lines().any(|l| l.starts_with(&resumed)
+                && (l.contains("of the lost worker's pushes") || l.contains("passed at once"))),
+            "round {round}: the replacement did not take up its predecessor's work:\n{out}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// Final (accuracy, log-loss) worker 0 reported in `out` (launcher output of `lr --json`).
 fn last_epoch(out: &str) -> (f64, f64) {
     out.lines()
@@ -188,7 +217,7 @@ fn last_epoch(out: &str) -> (f64, f64) {
 }
 
 #[test]
-fn lr_reaches_the_undisturbed_accuracy_after_a_server_is_killed_and_replaced() {
+fn lr_reaches_the_undisturbed_accuracy_after_a_server_and_a_worker_are_killed_and_replaced() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let data = |f: &str| format!("{}/data/a8a/{f}", env!("CARGO_MANIFEST_DIR"));
     let (train, test) = (data("a8a.train"), data("a8a.test"));
@@ -203,19 +232,32 @@ fn lr_reaches_the_undisturbed_accuracy_after_a_server_is_killed_and_replaced() {
 
     let dir = fresh_dir("lr");
     let cp = dir.to_string_lossy().to_string();
-    let restart = ["--restart", "1", "--checkpoint-dir", &cp];
-    let l = Launched::start(&[&cluster[..], &restart[..], &lr[..]].concat(), &[]);
+    let restart = ["--restart", "2", "--checkpoint-dir", &cp];
+    let verbose = [("PS_VERBOSE", "1")];
+    let l = Launched::start(&[&cluster[..], &restart[..], &lr[..]].concat(), &verbose);
     l.wait_line("[worker 0] {\"epoch\":2,");
     std::thread::sleep(Duration::from_millis(random_below(200)));
     l.kill("server 0");
+    l.wait_line("[worker 0] {\"epoch\":5,");
+    std::thread::sleep(Duration::from_millis(random_below(200)));
+    l.kill("worker 1");
     let (code, out) = l.finish(Duration::from_secs(300));
-    assert_eq!(code, Some(0), "{out}");
+    let shown: String = out
+        .lines()
+        .filter(|l| !l.contains(" INFO ") || l.contains("resuming"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert_eq!(code, Some(0), "{shown}");
+    for node in ["server 0", "worker 1"] {
+        let restarted = format!("{node} exited with signal: 9 (SIGKILL); restarting it");
+        assert!(out.contains(&restarted), "{shown}");
+    }
     assert!(
-        out.contains("server 0 exited with signal: 9 (SIGKILL); restarting it"),
-        "{out}"
+        out.contains("[worker 1]") && out.contains("resuming there"),
+        "the replacement worker did not resume after its predecessor's epochs:\n{shown}"
     );
     let (acc, loss) = last_epoch(&out);
-    println!("accuracy undisturbed {base:.4}, with a server killed and replaced {acc:.4} (log-loss {loss:.4})");
+    println!("accuracy undisturbed {base:.4}, with a server and a worker killed and replaced {acc:.4} (log-loss {loss:.4})");
     assert!(
         (acc - base).abs() <= 0.005,
         "accuracy {acc} vs undisturbed {base}:\n{out}"
@@ -261,20 +303,21 @@ fn inspect_prints_the_keys_and_values_a_server_would_restore() {
         "{}: run 0x",
         dir.join("server-0").join("app0-f32").display()
     );
-    let blocks = ", generation 1, snapshot 52 bytes (handler state 12 bytes), log 2065 bytes: 6 \
+    let blocks = ", generation 1, snapshot 52 bytes (handler state 12 bytes), log 2097 bytes: 6 \
                   requests and 1 key lists since, 6 recent requests remembered\n";
     assert!(
         report.contains(&f32_0) && report.contains(blocks),
         "{report}"
     );
-    // 100 keys spread over the key space: 51 on server 0, 49 on server 1; key 0 holds
-    // 1 (its value) x 3 pushes x 2 phases x 1 worker.
+    // 100 keys spread over the key space: 51 on server 0, 49 on server 1, and on each the
+    // worker's progress key (key 1 on server 0); key 0 holds 1 (its value) x 3 pushes x 2
+    // phases x 1 worker, the progress key 1 per push.
     assert!(
-        report.contains("  51 keys, 51 values, lengths 1..=1\n  key 0: [6.0]\n"),
+        report.contains("  52 keys, 52 values, lengths 1..=1\n  key 0: [6.0]\n  key 1: [6.0]\n"),
         "{report}"
     );
     assert!(
-        report.contains("  49 keys, 49 values, lengths 1..=1\n"),
+        report.contains("  50 keys, 50 values, lengths 1..=1\n"),
         "{report}"
     );
     let missing = std::process::Command::new(env!("CARGO_BIN_EXE_pslite-launch"))

@@ -185,7 +185,8 @@ impl Postoffice {
                 displaced,
                 table,
                 started,
-            } => self.admit_replacement(node, displaced, table, started),
+                inherited,
+            } => self.admit_replacement(node, displaced, table, (started, inherited)),
         }
     }
 

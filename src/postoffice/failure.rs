@@ -64,13 +64,13 @@ impl Postoffice {
         });
     }
 
-    /// A peer gone (from the RDMA van: its channel failed): recorded as a loss, unless it is a
-    /// server and the cluster replaces lost servers (the scheduler's NODE_LOST or
-    /// NODE_REPLACED decides).
+    /// A peer gone (from the RDMA van: its channel failed): recorded as a loss, unless the
+    /// cluster replaces lost servers and workers (the scheduler's NODE_LOST or NODE_REPLACED
+    /// decides).
     pub(super) fn on_peer_lost(&self, peer: NodeId, error: Error) {
         let replaced = lock(&self.state).replace_within > 0;
-        if replaced && Node::role_of(peer) == Some(crate::wire::Role::Server) {
-            tracing::warn!("{error}; awaiting the scheduler's word (lost servers are replaced)");
+        if replaced && Node::role_of(peer) != Some(crate::wire::Role::Scheduler) {
+            tracing::warn!("{error}; awaiting the scheduler's word (lost nodes are replaced)");
             return;
         }
         self.mark_lost(peer, error.to_string(), error);

@@ -120,6 +120,10 @@ impl Postoffice {
         st.must_meet = control.replacement && control.barrier_group == super::ALL_GROUP;
         st.replace_within = control.replace_within_ms;
         st.run_id = control.run_id;
+        if control.replacement {
+            st.inherited = control.barriers_done.clone();
+            st.incarnation = control.incarnation;
+        }
         self.set_retaining(control.replace_within_ms > 0);
         self.cv.notify_all();
     }

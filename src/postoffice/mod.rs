@@ -89,6 +89,13 @@ struct State {
     run_id: u64,
     /// A replacement whose cluster has not passed the start-up barrier yet: it passes it.
     must_meet: bool,
+    /// A replacement: per group, the barriers its predecessor completed ([`Postoffice::barrier`]
+    /// passes as many at once).
+    inherited: Vec<(i32, u64)>,
+    /// Per group, the barriers [`Postoffice::barrier`] was called for.
+    barriers_called: Vec<(i32, u64)>,
+    /// A replacement: how many nodes held its id before it (0 otherwise).
+    incarnation: u32,
 }
 
 /// One node's view of the cluster. Create it with [`Postoffice::start`]; end it with
@@ -381,7 +388,13 @@ impl Postoffice {
     /// [`Error::Timeout`] naming the nodes that did not arrive within `PS_TIMEOUT`;
     /// [`Error::PeerLost`] once any node was lost (a member or not: the job cannot complete),
     /// or if the scheduler stops answering; [`Error::DeclaredLost`] if this node was.
+    ///
+    /// A replacement (issue 13) passes at once as many barriers of each group as the node it
+    /// replaces completed ([`inherited_barriers`](Self::inherited_barriers)).
     pub fn barrier(&self, group: i32) -> Result<()> {
+        if self.pass_inherited(group) {
+            return Ok(());
+        }
         self.barrier_with(group, Some(self.cfg.timeout))
     }
 

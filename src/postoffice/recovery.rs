@@ -1,4 +1,5 @@
-//! Recovery (issue 13): a lost server's place taken by a replacement, and the job going on.
+//! Recovery (issue 13): a lost server's or worker's place taken by a replacement, and the job
+//! going on.
 //!
 //! With `PS_CHECKPOINT_DIR` set on the scheduler (ZMQ van), a server declared lost is not a
 //! failure at once: the scheduler sends NODE_LOST with a replacement window
@@ -19,10 +20,19 @@
 //! replacement; a failed WC on a server's channel is not a loss while servers are replaced
 //! (the scheduler's verdict is awaited), and a request whose send failed stays kept.
 //!
-//! Not covered: the scheduler (its loss ends the job) and workers (a lost worker fails the
-//! job).
+//! A lost worker is awaited the same way, and a worker that registers meanwhile (or asks for
+//! the rank of one still counted alive) takes its id and rank. The servers are told first
+//! (they connect to it and forget the old one's resend state), then it gets the table with
+//! what it takes over ([`Inherited`]): the barriers its predecessor completed, which its
+//! [`Postoffice::barrier`] passes at once and which tell an application where to take up the
+//! work ([`Postoffice::inherited_barriers`]), and its incarnation, from which its `KVWorker`
+//! numbers requests apart from its predecessor's (late answers to those match nothing).
+//! What the predecessor pushed and the servers applied stays applied: `kv-app` reads it from
+//! progress keys and pushes only the rest; `lr` trains the interrupted epoch again.
+//!
+//! Not covered: the scheduler (its loss ends the job).
 
-use super::scheduler::{Declared, Why};
+use super::scheduler::{Declared, Inherited, Why};
 use super::{Postoffice, SCHEDULER};
 use crate::config::Config;
 use crate::sync::lock;
@@ -93,6 +103,37 @@ impl Postoffice {
         lock(&self.state).replacement
     }
 
+    /// How many barriers of `group` the node this one replaces completed after the start-up
+    /// barrier (0 on a node that replaces none): an application skips the work it did before
+    /// them, and [`barrier`](Self::barrier) passes them at once.
+    pub fn inherited_barriers(&self, group: i32) -> u64 {
+        count_of(&lock(&self.state).inherited, group)
+    }
+
+    /// How many nodes held this node's id before it: 0, or the n-th replacement of a lost node
+    /// (the scheduler's count). A `KVWorker` numbers its requests from `incarnation × 2^27`
+    /// on, so that late answers to its predecessor's requests match none of its own.
+    pub fn incarnation(&self) -> u32 {
+        lock(&self.state).incarnation
+    }
+
+    /// A replacement's barrier of `group` that its predecessor completed: counted and passed
+    /// (true) without asking the scheduler.
+    pub(super) fn pass_inherited(&self, group: i32) -> bool {
+        let mut st = lock(&self.state);
+        let inherited = count_of(&st.inherited, group);
+        let called = count_of(&st.barriers_called, group);
+        bump(&mut st.barriers_called, group);
+        if called < inherited {
+            tracing::info!(
+                "barrier {} of group {group}: passed at once (the node this one replaces \
+                 completed it)",
+                called + 1
+            );
+        }
+        called < inherited
+    }
+
     /// This run's id (drawn by the scheduler, sent in the node table): a replacement restores
     /// only a checkpoint written in the same run.
     pub fn run_id(&self) -> u64 {
@@ -147,9 +188,9 @@ impl Postoffice {
         );
     }
 
-    /// NODE_REPLACED: `control.nodes[0]` now serves a lost server's id. Connects to it (a
-    /// worker), forgets the resend state of the old one, and sends again the requests the old
-    /// one did not answer.
+    /// NODE_REPLACED: `control.nodes[0]` now holds a lost server's or worker's id. Connects to
+    /// it (a worker to a server, a server to a worker), forgets the resend state of the old
+    /// one, and sends again the requests a replaced server did not answer.
     pub(super) fn on_node_replaced(&self, control: &Control) {
         let Some(node) = control.nodes.first().cloned() else {
             tracing::warn!("dropped a NODE_REPLACED that names no node");
@@ -180,13 +221,16 @@ impl Postoffice {
             }
             lock(&self.retained).take_for(id)
         };
+        let resend = match again.len() {
+            0 => String::new(),
+            n => format!("; sending it again the {n} requests not answered"),
+        };
         tracing::warn!(
-            "{} was replaced by a new server at {}:{}; sending it again the {} requests not \
-             answered",
+            "{} was replaced by a new {} at {}:{}{resend}",
             Node::describe(id),
+            node.role,
             node.host,
             node.port,
-            again.len()
         );
         for mut msg in again {
             msg.meta.seq = None;
@@ -196,15 +240,16 @@ impl Postoffice {
         }
     }
 
-    /// On the scheduler: `node` replaces a lost server, `displaced` (told so, in case it only
-    /// paused). Sends it the node `table` marked as a replacement (and whether the start-up
-    /// barrier is still open: `started`), and tells every other node its address.
+    /// On the scheduler: `node` replaces a lost server or worker, `displaced` (told so, in
+    /// case it only paused). Tells every other node its address, then sends it the node
+    /// `table` marked as a replacement, with whether the start-up barrier is still open
+    /// (`started`) and what it takes over from `displaced` (`inherited`).
     pub(super) fn admit_replacement(
         &self,
         node: Node,
         displaced: Node,
         table: Vec<Node>,
-        started: bool,
+        (started, inherited): (bool, Inherited),
     ) {
         let (window, run_id) = {
             let mut st = lock(&self.state);
@@ -214,12 +259,18 @@ impl Postoffice {
         };
         let place = format!("{}:{}", node.host, node.port);
         tracing::warn!(
-            "{} is taken over by a new server at {place}",
-            Node::describe(node.id)
+            "{} is taken over by a new {} at {place}",
+            Node::describe(node.id),
+            node.role
         );
         // (Not when the replacement got the old address: the notice would reach it.)
         if (displaced.host.as_str(), displaced.port) != (node.host.as_str(), node.port) {
             self.tell_displaced(&displaced, &place);
+        }
+        // A replacement worker's requests find the servers told of it; a replacement server
+        // gets its table before the workers send it their unanswered requests.
+        if node.role == Role::Worker {
+            self.tell_replaced(&node, &table);
         }
         let to_new = self
             .van
@@ -232,6 +283,8 @@ impl Postoffice {
                     replace_within_ms: window,
                     run_id,
                     barrier_group: if started { 0 } else { super::ALL_GROUP },
+                    barriers_done: inherited.barriers,
+                    incarnation: inherited.incarnation,
                     ..Control::default()
                 };
                 self.send(Message::new(Meta::for_control(node.id, control)))
@@ -239,6 +292,13 @@ impl Postoffice {
         if let Err(e) = to_new {
             tracing::error!("cannot send the node table to the replacement at {place}: {e}");
         }
+        if node.role != Role::Worker {
+            self.tell_replaced(&node, &table);
+        }
+    }
+
+    /// NODE_REPLACED with `node`'s address to every node of `table` but the scheduler and it.
+    fn tell_replaced(&self, node: &Node, table: &[Node]) {
         for n in table
             .iter()
             .filter(|n| n.id != SCHEDULER && n.id != node.id)
@@ -257,7 +317,7 @@ impl Postoffice {
         }
     }
 
-    /// Tells a server that may still run at its old address (paused, say) that a new one took
+    /// Tells a node that may still run at its old address (paused, say) that a new one took
     /// its place (it then fails with `Error::DeclaredLost`), through a temporary connection.
     fn tell_displaced(&self, old: &Node, place: &str) {
         let tmp = -2000 - old.id;
@@ -267,7 +327,7 @@ impl Postoffice {
             ..Control::default()
         };
         let meta = Meta {
-            error: Some(format!("a new server at {place} took its place")),
+            error: Some(format!("a new {} at {place} took its place", old.role)),
             ..Meta::for_control(tmp, control)
         };
         if let Err(e) = self
@@ -275,8 +335,27 @@ impl Postoffice {
             .connect(tmp, &old.host, old.port)
             .and_then(|_| self.send(Message::new(meta)))
         {
-            tracing::debug!("cannot tell the displaced server it was replaced: {e}");
+            tracing::debug!(
+                "cannot tell the displaced {} it was replaced: {e}",
+                old.role
+            );
         }
+    }
+}
+
+/// The count for `group` in per-group counts.
+fn count_of(counts: &[(i32, u64)], group: i32) -> u64 {
+    counts
+        .iter()
+        .find(|(g, _)| *g == group)
+        .map_or(0, |&(_, n)| n)
+}
+
+/// Adds one to `group`'s count.
+fn bump(counts: &mut Vec<(i32, u64)>, group: i32) {
+    match counts.iter_mut().find(|(g, _)| *g == group) {
+        Some((_, n)) => *n += 1,
+        None => counts.push((group, 1)),
     }
 }
 

@@ -26,9 +26,10 @@ pub enum Admission {
     /// Every node registered: the node table, the scheduler first, then servers and workers
     /// with their ids. Send it to every node but the scheduler.
     Complete(Vec<Node>),
-    /// A server registered after the start to replace a lost one (issue 13): it takes the
-    /// lost server's id (so its rank and key range). Send it the table, tell every other node
-    /// its address, and tell `displaced` (the old holder) that it was replaced.
+    /// A server or worker registered after the start to replace a lost one of its role
+    /// (issue 13): it takes the lost node's id (so its rank, and a server's key range). Send it
+    /// the table, tell every other node its address, and tell `displaced` (the old holder) that
+    /// it was replaced.
     Replaced {
         /// The replacement, with its id.
         node: Node,
@@ -39,7 +40,22 @@ pub enum Admission {
         /// Whether the start-up barrier (the first of all nodes) has completed; if not, the
         /// replacement must pass it.
         started: bool,
+        /// What the replacement takes over from the node it replaces.
+        inherited: Inherited,
     },
+}
+
+/// What a replacement takes over besides the id: where its predecessor was in the job.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Inherited {
+    /// Per barrier group, the barriers of that group completed since the start-up barrier
+    /// (the predecessor passed them; the replacement's `Postoffice::barrier` passes them at
+    /// once, and applications skip the work before them).
+    pub barriers: Vec<(i32, u64)>,
+    /// How many nodes held this id before the replacement (1 for the first replacement): a
+    /// replacement worker numbers its requests from `incarnation × 2^27` on, so that answers
+    /// to its predecessor's requests match none of its own.
+    pub incarnation: u32,
 }
 
 /// Why the scheduler declared a node lost.
@@ -73,11 +89,15 @@ pub struct Scheduler {
     ready: bool,
     book: BarrierBook,
     liveness: Liveness,
-    /// `PS_RECOVERY_TIMEOUT` when lost servers may be replaced (`PS_CHECKPOINT_DIR` on the
-    /// ZMQ van); `None`: any loss fails the job.
+    /// `PS_RECOVERY_TIMEOUT` when lost servers and workers may be replaced
+    /// (`PS_CHECKPOINT_DIR`); `None`: any loss fails the job.
     recovery: Option<Duration>,
-    /// Lost servers awaiting a replacement, with the deadline for it.
+    /// Lost nodes awaiting a replacement, with the deadline for it.
     awaiting: std::collections::BTreeMap<NodeId, Instant>,
+    /// Barriers completed per group, the start-up barrier not counted.
+    barriers: std::collections::BTreeMap<i32, u64>,
+    /// Replacements so far per id.
+    replaced: std::collections::BTreeMap<NodeId, u32>,
     /// A barrier of all nodes has completed (the start-up barrier is behind everyone).
     started: bool,
     /// When the clock last ticked (a much longer gap than the receiving thread's tick: this
@@ -98,6 +118,8 @@ impl Scheduler {
         Scheduler {
             recovery,
             awaiting: std::collections::BTreeMap::new(),
+            barriers: std::collections::BTreeMap::new(),
+            replaced: std::collections::BTreeMap::new(),
             started: false,
             servers,
             workers,
@@ -131,7 +153,7 @@ impl Scheduler {
         {
             return Admission::Repeat;
         }
-        if self.ready && node.role == Role::Server && self.recovery.is_some() {
+        if self.ready && node.role != Role::Scheduler && self.recovery.is_some() {
             if let Some(a) = self.replace(&node, now) {
                 return a;
             }
@@ -173,15 +195,27 @@ impl Scheduler {
         Admission::Complete(table)
     }
 
-    /// A server registering after the start replaces the server of its requested rank, or else
-    /// the first lost server; `None` when there is none to replace (it is refused).
+    /// A server or worker registering after the start replaces the node of its role and
+    /// requested rank, or else the first lost node of its role; `None` when there is none to
+    /// replace (it is refused).
     fn replace(&mut self, node: &Node, now: Instant) -> Option<Admission> {
+        let role = node.role;
+        let id_of = |rank: usize| match role {
+            Role::Server => Node::server_id(rank),
+            _ => Node::worker_id(rank),
+        };
         let asked = node
             .requested_rank
             .map(|r| r as usize)
-            .filter(|&r| r < self.servers)
-            .map(Node::server_id);
-        let id = asked.or_else(|| self.awaiting.keys().next().copied())?;
+            .filter(|&r| r < self.wanted(role))
+            .map(id_of);
+        let first_awaited = || {
+            self.awaiting
+                .keys()
+                .copied()
+                .find(|&id| Node::role_of(id) == Some(role))
+        };
+        let id = asked.or_else(first_awaited)?;
         if self.liveness.lost().contains(&id) && !self.awaiting.contains_key(&id) {
             // Declared lost for good: the job is failing already.
             return None;
@@ -192,11 +226,18 @@ impl Scheduler {
         self.awaiting.remove(&id);
         self.liveness.revive(id, now);
         self.book.leave(id);
+        let incarnation = self.replaced.entry(id).or_default();
+        *incarnation += 1;
+        let inherited = Inherited {
+            barriers: self.barriers.iter().map(|(&g, &n)| (g, n)).collect(),
+            incarnation: *incarnation,
+        };
         Some(Admission::Replaced {
             node: Node { id, ..node.clone() },
             displaced,
             table: self.table.clone(),
             started: self.started,
+            inherited,
         })
     }
 
@@ -239,10 +280,12 @@ impl Scheduler {
             .map(|n| n.id)
             .collect();
         let outcome = self.book.arrive(group, from, &members, timeout, now);
-        if group == crate::postoffice::ALL_GROUP
-            && outcome.as_ref().is_some_and(|o| o.failure.is_none())
-        {
-            self.started = true;
+        if outcome.as_ref().is_some_and(|o| o.failure.is_none()) {
+            if group == crate::postoffice::ALL_GROUP && !self.started {
+                self.started = true;
+            } else {
+                *self.barriers.entry(group).or_default() += 1;
+            }
         }
         outcome
     }
@@ -277,7 +320,7 @@ impl Scheduler {
         for (id, silent) in self.liveness.check(now, heartbeat_timeout) {
             let awaiting = self
                 .recovery
-                .filter(|_| Node::role_of(id) == Some(Role::Server));
+                .filter(|_| Node::role_of(id) != Some(Role::Scheduler));
             if let Some(window) = awaiting {
                 self.awaiting.insert(id, now + window);
                 self.book.leave(id);
@@ -513,6 +556,7 @@ mod tests {
             displaced,
             table,
             started,
+            ..
         } = s.add_node(node(Role::Server, 7, None), t0 + 12 * sec)
         else {
             panic!("a replacement");
@@ -543,8 +587,63 @@ mod tests {
                 s.add_node(node(Role::Worker, 8, None), t0),
                 Admission::Refused { .. }
             ),
-            "workers are not replaced"
+            "no worker is lost, and none asked for a rank"
         );
+    }
+
+    #[test]
+    fn a_lost_worker_is_replaced_with_its_rank_and_the_barriers_it_passed() {
+        let sec = Duration::from_secs(1);
+        let t0 = Instant::now();
+        let mut s = two_servers_one_worker(30 * sec, t0);
+        for id in [SCHEDULER, 8, 10, 9] {
+            s.barrier(id, 7, None, t0);
+        }
+        for round in 0..2 {
+            let done = s.barrier(9, 4, None, t0).map(|o| (o.release, o.failure));
+            assert_eq!(done, Some((vec![9], None)), "round {round}");
+        }
+        assert_eq!(
+            s.barrier(9, 6, None, t0),
+            None,
+            "worker 9 waits for the servers"
+        );
+        for id in [8, 10] {
+            s.heartbeat(id, t0 + 10 * sec);
+        }
+        let (lost, failed) = s.tick(t0 + 11 * sec, 10 * sec);
+        assert_eq!(lost, vec![silent(9, 11 * sec, Some(30 * sec))]);
+        assert!(failed.is_empty(), "awaited");
+        let Admission::Replaced {
+            node: n, inherited, ..
+        } = s.add_node(node(Role::Worker, 7, None), t0 + 12 * sec)
+        else {
+            panic!("a replacement of the lost worker");
+        };
+        assert_eq!(n.id, 9);
+        assert_eq!(
+            inherited,
+            Inherited {
+                barriers: vec![(4, 2)],
+                incarnation: 1
+            },
+            "two worker barriers; the start-up barrier is not counted"
+        );
+        for id in [8, 10] {
+            assert_eq!(
+                s.barrier(id, 6, None, t0 + 12 * sec),
+                None,
+                "9 arrives again"
+            );
+        }
+        assert!(s.barrier(9, 6, None, t0 + 12 * sec).is_some());
+        let Admission::Replaced { inherited, .. } =
+            s.add_node(node(Role::Worker, 6, Some(0)), t0 + 13 * sec)
+        else {
+            panic!("rank 0 asked for");
+        };
+        assert_eq!(inherited.barriers, vec![(4, 2), (6, 1)]);
+        assert_eq!(inherited.incarnation, 2, "the second node to replace id 9");
     }
 
     #[test]

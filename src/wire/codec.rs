@@ -169,6 +169,8 @@ mod tests {
                     replace_within_ms: 60_000,
                     replacement: true,
                     run_id: 0xfeed_beef,
+                    barriers_done: vec![(4, 3)],
+                    incarnation: 2,
                 }),
                 frame_lens: vec![],
             },

@@ -114,6 +114,12 @@ pub struct Control {
     /// In the node table: this run's id, drawn by the scheduler; a replacement restores only a
     /// checkpoint of the same run.
     pub run_id: u64,
+    /// In the node table sent to a replacement: per barrier group, the barriers of the group
+    /// its predecessor completed after the start-up barrier (it passes as many at once).
+    pub barriers_done: Vec<(i32, u64)>,
+    /// In the node table sent to a replacement: how many nodes held its id before it (a
+    /// replacement worker numbers its requests from `incarnation × 2^27` on).
+    pub incarnation: u32,
 }
 
 /// Why a barrier failed (the scheduler's release of a failed barrier).

@@ -116,7 +116,7 @@ impl Drop for Launched {
     }
 }
 
-/// One kill of [`kv_app_with_a_server_killed`].
+/// One kill of [`kv_app_with_a_node_killed`].
 pub struct KillRun<'a> {
     /// The checkpoint directory.
     pub cp: &'a str,
@@ -126,7 +126,7 @@ pub struct KillRun<'a> {
     pub kv_app: &'a [&'a str],
     /// Variables for every node.
     pub env: &'a [(&'a str, &'a str)],
-    /// The server killed ("server 0").
+    /// The node killed ("server 0", "worker 1").
     pub victim: &'a str,
     /// When, after both workers started.
     pub after: Duration,
@@ -135,10 +135,10 @@ pub struct KillRun<'a> {
 }
 
 /// Runs `kv-app` with 2 servers and 2 workers under `--restart 1 --checkpoint-dir`, SIGKILLs
-/// the victim server at the given moment, and checks the job ended with status 0, exact sums
-/// on both workers, the victim restarted, and the workers sending to its replacement. Returns
-/// the launcher's output.
-pub fn kv_app_with_a_server_killed(k: &KillRun<'_>) -> String {
+/// the victim at the given moment, and checks the job ended with status 0, exact sums on both
+/// workers, the victim restarted, and the other nodes told of its replacement. Returns the
+/// launcher's output.
+pub fn kv_app_with_a_node_killed(k: &KillRun<'_>) -> String {
     let mut args = k.extra.to_vec();
     args.extend([
         "--servers",
@@ -162,7 +162,12 @@ pub fn kv_app_with_a_server_killed(k: &KillRun<'_>) -> String {
     // Info lines are many: kept only where they say what recovery did.
     let shown: String = out
         .lines()
-        .filter(|l| !l.contains(" INFO ") || l.contains("restored") || l.contains("replaced"))
+        .filter(|l| {
+            !l.contains(" INFO ")
+                || ["restored", "replace", "applied", "passed"]
+                    .iter()
+                    .any(|w| l.contains(w))
+        })
         .collect::<Vec<_>>()
         .join("\n");
     let victim = k.victim;
@@ -178,9 +183,10 @@ pub fn kv_app_with_a_server_killed(k: &KillRun<'_>) -> String {
     }
     let restarted = format!("{victim} exited with signal: 9 (SIGKILL); restarting it");
     assert!(out.contains(&restarted), "{shown}");
+    let role = victim.split(' ').next().unwrap_or_default();
     assert!(
-        out.contains("was replaced by a new server"),
-        "the workers did not send to the replacement:\n{shown}"
+        out.contains(&format!("was replaced by a new {role}")),
+        "the others were not told of the replacement:\n{shown}"
     );
     out
 }

@@ -180,19 +180,28 @@ pub fn run(
     };
     let mut reports = Vec::new();
     let mut scratch = Minibatch::default();
+    let resume = Resume::new(po.inherited_barriers(WORKER_GROUP), a.asynchronous);
     for epoch in 1..=a.epochs {
         let t0 = Instant::now();
-        for b in 0..batches {
-            let rows = b * a.batch..((b + 1) * a.batch).min(train.rows());
-            scratch.train(&kv, &train, rows)?;
-            bar.inc(1);
+        if resume.trained(epoch) {
+            bar.inc(batches as u64);
+        } else {
+            for b in 0..batches {
+                let rows = b * a.batch..((b + 1) * a.batch).min(train.rows());
+                scratch.train(&kv, &train, rows)?;
+                bar.inc(1);
+            }
         }
         let seconds = t0.elapsed().as_secs_f64();
         let last = epoch == a.epochs;
         if !a.asynchronous || last {
             po.barrier(WORKER_GROUP)?;
         }
-        if let (Some(test), Some((keys, pos))) = (&test, &test_keys) {
+        let to_evaluate = test
+            .as_ref()
+            .zip(test_keys.as_ref())
+            .filter(|_| !resume.evaluated(epoch));
+        if let Some((test, (keys, pos))) = to_evaluate {
             let mut tw = vec![0.0f32; keys.len()];
             kv.pull_into(keys, &mut tw)?;
             let (accuracy, logloss) = evaluate(test, &tw, pos);
@@ -217,6 +226,43 @@ pub fn run(
     }
     bar.finish_and_clear();
     Ok(reports)
+}
+
+/// Where a worker that replaces a lost one (issue 13) takes up the training: from the barriers
+/// of the workers its predecessor passed (sync mode: two per epoch, after the training and
+/// after worker 0's evaluation; async mode: one, after the last epoch). The epoch the
+/// predecessor was in is trained again from its start, on the servers' current weights: its
+/// pushes so far are applied once more (SGD tolerates it; the final accuracy is what counts).
+struct Resume {
+    passed: u64,
+    asynchronous: bool,
+}
+
+impl Resume {
+    fn new(passed: u64, asynchronous: bool) -> Resume {
+        if passed > 0 {
+            tracing::info!(
+                "lr: this worker replaces one that passed {passed} barriers: resuming there"
+            );
+        }
+        Resume {
+            passed,
+            asynchronous,
+        }
+    }
+
+    /// Whether the predecessor completed epoch `epoch`'s (1-based) training.
+    fn trained(&self, epoch: usize) -> bool {
+        match self.asynchronous {
+            true => self.passed >= 1,
+            false => self.passed > 2 * (epoch as u64 - 1),
+        }
+    }
+
+    /// Whether the workers passed epoch `epoch`'s evaluation.
+    fn evaluated(&self, epoch: usize) -> bool {
+        !self.asynchronous && self.passed >= 2 * epoch as u64
+    }
 }
 
 /// Configures the optimizer `cfg` on every server: one [`CMD_CONFIG`] push of its 3 values to

@@ -111,7 +111,8 @@ impl<V: Value> KVWorker<V> {
         };
         Ok(KVWorker {
             state,
-            next_ts: AtomicI32::new(0),
+            // A replacement's requests are numbered apart from its predecessor's (issue 13).
+            next_ts: AtomicI32::new(first_timestamp(po.incarnation())),
             _customer: customer,
             imm_slot,
         })
@@ -360,4 +361,11 @@ fn on_event<V: Value>(state: &WorkerState<V>, ev: VanEvent) {
             zpull::fail_all(state, &error);
         }
     }
+}
+
+/// The first timestamp of a worker that is the `incarnation`-th holder of its id after the
+/// first: `incarnation × 2^27` (wrapping past 15), so that late answers to its predecessor's
+/// requests (fewer than 2^27 of them) match none of its own.
+fn first_timestamp(incarnation: u32) -> i32 {
+    ((incarnation % 16) << 27) as i32
 }

@@ -3,10 +3,13 @@
 //! pushes and vals × 2R × W at the end, exactly (W workers push the same keys; integer-valued
 //! data keeps float sums exact).
 
+mod progress;
+
 use crate::error::{Error, Result};
 use crate::kv::{KVWorker, Key, Value};
 use crate::postoffice::{Postoffice, WORKER_GROUP};
 use crate::wire::DType;
+use progress::Plan;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -179,52 +182,135 @@ fn run_typed<V: Value>(po: &Arc<Postoffice>, a: &KvAppArgs) -> Result<KvAppRepor
     let vals: Vec<V> = (0..a.keys * a.len)
         .map(|i| V::from_u32((i % 1000) as u32 + 1))
         .collect();
-
-    let t0 = Instant::now();
-    let mut ts = Vec::with_capacity(a.repeat);
-    for i in 0..a.repeat {
-        ts.push(kv.push(&keys, &vals, None)?);
-        if i >= a.outstanding {
-            kv.wait(ts[i - a.outstanding])?;
-        }
-    }
-    for &t in &ts[ts.len().saturating_sub(a.outstanding)..] {
-        kv.wait(t)?;
-    }
-    let push_s = t0.elapsed().as_secs_f64();
-    po.barrier(WORKER_GROUP)?;
-    let mut rets = vec![V::default(); vals.len()];
-    let t0 = Instant::now();
-    pull_all(&kv, &keys, a.len, a.zero_copy, &mut rets)?;
-    let pull_s = t0.elapsed().as_secs_f64();
-    let push_errors = mismatches(&rets, &vals, a.repeat * w);
-    po.barrier(WORKER_GROUP)?;
-
-    let t0 = Instant::now();
-    let mut last = Vec::new();
-    for _ in 0..a.repeat {
-        let t = kv.push_pull(&keys, &vals, None)?;
-        last = kv.take_pulled(t)?.vals;
-    }
-    let push_pull_s = t0.elapsed().as_secs_f64();
-    let mut push_pull_errors = if w == 1 {
-        mismatches(&last, &vals, 2 * a.repeat)
-    } else {
-        0
-    };
-    po.barrier(WORKER_GROUP)?;
-    pull_all(&kv, &keys, a.len, a.zero_copy, &mut rets)?;
-    push_pull_errors += mismatches(&rets, &vals, 2 * a.repeat * w);
-    let (sent_bytes, received_bytes) = po.payload_bytes();
-    Ok(KvAppReport {
-        push_errors,
-        push_pull_errors,
+    // With checkpoints a lost worker may be replaced: progress keys tell its replacement
+    // what to push (see `progress`), and the barriers its predecessor passed which phases
+    // are behind.
+    let plan = Plan::new(po, (&keys, &vals, a.len), po.config().checkpoint.is_some())?;
+    let passed = po.inherited_barriers(WORKER_GROUP);
+    let mut report = KvAppReport {
+        push_errors: 0,
+        push_pull_errors: 0,
         keys: a.keys,
         repeat: a.repeat,
-        push_s,
-        pull_s,
-        push_pull_s,
-        sent_bytes,
-        received_bytes,
-    })
+        push_s: 0.0,
+        pull_s: 0.0,
+        push_pull_s: 0.0,
+        sent_bytes: 0,
+        received_bytes: 0,
+    };
+
+    let t0 = Instant::now();
+    if passed == 0 {
+        let todo = to_push(&plan, &kv, a.repeat, po.is_replacement())?;
+        push_phase(&kv, &plan, &todo, a.outstanding)?;
+    }
+    report.push_s = t0.elapsed().as_secs_f64();
+    po.barrier(WORKER_GROUP)?;
+    let mut rets = vec![V::default(); vals.len()];
+    if passed < 2 {
+        // Nobody pushes again before the next barrier: the check holds for a replacement too.
+        let t0 = Instant::now();
+        pull_all(&kv, &keys, a.len, a.zero_copy, &mut rets)?;
+        report.pull_s = t0.elapsed().as_secs_f64();
+        report.push_errors = mismatches(&rets, &vals, a.repeat * w);
+    }
+    po.barrier(WORKER_GROUP)?;
+
+    let t0 = Instant::now();
+    if passed < 3 {
+        let todo = to_push(&plan, &kv, 2 * a.repeat, po.is_replacement() && passed == 2)?
+            .into_iter()
+            .map(|n| n.saturating_sub(if passed == 2 { 0 } else { a.repeat }))
+            .collect::<Vec<_>>();
+        let last = push_pull_phase(&kv, &plan, &todo)?;
+        if w == 1 && !po.is_replacement() {
+            report.push_pull_errors = mismatches(&plan.data_values(&last), &vals, 2 * a.repeat);
+        }
+    }
+    report.push_pull_s = t0.elapsed().as_secs_f64();
+    po.barrier(WORKER_GROUP)?;
+    pull_all(&kv, &keys, a.len, a.zero_copy, &mut rets)?;
+    report.push_pull_errors += mismatches(&rets, &vals, 2 * a.repeat * w);
+    (report.sent_bytes, report.received_bytes) = po.payload_bytes();
+    Ok(report)
+}
+
+/// Pushes still to make to each server so that `total` of this worker's pushes are applied
+/// there: `total` each, or, for a worker replacing a lost one (`replacing`), `total` less what
+/// the servers applied of its predecessor's ([`Plan::applied`]).
+///
+/// # Errors
+/// As [`Plan::applied`].
+fn to_push<V: Value>(
+    plan: &Plan<V>,
+    kv: &KVWorker<V>,
+    total: usize,
+    replacing: bool,
+) -> Result<Vec<usize>> {
+    let servers = plan.by_server.len();
+    if !replacing || plan.progress.is_empty() {
+        return Ok(vec![total; servers]);
+    }
+    let applied = plan.applied(kv, total)?;
+    tracing::info!(
+        "kv-app: the servers applied {applied:?} of the lost worker's pushes; pushing the rest"
+    );
+    Ok(applied.iter().map(|&n| total - n).collect())
+}
+
+/// The requests of a phase: the keys of every server while each still needs pushes (all of
+/// them, in one request, when every server needs the same number), as (key range of the plan,
+/// count).
+fn rounds<V>(plan: &Plan<V>, todo: &[usize]) -> Vec<(std::ops::Range<usize>, usize)> {
+    match todo.first() {
+        Some(&n) if todo.iter().all(|&t| t == n) => vec![(0..plan.keys.len(), n)],
+        _ => plan
+            .by_server
+            .iter()
+            .cloned()
+            .zip(todo.iter().copied())
+            .collect(),
+    }
+}
+
+/// `todo[s]` pushes of server `s`'s keys, `outstanding` in flight at once.
+fn push_phase<V: Value>(
+    kv: &KVWorker<V>,
+    plan: &Plan<V>,
+    todo: &[usize],
+    outstanding: usize,
+) -> Result<()> {
+    let mut ts = std::collections::VecDeque::new();
+    for (r, n) in rounds(plan, todo) {
+        let (keys, vals) = (
+            &plan.keys[r.clone()],
+            &plan.vals[r.start * plan.len..r.end * plan.len],
+        );
+        for _ in 0..n {
+            ts.push_back(kv.push(keys, vals, None)?);
+            if ts.len() > outstanding {
+                if let Some(t) = ts.pop_front() {
+                    kv.wait(t)?;
+                }
+            }
+        }
+    }
+    ts.into_iter().try_for_each(|t| kv.wait(t))
+}
+
+/// `todo[s]` push-pulls of server `s`'s keys, one at a time; returns the values of every key
+/// the last whole one (of all keys) pulled, empty if none.
+fn push_pull_phase<V: Value>(kv: &KVWorker<V>, plan: &Plan<V>, todo: &[usize]) -> Result<Vec<V>> {
+    let mut last = Vec::new();
+    for (r, n) in rounds(plan, todo) {
+        let (keys, vals) = (
+            &plan.keys[r.clone()],
+            &plan.vals[r.start * plan.len..r.end * plan.len],
+        );
+        for _ in 0..n {
+            let t = kv.push_pull(keys, vals, None)?;
+            last = kv.take_pulled(t)?.vals;
+        }
+    }
+    Ok(last)
 }
