@@ -31,6 +31,9 @@ use std::path::{Path, PathBuf};
 /// The snapshot's file name.
 pub const SNAPSHOT: &str = "snapshot";
 
+/// A retired log's file name, kept to be the next generation's log (without fsync).
+const SPARE: &str = "log.spare";
+
 /// An open checkpoint: where the next entries go and when the next snapshot is due.
 pub struct Checkpoint {
     dir: PathBuf,
@@ -77,8 +80,8 @@ impl Restored {
     /// # Errors
     /// [`Error::Corrupt`] naming the log file and the offset of a damaged record or entry.
     pub fn entries(&self) -> Result<Vec<(u64, Entry<'_>)>> {
-        let records =
-            log::decode(&self.log_name, &self.log).map_err(|d| Error::Corrupt(d.to_string()))?;
+        let records = log::decode(&self.log_name, self.generation, &self.log)
+            .map_err(|d| Error::Corrupt(d.to_string()))?;
         records
             .records
             .into_iter()
@@ -165,7 +168,7 @@ impl Checkpoint {
             }
         }
         let applied = Applied::default();
-        let log = LogWriter::create(&dir.join("log.1"), sync)?;
+        let log = LogWriter::create(&dir.join("log.1"), sync, 1)?;
         let snapshot_bytes = write_snapshot(dir, sync, (1, run), &applied, state)?;
         Ok(Checkpoint {
             log,
@@ -206,12 +209,11 @@ impl Checkpoint {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
             Err(e) => return Err(io(&log_path, "cannot read")(e)),
         };
-        let torn = log::decode(&log_name, &log)
-            .map_err(|d| Error::Corrupt(d.to_string()))?
-            .torn_at;
-        if let Some(at) = torn {
-            log.truncate(at as usize);
-        }
+        let records = log::decode(&log_name, snap.generation, &log)
+            .map_err(|d| Error::Corrupt(d.to_string()))?;
+        let (end, torn) = (records.end, records.torn_at);
+        // After the end: a torn record, or what a reused file held before.
+        log.truncate(end as usize);
         let restored = Restored {
             generation: snap.generation,
             run: snap.run,
@@ -248,7 +250,12 @@ impl Checkpoint {
             f.set_len(at).map_err(io(&log_path, "cannot truncate"))?;
         }
         let cp = Checkpoint {
-            log: LogWriter::open(&log_path, sync)?,
+            log: LogWriter::open(
+                &log_path,
+                sync,
+                restored.generation,
+                restored.log.len() as u64,
+            )?,
             dir: dir.to_path_buf(),
             sync,
             generation: restored.generation,
@@ -312,8 +319,12 @@ impl Checkpoint {
         let next = self.generation + 1;
         let next_log = self.dir.join(format!("log.{next}"));
         // Its directory entry is made durable (PS_CHECKPOINT_SYNC) by the snapshot's rename's
-        // directory fsync below.
-        let log = LogWriter::create(&next_log, self.sync)?;
+        // directory fsync below. Without fsync the retired log's file (and its pages, in
+        // memory) is used again: writing into them is cheaper than into fresh ones.
+        let log = match self.sync {
+            Fsync::No => LogWriter::reuse(&self.dir.join(SPARE), &next_log, self.sync, next)?,
+            Fsync::Yes => LogWriter::create(&next_log, self.sync, next)?,
+        };
         let written = write_snapshot(&self.dir, self.sync, (next, self.run), &self.applied, state);
         let bytes = match written {
             Ok(b) => b,
@@ -328,6 +339,13 @@ impl Checkpoint {
         self.generation = next;
         self.log_bytes = 0;
         self.lists.clear();
+        if self.sync == Fsync::No {
+            // Kept for the next generation's log; nothing reads it any more.
+            if let Err(e) = std::fs::rename(&old, self.dir.join(SPARE)) {
+                tracing::warn!("checkpoint {}: cannot keep for reuse: {e}", old.display());
+            }
+            return Ok(());
+        }
         // Removing a large file can take a while (freeing, discarding its blocks): off the
         // path of the requests waiting for their answer. Nothing reads it any more.
         let spawned = std::thread::Builder::new()
@@ -358,15 +376,14 @@ fn write_snapshot(
     state: &[u8],
 ) -> Result<u64> {
     let applied = applied.encode();
-    let mut payload = Vec::with_capacity(32 + applied.len() + state.len());
-    payload.extend_from_slice(&generation.to_le_bytes());
-    payload.extend_from_slice(&run.to_le_bytes());
-    payload.extend_from_slice(&(applied.len() as u64).to_le_bytes());
-    payload.extend_from_slice(&applied);
-    payload.extend_from_slice(&(state.len() as u64).to_le_bytes());
-    payload.extend_from_slice(state);
-    snapshot::write(&dir.join(SNAPSHOT), &payload, sync)?;
-    Ok(payload.len() as u64)
+    let mut head = Vec::with_capacity(24);
+    head.extend_from_slice(&generation.to_le_bytes());
+    head.extend_from_slice(&run.to_le_bytes());
+    head.extend_from_slice(&(applied.len() as u64).to_le_bytes());
+    let state_len = (state.len() as u64).to_le_bytes();
+    let parts = [&head[..], &applied, &state_len, state];
+    snapshot::write_parts(&dir.join(SNAPSHOT), &parts, sync)?;
+    Ok(parts.iter().map(|p| p.len() as u64).sum())
 }
 
 /// A snapshot's payload, read.
@@ -464,9 +481,12 @@ mod tests {
         cp.append(&push(0, &[5; 10])).expect("logged");
         drop(cp);
         let log = d.join("log.1");
-        let whole = std::fs::metadata(&log).expect("log").len();
-        let half = super::log::encode(&push(1, &[6; 10]).encode());
+        let whole = std::fs::metadata(&log).expect("log").len() - super::log::TERMINATOR as u64;
+        let half = super::log::encode(1, &push(1, &[6; 10]).encode());
+        // What a machine crash in an fsynced append (written in order, at the file's end)
+        // can leave.
         let mut bytes = std::fs::read(&log).expect("read");
+        bytes.truncate(whole as usize);
         bytes.extend_from_slice(&half[..half.len() / 2]);
         std::fs::write(&log, bytes).expect("torn");
         let (mut cp, r) = Checkpoint::open(&d, Fsync::No, 1 << 20).expect("opened");

@@ -6,10 +6,11 @@
 //! - [`snapshot`]: one whole state per file (`PSLSNAP1` magic, format version, length, payload,
 //!   crc32c of all before), written to a temporary file and renamed into place, so a reader
 //!   sees the old file or the new one, never half of one.
-//! - [`log`]: records appended one by one, each with a crc32c of its length and one of its
-//!   payload. A record cut short at the end of the file (the process died while writing it,
-//!   before it was acknowledged) is a torn tail: reported, and the records before it are
-//!   whole. Any other damage is an error.
+//! - [`log`]: records appended one by one, each with a crc32c of its length (and the log's
+//!   generation) and one of its payload, padded to 16 bytes and followed by a zero terminator,
+//!   so that a retired log's file can be reused for the next generation. A record cut short at
+//!   the end of the file (a crash while writing it, before it was acknowledged) is a torn
+//!   tail: reported, and the records before it are whole. Any other damage is an error.
 //!
 //! - [`bytes`]: a cursor for handlers reading their saved state back, naming field and offset.
 //!

@@ -94,13 +94,36 @@ pub fn decode<'b>(file: &str, bytes: &'b [u8]) -> Result<&'b [u8], Damage> {
 /// # Errors
 /// [`Error::Config`] naming the path and the OS error.
 pub fn write(path: &Path, payload: &[u8], sync: Fsync) -> Result<()> {
+    write_parts(path, &[payload], sync)
+}
+
+/// [`write`] of the payload `parts` one after the other, written from where they are (a large
+/// state is not copied into one buffer first).
+///
+/// # Errors
+/// As [`write`].
+pub fn write_parts(path: &Path, parts: &[&[u8]], sync: Fsync) -> Result<()> {
     let io = |what: &str, e: std::io::Error| {
         Error::Config(format!("checkpoint {}: {what}: {e}", path.display()))
     };
     let tmp = path.with_extension("tmp");
     let mut f = std::fs::File::create(&tmp).map_err(|e| io("cannot create its .tmp", e))?;
-    f.write_all(&encode(payload))
-        .map_err(|e| io("cannot write its .tmp", e))?;
+    let len: usize = parts.iter().map(|p| p.len()).sum();
+    let mut head = Vec::with_capacity(HEADER);
+    head.extend_from_slice(MAGIC);
+    head.extend_from_slice(&VERSION.to_le_bytes());
+    head.extend_from_slice(&(len as u64).to_le_bytes());
+    let crc = parts
+        .iter()
+        .fold(crc32c::crc32c(&head), |c, p| crc32c::crc32c_append(c, p));
+    let crc = crc.to_le_bytes();
+    for p in [&head[..]]
+        .into_iter()
+        .chain(parts.iter().copied())
+        .chain([&crc[..]])
+    {
+        f.write_all(p).map_err(|e| io("cannot write its .tmp", e))?;
+    }
     if sync == Fsync::Yes {
         f.sync_all().map_err(|e| io("cannot fsync its .tmp", e))?;
     }

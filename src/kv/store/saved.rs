@@ -18,7 +18,10 @@ impl<V: Value> KeyStore<V> {
         let mut order: Vec<usize> = (0..self.entries.len()).collect();
         order.sort_unstable_by_key(|&i| self.entries[i].key);
         let name = V::DTYPE.to_string();
-        let mut out = vec![name.len() as u8];
+        let values: usize = self.entries.iter().map(|e| e.len as usize).sum();
+        let size = 1 + name.len() + 8 + order.len() * 12 + values * std::mem::size_of::<V>();
+        let mut out = Vec::with_capacity(size);
+        out.push(name.len() as u8);
         out.extend_from_slice(name.as_bytes());
         out.extend_from_slice(&(order.len() as u64).to_le_bytes());
         for &i in &order {
