@@ -264,3 +264,27 @@ fn kv_app_ends_exactly_after_a_server_is_killed_and_replaced_over_rdma() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+#[ignore = "needs an RDMA device: run in scripts/softroce-vm.sh"]
+fn kv_app_ends_exactly_after_a_worker_is_killed_and_replaced_over_rdma() {
+    use common::launched::{kv_app_with_a_node_killed, KillRun};
+    use std::time::Duration;
+    let dir = std::env::temp_dir().join(format!("pslite-rdma-worker-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let cp = dir.to_string_lossy().to_string();
+    let out = kv_app_with_a_node_killed(&KillRun {
+        cp: &cp,
+        extra: &["--van", "rdma"],
+        kv_app: &["--keys", "1000", "--repeat", "1000"],
+        env: &[("PS_VERBOSE", "1")],
+        victim: "worker 1",
+        after: Duration::from_millis(300),
+        limit: Duration::from_secs(240),
+    });
+    assert!(
+        out.contains("of the lost worker's pushes") || out.contains("passed at once"),
+        "the replacement did not take up its predecessor's work:\n{out}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
