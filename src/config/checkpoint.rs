@@ -10,8 +10,8 @@ use std::time::Duration;
 /// this many MiB (or past twice the last snapshot, whichever is more).
 pub const DEFAULT_LOG_MB: u64 = 256;
 
-/// Default of `PS_RECOVERY_TIMEOUT`: how long the scheduler waits for a lost server's
-/// replacement before the job fails.
+/// Default of `PS_RECOVERY_TIMEOUT`: how long the scheduler waits for a lost server's or
+/// worker's replacement before the job fails.
 pub const DEFAULT_RECOVERY: Duration = Duration::from_secs(60);
 
 /// Where and how servers keep their state recoverable.
@@ -25,7 +25,7 @@ pub struct Checkpoint {
     pub sync: bool,
     /// `PS_CHECKPOINT_LOG_MB`: bytes of request log after which a snapshot starts a new log.
     pub log_bytes: u64,
-    /// `PS_RECOVERY_TIMEOUT` (read by the scheduler): how long a lost server's key range waits
+    /// `PS_RECOVERY_TIMEOUT` (read by the scheduler): how long a lost server or worker waits
     /// for a replacement before the job fails.
     pub recovery_timeout: Duration,
 }

@@ -66,6 +66,9 @@ impl Postoffice {
     }
 
     fn process(&self, msg: Message) {
+        if self.sent_by_replaced(&msg.meta) {
+            return;
+        }
         if msg.meta.sender == SCHEDULER {
             lock(&self.state).last_from_scheduler = Some(Instant::now());
         }

@@ -7,8 +7,9 @@
 //! SIGSTOP, say); later heartbeats of a lost node are answered with NODE_LOST again. An RDMA
 //! van reports a failed channel the same way ([`VanEvent::PeerLost`]).
 //!
-//! When the cluster replaces lost servers (`PS_CHECKPOINT_DIR`, [`super::recovery`]), a lost
-//! server is first *awaited*; only a loss without a replacement window is a failure.
+//! When the cluster replaces lost nodes (`PS_CHECKPOINT_DIR`, [`super::recovery`]), a lost
+//! server or worker is first *awaited*; only a loss without a replacement window is a
+//! failure.
 //!
 //! From then on the job cannot complete: every
 //! customer gets [`VanEvent::PeerLost`] (a `KVWorker` fails all its pending requests with it),

@@ -122,7 +122,8 @@ impl Postoffice {
         st.run_id = control.run_id;
         if control.replacement {
             st.inherited = control.barriers_done.clone();
-            st.incarnation = control.incarnation;
+            self.incarnation
+                .store(control.incarnation, std::sync::atomic::Ordering::Relaxed);
         }
         self.set_retaining(control.replace_within_ms > 0);
         self.cv.notify_all();

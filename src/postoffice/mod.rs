@@ -82,8 +82,8 @@ struct State {
     awaiting: Vec<crate::wire::NodeId>,
     /// This node replaces a lost one (it restores its state and skipped the start barrier).
     replacement: bool,
-    /// How long, in ms, the scheduler awaits a lost server's replacement (0: a loss fails
-    /// the job), as its node table says.
+    /// How long, in ms, the scheduler awaits a lost node's replacement (0: a loss fails the
+    /// job), as its node table says.
     replace_within: u64,
     /// This run's id (the scheduler draws it; the node table carries it).
     run_id: u64,
@@ -94,8 +94,9 @@ struct State {
     inherited: Vec<(i32, u64)>,
     /// Per group, the barriers [`Postoffice::barrier`] was called for.
     barriers_called: Vec<(i32, u64)>,
-    /// A replacement: how many nodes held its id before it (0 otherwise).
-    incarnation: u32,
+    /// Per replaced peer, the incarnation of its current holder: messages of earlier
+    /// holders are dropped ([`recovery`]).
+    holders: std::collections::HashMap<crate::wire::NodeId, u32>,
 }
 
 /// One node's view of the cluster. Create it with [`Postoffice::start`]; end it with
@@ -130,6 +131,11 @@ pub struct Postoffice {
     /// The scheduler said lost servers may be replaced, and this is a worker: requests are
     /// retained (checked before `retained` is locked, so sends pay nothing otherwise).
     retaining: AtomicBool,
+    /// How many nodes held this node's id before it (sent in every message's meta).
+    incarnation: std::sync::atomic::AtomicU32,
+    /// A peer was replaced: received messages are checked against `State::holders` (checked
+    /// before `state` is locked, so receiving pays nothing otherwise).
+    replaced_any: AtomicBool,
     /// Held (shared) by every send from stamping to the van, and (exclusive) while a replaced
     /// peer's resend state and path are swapped: no message is numbered for the old peer and
     /// sent to the new one ([`recovery`]).
@@ -225,6 +231,8 @@ impl Postoffice {
             broken: AtomicBool::new(false),
             retained: Mutex::default(),
             retaining: AtomicBool::new(false),
+            incarnation: std::sync::atomic::AtomicU32::new(0),
+            replaced_any: AtomicBool::new(false),
             replacing: RwLock::new(()),
             drop_rng: AtomicU64::new(drop_seed()),
             dropped: 0.into(),
@@ -333,6 +341,7 @@ impl Postoffice {
             return Err(e);
         }
         msg.meta.sender = self.my_id();
+        msg.meta.incarnation = self.incarnation.load(Ordering::Relaxed);
         let payload = msg.data_bytes() as u64;
         let _numbered = self.replacing.read().unwrap_or_else(|p| p.into_inner());
         let kept = self.stamp(&mut msg);

@@ -1,7 +1,7 @@
 //! Recovery (issue 13): a lost server's or worker's place taken by a replacement, and the job
 //! going on.
 //!
-//! With `PS_CHECKPOINT_DIR` set on the scheduler (ZMQ van), a server declared lost is not a
+//! With `PS_CHECKPOINT_DIR` set on the scheduler (either van), a server declared lost is not a
 //! failure at once: the scheduler sends NODE_LOST with a replacement window
 //! (`Control::replace_within_ms`, `PS_RECOVERY_TIMEOUT`), and every node *awaits* it. A
 //! server that registers meanwhile (or that asks for the rank of a server still counted
@@ -27,8 +27,17 @@
 //! [`Postoffice::barrier`] passes at once and which tell an application where to take up the
 //! work ([`Postoffice::inherited_barriers`]), and its incarnation, from which its `KVWorker`
 //! numbers requests apart from its predecessor's (late answers to those match nothing).
-//! What the predecessor pushed and the servers applied stays applied: `kv-app` reads it from
-//! progress keys and pushes only the rest; `lr` trains the interrupted epoch again.
+//! Every message carries its sender's incarnation (`Meta::incarnation`), and a node told of a
+//! replacement (NODE_REPLACED carries the new incarnation; the scheduler knows it) drops what
+//! earlier holders of the id still send: requests the dead worker had in flight are not applied
+//! after the replacement took over, barrier requests of a displaced node do not count as its
+//! replacement's. What the predecessor pushed and the servers applied before stays applied:
+//! `kv-app` reads it from progress keys and pushes only the rest; `lr` trains the interrupted
+//! epoch again.
+//!
+//! Left open: the servers are told of a replacement worker before it gets its table, but
+//! nothing waits for them to have read it; a replacement's request that overtook the notice
+//! would be answered to the old address (the replacement then waits until `PS_TIMEOUT`).
 //!
 //! Not covered: the scheduler (its loss ends the job).
 
@@ -114,7 +123,32 @@ impl Postoffice {
     /// (the scheduler's count). A `KVWorker` numbers its requests from `incarnation × 2^27`
     /// on, so that late answers to its predecessor's requests match none of its own.
     pub fn incarnation(&self) -> u32 {
-        lock(&self.state).incarnation
+        self.incarnation.load(Ordering::Relaxed)
+    }
+
+    /// Records that `peer`'s id is now held by its `incarnation`-th replacement: what earlier
+    /// holders still send is dropped from now on.
+    pub(super) fn set_holder(&self, peer: NodeId, incarnation: u32) {
+        lock(&self.state).holders.insert(peer, incarnation);
+        self.replaced_any.store(true, Ordering::Release);
+    }
+
+    /// Whether `meta` comes from an earlier holder of a replaced peer's id (a worker that was
+    /// killed with requests still in flight, a server that was only paused): dropped, so that
+    /// nothing of it is applied after its replacement took over.
+    pub(super) fn sent_by_replaced(&self, meta: &Meta) -> bool {
+        if !self.replaced_any.load(Ordering::Acquire) || meta.command() == Some(Command::AddNode) {
+            return false;
+        }
+        let holder = lock(&self.state).holders.get(&meta.sender).copied();
+        let stale = holder.is_some_and(|h| meta.incarnation < h);
+        if stale {
+            tracing::warn!(
+                "dropped a message from an earlier holder of {}'s id (it was replaced)",
+                Node::describe(meta.sender)
+            );
+        }
+        stale
     }
 
     /// A replacement's barrier of `group` that its predecessor completed: counted and passed
@@ -197,6 +231,7 @@ impl Postoffice {
             return;
         };
         let id = node.id;
+        self.set_holder(id, control.incarnation);
         let connect = Node::is_worker_server_pair(self.my_id(), id);
         {
             let mut st = lock(&self.state);
@@ -257,6 +292,7 @@ impl Postoffice {
             st.awaiting.retain(|&a| a != node.id);
             (st.replace_within, st.run_id)
         };
+        self.set_holder(node.id, inherited.incarnation);
         let place = format!("{}:{}", node.host, node.port);
         tracing::warn!(
             "{} is taken over by a new {} at {place}",
@@ -270,7 +306,7 @@ impl Postoffice {
         // A replacement worker's requests find the servers told of it; a replacement server
         // gets its table before the workers send it their unanswered requests.
         if node.role == Role::Worker {
-            self.tell_replaced(&node, &table);
+            self.tell_replaced(&node, &table, inherited.incarnation);
         }
         let to_new = self
             .van
@@ -293,12 +329,13 @@ impl Postoffice {
             tracing::error!("cannot send the node table to the replacement at {place}: {e}");
         }
         if node.role != Role::Worker {
-            self.tell_replaced(&node, &table);
+            self.tell_replaced(&node, &table, inherited.incarnation);
         }
     }
 
-    /// NODE_REPLACED with `node`'s address to every node of `table` but the scheduler and it.
-    fn tell_replaced(&self, node: &Node, table: &[Node]) {
+    /// NODE_REPLACED with `node`'s address and `incarnation` to every node of `table` but the
+    /// scheduler and it.
+    fn tell_replaced(&self, node: &Node, table: &[Node], incarnation: u32) {
         for n in table
             .iter()
             .filter(|n| n.id != SCHEDULER && n.id != node.id)
@@ -306,6 +343,7 @@ impl Postoffice {
             let control = Control {
                 cmd: Some(Command::NodeReplaced),
                 nodes: vec![node.clone()],
+                incarnation,
                 ..Control::default()
             };
             if let Err(e) = self.send(Message::new(Meta::for_control(n.id, control))) {

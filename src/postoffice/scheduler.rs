@@ -58,12 +58,16 @@ pub struct Inherited {
     pub incarnation: u32,
 }
 
+/// How many times one worker id may be replaced: a replacement numbers its requests from
+/// `incarnation × 2^27` on, in 16 ranges of an `i32`.
+pub const MAX_WORKER_REPLACEMENTS: u32 = 15;
+
 /// Why the scheduler declared a node lost.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Why {
     /// No heartbeat for this long (`PS_HEARTBEAT_TIMEOUT`).
     Silent(Duration),
-    /// A lost server was not replaced within this long (`PS_RECOVERY_TIMEOUT`).
+    /// A lost node was not replaced within this long (`PS_RECOVERY_TIMEOUT`).
     NotReplaced(Duration),
 }
 
@@ -113,7 +117,8 @@ pub const PAUSED: Duration = Duration::from_secs(2);
 
 impl Scheduler {
     /// A scheduler (node `me`) waiting for `servers` servers and `workers` workers; with
-    /// `recovery`, a lost server waits that long for a replacement before the job fails.
+    /// `recovery`, a lost server or worker waits that long for a replacement before the job
+    /// fails.
     pub fn new(me: Node, servers: usize, workers: usize, recovery: Option<Duration>) -> Scheduler {
         Scheduler {
             recovery,
@@ -216,6 +221,17 @@ impl Scheduler {
                 .find(|&id| Node::role_of(id) == Some(role))
         };
         let id = asked.or_else(first_awaited)?;
+        let holders = self.replaced.get(&id).copied().unwrap_or(0);
+        if role == Role::Worker && holders >= MAX_WORKER_REPLACEMENTS {
+            return Some(Admission::Refused {
+                node: node.clone(),
+                why: format!(
+                    "{} was replaced {holders} times already, the most a worker's request \
+                     numbering allows",
+                    Node::describe(id)
+                ),
+            });
+        }
         if self.liveness.lost().contains(&id) && !self.awaiting.contains_key(&id) {
             // Declared lost for good: the job is failing already.
             return None;
@@ -297,8 +313,8 @@ impl Scheduler {
 
     /// The clock ticked: the nodes newly declared lost (silent for longer than
     /// `heartbeat_timeout`, or servers not replaced in time), and the barriers that failed
-    /// (past their deadline, or waiting for a node lost for good). A lost server, when servers
-    /// may be replaced, is awaited instead: its barrier arrivals no longer count, and it fails
+    /// (past their deadline, or waiting for a node lost for good). A lost server or worker, when
+    /// nodes may be replaced, is awaited instead: its barrier arrivals no longer count, and it fails
     /// the job only at its deadline. Nothing before every node registered; after a pause of
     /// this process ([`PAUSED`]) every node gets a new timeout first.
     pub fn tick(
@@ -644,6 +660,17 @@ mod tests {
         };
         assert_eq!(inherited.barriers, vec![(4, 2), (6, 1)]);
         assert_eq!(inherited.incarnation, 2, "the second node to replace id 9");
+        for port in 10..23 {
+            let a = s.add_node(node(Role::Worker, port, Some(0)), t0 + 14 * sec);
+            assert!(matches!(a, Admission::Replaced { .. }), "port {port}");
+        }
+        assert!(
+            matches!(
+                s.add_node(node(Role::Worker, 23, Some(0)), t0 + 14 * sec),
+                Admission::Refused { why, .. } if why.contains("replaced 15 times already")
+            ),
+            "a 16th holder would reuse the first one's request numbers"
+        );
     }
 
     #[test]

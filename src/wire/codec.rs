@@ -173,6 +173,7 @@ mod tests {
                     incarnation: 2,
                 }),
                 frame_lens: vec![],
+                incarnation: 3,
             },
             data: vec![
                 Bytes::from(vec![1u8; 16]),

@@ -106,7 +106,7 @@ pub struct Control {
     pub acks: Vec<u64>,
     /// Recovery (`PS_CHECKPOINT_DIR` on the scheduler): in the node table the scheduler sends
     /// (ADD_NODE answer) and in NODE_LOST, how long, in milliseconds, the scheduler waits for a
-    /// replacement of a lost server; 0 = a lost server fails the job.
+    /// replacement of a lost server or worker; 0 = a lost node fails the job.
     pub replace_within_ms: u64,
     /// In the node table sent to one node: it replaces a lost node (it restores its state and
     /// skips the start-up barrier, unless `barrier_group` says the barrier is still open).
@@ -117,8 +117,8 @@ pub struct Control {
     /// In the node table sent to a replacement: per barrier group, the barriers of the group
     /// its predecessor completed after the start-up barrier (it passes as many at once).
     pub barriers_done: Vec<(i32, u64)>,
-    /// In the node table sent to a replacement: how many nodes held its id before it (a
-    /// replacement worker numbers its requests from `incarnation × 2^27` on).
+    /// In the node table sent to a replacement, and in NODE_REPLACED: how many nodes held its
+    /// id before it (a replacement worker numbers its requests from `incarnation × 2^27` on).
     pub incarnation: u32,
 }
 
@@ -268,6 +268,10 @@ pub struct Meta {
     pub seq: Option<u64>,
     /// Byte length of each payload frame that follows.
     pub frame_lens: Vec<u64>,
+    /// How many nodes held the sender's id before it: 0, or n for the n-th replacement of a
+    /// lost node (issue 13). A node told of a replacement drops what an earlier holder of the
+    /// id still sends.
+    pub incarnation: u32,
 }
 
 impl Meta {

@@ -42,9 +42,12 @@ impl<V: Value> Plan<V> {
         let mut extra = Vec::new();
         if progress {
             for r in ranges {
+                // Worker w takes begin + 1 + w, or the next free one of w's residue class (no
+                // two workers share one).
+                let step = po.num_workers().max(1) as u64;
                 let mut k = r.begin.saturating_add(1 + po.my_rank() as u64);
                 while data_keys.binary_search(&k).is_ok() && k < r.end {
-                    k += 1;
+                    k = k.saturating_add(step);
                 }
                 if k >= r.end {
                     return Err(Error::InvalidArgument(format!(
@@ -112,7 +115,8 @@ impl<V: Value> Plan<V> {
     }
 
     /// The pushes this worker's predecessor made that each server applied, read from the
-    /// progress keys; each is at most `max`.
+    /// progress keys (a push of zeros first, which adds nothing, gives keys the predecessor
+    /// never pushed a value: 0); each is at most `max`.
     ///
     /// # Errors
     /// Transport errors; [`Error::InvalidArgument`] for a count that is not n × 1 for one n
@@ -120,6 +124,7 @@ impl<V: Value> Plan<V> {
     pub fn applied(&self, kv: &KVWorker<V>, max: usize) -> Result<Vec<usize>> {
         let keys: Vec<Key> = self.progress.iter().map(|&i| self.keys[i]).collect();
         let mut got = vec![V::default(); keys.len() * self.len];
+        kv.wait(kv.push(&keys, &got, None)?)?;
         kv.pull_into(&keys, &mut got)?;
         keys.iter()
             .enumerate()

@@ -229,10 +229,11 @@ pub fn run(
 }
 
 /// Where a worker that replaces a lost one (issue 13) takes up the training: from the barriers
-/// of the workers its predecessor passed (sync mode: two per epoch, after the training and
-/// after worker 0's evaluation; async mode: one, after the last epoch). The epoch the
-/// predecessor was in is trained again from its start, on the servers' current weights: its
-/// pushes so far are applied once more (SGD tolerates it; the final accuracy is what counts).
+/// of the workers its predecessor passed. Sync mode: two per epoch, after the training and
+/// after worker 0's evaluation; the epoch the predecessor was in is trained again from its
+/// start, on the servers' current weights, so its pushes so far are applied once more (SGD
+/// tolerates it; the final accuracy is what counts). Async mode has one barrier, after the
+/// last epoch: a replacement before it trains every epoch again.
 struct Resume {
     passed: u64,
     asynchronous: bool,

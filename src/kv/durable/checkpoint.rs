@@ -10,15 +10,18 @@
 //!   for the default handler the key store's layout in `kv/store/saved.rs`) as length `u64` and
 //!   bytes.
 //! - `log.G`: the entries ([`super::record`]) applied since, in [`super::log`] framing.
+//! - `log.spare` (without fsync): a retired log's file, to become the next `log.G+1`.
 //!
 //! - `lock`: held (`flock`) by the process using the directory: a replacement cannot restore
 //!   while the server it replaces still runs (paused, say) and writes.
 //!
-//! A new snapshot: `log.G+1` is created empty, the snapshot of generation G + 1 is written to
+//! A new snapshot: `log.G+1` is created empty (without fsync: `log.spare`, a terminator
+//! written at its start, is renamed to it), the snapshot of generation G + 1 is written to
 //! `snapshot.tmp` and renamed over `snapshot`, then appending moves to `log.G+1` and `log.G`
-//! is removed. A crash (or error) before the rename leaves generation G whole (an empty
-//! `log.G+1` is ignored, and truncated when G + 1 comes); after it, generation G + 1 whole:
-//! nothing is lost or replayed twice.
+//! is removed (without fsync: renamed to `log.spare`). A crash (or error) before the rename
+//! leaves generation G whole (`log.G+1` is ignored, and emptied when G + 1 comes); after it,
+//! generation G + 1 whole: nothing is lost or replayed twice. Logs of other generations left
+//! by a crash are removed when the directory is opened.
 
 use super::applied::Applied;
 use super::bytes::Reader;
@@ -237,6 +240,7 @@ impl Checkpoint {
         let lock = lock_dir(dir)?;
         let (applied, restored) = Checkpoint::read(dir)?;
         let log_path = dir.join(format!("log.{}", restored.generation));
+        remove_other_logs(dir, &log_path, sync)?;
         if let Some(at) = restored.torn_at {
             tracing::warn!(
                 "{}: cut off a torn last record at byte {at} (written when the server died, \
@@ -341,10 +345,12 @@ impl Checkpoint {
         self.lists.clear();
         if self.sync == Fsync::No {
             // Kept for the next generation's log; nothing reads it any more.
-            if let Err(e) = std::fs::rename(&old, self.dir.join(SPARE)) {
-                tracing::warn!("checkpoint {}: cannot keep for reuse: {e}", old.display());
+            match std::fs::rename(&old, self.dir.join(SPARE)) {
+                Ok(()) => return Ok(()),
+                Err(e) => {
+                    tracing::warn!("checkpoint {}: cannot keep for reuse: {e}", old.display())
+                }
             }
-            return Ok(());
         }
         // Removing a large file can take a while (freeing, discarding its blocks): off the
         // path of the requests waiting for their answer. Nothing reads it any more.
@@ -365,6 +371,23 @@ impl Checkpoint {
     pub fn generation(&self) -> u64 {
         self.generation
     }
+}
+
+/// Removes the logs in `dir` other than `current` that a crash left (a `log.G+1` created before
+/// its snapshot's rename; a `log.G` after it), and with fsync the spare (not reused then).
+///
+/// # Errors
+/// [`Error::Config`] naming the directory or file and the OS error.
+fn remove_other_logs(dir: &Path, current: &Path, sync: Fsync) -> Result<()> {
+    for entry in std::fs::read_dir(dir).map_err(io(dir, "cannot list"))? {
+        let path = entry.map_err(io(dir, "cannot list"))?.path();
+        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        let other_log = name.starts_with("log.") && name != SPARE && path != current;
+        if other_log || (name == SPARE && sync == Fsync::Yes) {
+            std::fs::remove_file(&path).map_err(io(&path, "cannot remove"))?;
+        }
+    }
+    Ok(())
 }
 
 /// Writes the snapshot of (generation, run); returns its payload's size.

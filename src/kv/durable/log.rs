@@ -14,10 +14,11 @@
 //! padding and the terminator first and the 12-byte header last: a process killed in between
 //! leaves the previous terminator in place, so the log ends before the record, which was never
 //! acknowledged. Headers never cross a page (records start at multiples of [`ALIGN`]), so the
-//! header's write is never cut in two. With fsync the records go out in order in one append to
-//! the file's end: a machine crash can leave a record cut short by the end of the file — a
-//! torn tail (fewer than 12 header bytes left, or a whole header whose payload is cut) —
-//! which [`decode`] reports where it starts; the caller cuts the file there. A flipped byte
+//! header's write is never cut in two. With fsync (the file is cut to the log's end when opened)
+//! a record goes out in order, header first, over the last terminator and past the file's
+//! end: a machine crash can leave a record cut short by the end of the file — a torn tail
+//! (fewer than 12 header bytes left, or a header whose payload or padding is cut) — which
+//! [`decode`] reports where it starts; the caller cuts the file there. A flipped byte
 //! anywhere else fails a checksum or the zero padding: [`Damage`] names the offset. The
 //! length has its own checksum so that damage to it cannot pass for a torn tail.
 
@@ -105,7 +106,8 @@ pub fn decode<'b>(file: &str, generation: u64, bytes: &'b [u8]) -> Result<Record
         let len = le32(&rest[..4]);
         if header(len, 0, generation)[4..8] != rest[4..8] {
             return Err(damage(format!(
-                "record length checksum mismatch (not a record of log generation {generation})"
+                "record length checksum mismatch (damaged, or a record of another log than \
+                 generation {generation})"
             )));
         }
         let len = len as usize;
@@ -117,7 +119,10 @@ pub fn decode<'b>(file: &str, generation: u64, bytes: &'b [u8]) -> Result<Record
                 "record payload checksum mismatch ({len} bytes)"
             )));
         }
-        let pad = rest.get(HEADER + len..aligned(HEADER + len)).unwrap_or(&[]);
+        // Padding cut by the end of the file: the record's write did not complete either.
+        let Some(pad) = rest.get(HEADER + len..aligned(HEADER + len)) else {
+            return done(records, at, true);
+        };
         if pad.iter().any(|&b| b != 0) {
             return Err(damage("nonzero padding after the record".into()));
         }
@@ -146,7 +151,7 @@ const PREALLOCATE: u64 = 64 << 20;
 impl LogWriter {
     /// Opens the log of `generation` at `path` for appending after its first `end` bytes (the
     /// [`Records::end`] of its contents); with [`Fsync::Yes`] every append is fsynced before
-    /// it returns.
+    /// it returns, and the file is cut to `end` first (fsynced appends go to the file's end).
     ///
     /// # Errors
     /// [`Error::Config`] naming the path and the OS error.
@@ -197,7 +202,13 @@ impl LogWriter {
             .write(true)
             .open(path)
             .map_err(io)?;
-        let size = file.metadata().map_err(io)?.len();
+        let mut size = file.metadata().map_err(io)?.len();
+        if let (Fsync::Yes, Some(end)) = (sync, end) {
+            if size != end {
+                file.set_len(end).map_err(io)?;
+                size = end;
+            }
+        }
         Ok(LogWriter {
             file,
             path: path.display().to_string(),
@@ -248,7 +259,10 @@ impl LogWriter {
                 // The header goes last (or with fsync, the file's end is cut back): put the
                 // terminator back where the log ends.
                 let mended = match self.sync {
-                    Fsync::Yes => self.file.set_len(self.len),
+                    Fsync::Yes => self
+                        .file
+                        .set_len(self.len)
+                        .inspect(|()| self.reserved = self.len),
                     Fsync::No => self.file.write_all_at(&[0; HEADER], self.len),
                 };
                 match mended {
@@ -329,14 +343,14 @@ mod tests {
         out
     }
 
-    /// Each record's (start, payload end) in [`log_of`]'s bytes.
+    /// Each record's (start, end with its padding) in [`log_of`]'s bytes.
     fn spans(payloads: &[Vec<u8>]) -> Vec<(usize, usize)> {
         let mut at = 0;
         payloads
             .iter()
             .map(|p| {
-                let span = (at, at + HEADER + p.len());
-                at += aligned(HEADER + p.len());
+                let span = (at, at + aligned(HEADER + p.len()));
+                at = span.1;
                 span
             })
             .collect()
@@ -347,9 +361,9 @@ mod tests {
     }
 
     proptest! {
-        /// Cut anywhere, a log yields the records wholly before the cut; a torn tail is
-        /// reported only where the first record not whole starts, and never when the cut is
-        /// at a record's start or after the last payload.
+        /// Cut anywhere, a log yields the records (with their padding) wholly before the cut
+        /// and ends inside the file; a torn tail is reported only where the first record not
+        /// whole starts, and never when the cut is at a record's start or after the last one.
         #[test]
         fn a_truncated_log_yields_a_prefix_of_its_records(ps in payloads(), cut in any::<prop::sample::Index>()) {
             let bytes = log_of(&ps);
@@ -360,6 +374,7 @@ mod tests {
             let got: Vec<&[u8]> = r.records.iter().map(|(_, p)| *p).collect();
             let want: Vec<&[u8]> = ps[..whole].iter().map(|p| &p[..]).collect();
             prop_assert_eq!(got, want);
+            prop_assert!(r.end as usize <= cut, "the end is inside the file");
             if let Some(&(start, _)) = spans.get(whole) {
                 prop_assert!(r.torn_at.is_none() || r.torn_at == Some(start as u64));
                 if cut == start {
@@ -396,7 +411,7 @@ mod tests {
             let bytes = log_of(&[p]);
             let e = decode("log.8", GEN + 1, &bytes).expect_err("not this generation's");
             prop_assert_eq!(e.offset, 0);
-            prop_assert!(e.what.contains("not a record of log generation 8"));
+            prop_assert!(e.what.contains("another log than generation 8"));
         }
     }
 

@@ -364,8 +364,9 @@ fn on_event<V: Value>(state: &WorkerState<V>, ev: VanEvent) {
 }
 
 /// The first timestamp of a worker that is the `incarnation`-th holder of its id after the
-/// first: `incarnation × 2^27` (wrapping past 15), so that late answers to its predecessor's
-/// requests (fewer than 2^27 of them) match none of its own.
+/// first: `incarnation × 2^27` (the scheduler replaces a worker id at most 15 times), so that
+/// late answers to its predecessor's requests (fewer than 2^27 of them) match none of its own,
+/// and servers' records of applied requests never confuse the two.
 fn first_timestamp(incarnation: u32) -> i32 {
     ((incarnation % 16) << 27) as i32
 }
