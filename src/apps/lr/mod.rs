@@ -186,11 +186,7 @@ pub fn run(
         if resume.trained(epoch) {
             bar.inc(batches as u64);
         } else {
-            for b in 0..batches {
-                let rows = b * a.batch..((b + 1) * a.batch).min(train.rows());
-                scratch.train(&kv, &train, rows)?;
-                bar.inc(1);
-            }
+            scratch.epoch(&kv, &train, a.batch, &bar)?;
         }
         let seconds = t0.elapsed().as_secs_f64();
         let last = epoch == a.epochs;
@@ -288,6 +284,25 @@ struct Minibatch {
 }
 
 impl Minibatch {
+    /// One epoch: every minibatch of `batch` rows of `train` in order, the bar moved by each.
+    ///
+    /// # Errors
+    /// As [`train`](Self::train).
+    fn epoch(
+        &mut self,
+        kv: &KVWorker<f32>,
+        train: &Dataset,
+        batch: usize,
+        bar: &indicatif::ProgressBar,
+    ) -> Result<()> {
+        for b in 0..train.rows().div_ceil(batch) {
+            let rows = b * batch..((b + 1) * batch).min(train.rows());
+            self.train(kv, train, rows)?;
+            bar.inc(1);
+        }
+        Ok(())
+    }
+
     /// One SGD step on `rows` of `train`: pulls the weights of the features they touch (and the
     /// bias), computes the mean logistic-loss gradient, pushes it ([`CMD_GRADIENT`]) and waits.
     ///
