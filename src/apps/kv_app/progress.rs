@@ -60,35 +60,26 @@ impl<V: Value> Plan<V> {
                 extra.push(k);
             }
         }
-        let mut order: Vec<(Key, Option<usize>)> = data_keys
-            .iter()
-            .enumerate()
-            .map(|(i, &k)| (k, Some(i)))
-            .chain(extra.iter().map(|&k| (k, None)))
-            .collect();
-        order.sort_unstable_by_key(|&(k, _)| k);
-        let one = V::from_u32(1);
+        // Data keys are sorted: the few progress keys are merged in.
+        extra.sort_unstable();
         let mut plan = Plan {
-            keys: Vec::with_capacity(order.len()),
-            vals: Vec::with_capacity(order.len() * len),
+            keys: Vec::with_capacity(data_keys.len() + extra.len()),
+            vals: Vec::with_capacity((data_keys.len() + extra.len()) * len),
             by_server: Vec::new(),
             data: Vec::with_capacity(data_keys.len()),
             progress: Vec::new(),
             len,
         };
-        for (at, &(k, src)) in order.iter().enumerate() {
-            plan.keys.push(k);
-            match src {
-                Some(i) => {
-                    plan.data.push(at);
-                    plan.vals.extend_from_slice(&vals[i * len..(i + 1) * len]);
-                }
-                None => {
-                    plan.progress.push(at);
-                    plan.vals.extend(std::iter::repeat_n(one, len));
-                }
+        let mut extra = extra.into_iter().peekable();
+        for (i, &k) in data_keys.iter().enumerate() {
+            while let Some(p) = extra.next_if(|&p| p < k) {
+                plan.push_progress(p);
             }
+            plan.data.push(plan.keys.len());
+            plan.keys.push(k);
+            plan.vals.extend_from_slice(&vals[i * len..(i + 1) * len]);
         }
+        extra.for_each(|p| plan.push_progress(p));
         plan.by_server = ranges
             .iter()
             .map(|r| {
@@ -102,6 +93,14 @@ impl<V: Value> Plan<V> {
             })
             .collect();
         Ok(plan)
+    }
+
+    /// Appends progress key `k` (1 in each of its values).
+    fn push_progress(&mut self, k: Key) {
+        self.progress.push(self.keys.len());
+        self.keys.push(k);
+        self.vals
+            .extend(std::iter::repeat_n(V::from_u32(1), self.len));
     }
 
     /// The values of the data keys among `all` (values of every key, as pushed).
