@@ -99,7 +99,15 @@ impl Postoffice {
             (Command::Heartbeat, false, false) => {}
             (Command::Ack, _, _) => self.on_ack(msg.meta.sender, &control),
             (Command::NodeLost, false, _) => self.on_node_lost(&msg.meta, &control),
-            (Command::NodeReplaced, false, _) => self.on_node_replaced(&control),
+            (Command::NodeReplaced, false, request) => {
+                self.on_node_replaced(&control);
+                if request {
+                    self.confirm_replaced(&control);
+                }
+            }
+            (Command::NodeReplaced, true, false) => {
+                self.on_replaced_confirmed(msg.meta.sender, &control)
+            }
             (Command::Terminate, _, _) => {
                 self.stopped.store(true, Ordering::Release);
                 self.cv.notify_all();
@@ -314,6 +322,7 @@ impl Postoffice {
         let Some(s) = &self.scheduler else { return };
         let timeout = self.cfg.heartbeat_timeout;
         let (lost, failed) = lock(s).tick(Instant::now(), timeout);
+        self.release_held_tables(Instant::now());
         let declared = self.announce_lost(lost);
         for o in failed {
             self.release(o);

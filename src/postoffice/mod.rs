@@ -97,6 +97,8 @@ struct State {
     /// Per replaced peer, the incarnation of its current holder: messages of earlier
     /// holders are dropped ([`recovery`]).
     holders: std::collections::HashMap<crate::wire::NodeId, u32>,
+    /// The scheduler's replacement tables held for the servers' confirmations.
+    held_tables: Vec<recovery::HeldTable>,
 }
 
 /// One node's view of the cluster. Create it with [`Postoffice::start`]; end it with

@@ -35,9 +35,9 @@
 //! `kv-app` reads it from progress keys and pushes only the rest; `lr` trains the interrupted
 //! epoch again.
 //!
-//! Left open: the servers are told of a replacement worker before it gets its table, but
-//! nothing waits for them to have read it; a replacement's request that overtook the notice
-//! would be answered to the old address (the replacement then waits until `PS_TIMEOUT`).
+//! The scheduler holds a replacement worker's table until every server confirmed the
+//! NODE_REPLACED it sent them (at most [`CONFIRM_WAIT`]): a server has connected to the new
+//! worker before any request of it can arrive.
 //!
 //! Not covered: the scheduler (its loss ends the job).
 
@@ -48,7 +48,7 @@ use crate::sync::lock;
 use crate::wire::{Command, Control, Message, Meta, Node, NodeId, Role};
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// A retained request's key: the server, the application, the customer, the timestamp.
 pub(super) type Key = (NodeId, i32, i32, i32);
@@ -81,6 +81,26 @@ impl Retained {
         out.sort_by_key(|(k, _)| *k);
         out.into_iter().map(|(_, m)| m).collect()
     }
+}
+
+/// How long the scheduler holds a replacement worker's table for the servers' confirmations.
+pub(super) const CONFIRM_WAIT: Duration = Duration::from_secs(5);
+
+/// A replacement worker's node table, held on the scheduler until every server confirmed
+/// NODE_REPLACED (or [`CONFIRM_WAIT`] passed).
+pub(super) struct HeldTable {
+    node: Node,
+    control: Control,
+    /// Servers that have not confirmed yet.
+    waiting: Vec<NodeId>,
+    until: Instant,
+}
+
+/// Removes and returns the items of `v` that `f` picks, keeping the others in order.
+fn take_where<T>(v: &mut Vec<T>, f: impl Fn(&T) -> bool) -> Vec<T> {
+    let (taken, kept) = std::mem::take(v).into_iter().partition(|x| f(x));
+    *v = kept;
+    taken
 }
 
 /// How long the scheduler awaits a lost server's replacement: `PS_RECOVERY_TIMEOUT` when
@@ -303,39 +323,117 @@ impl Postoffice {
         if (displaced.host.as_str(), displaced.port) != (node.host.as_str(), node.port) {
             self.tell_displaced(&displaced, &place);
         }
-        // A replacement worker's requests find the servers told of it; a replacement server
-        // gets its table before the workers send it their unanswered requests.
-        if node.role == Role::Worker {
-            self.tell_replaced(&node, &table, inherited.incarnation);
+        let control = Control {
+            cmd: Some(Command::AddNode),
+            nodes: table.clone(),
+            replacement: true,
+            replace_within_ms: window,
+            run_id,
+            barrier_group: if started { 0 } else { super::ALL_GROUP },
+            barriers_done: inherited.barriers,
+            incarnation: inherited.incarnation,
+            ..Control::default()
+        };
+        if node.role != Role::Worker {
+            // The replacement server gets its table before the workers send it their
+            // unanswered requests.
+            self.send_replacement_table(&node, control);
+            self.tell_replaced(&node, &table, inherited.incarnation, false);
+            return;
         }
+        // A replacement worker gets its table once every server confirmed it was told (its
+        // requests then find their answers' way back), or after CONFIRM_WAIT.
+        let waiting = self.tell_replaced(&node, &table, inherited.incarnation, true);
+        if waiting.is_empty() {
+            self.send_replacement_table(&node, control);
+            return;
+        }
+        lock(&self.state).held_tables.push(HeldTable {
+            node,
+            control,
+            waiting,
+            until: Instant::now() + CONFIRM_WAIT,
+        });
+    }
+
+    /// Connects to the replacement `node` and sends it its node table (`control`).
+    fn send_replacement_table(&self, node: &Node, control: Control) {
         let to_new = self
             .van
             .connect(node.id, &node.host, node.port)
-            .and_then(|_| {
-                let control = Control {
-                    cmd: Some(Command::AddNode),
-                    nodes: table.clone(),
-                    replacement: true,
-                    replace_within_ms: window,
-                    run_id,
-                    barrier_group: if started { 0 } else { super::ALL_GROUP },
-                    barriers_done: inherited.barriers,
-                    incarnation: inherited.incarnation,
-                    ..Control::default()
-                };
-                self.send(Message::new(Meta::for_control(node.id, control)))
-            });
+            .and_then(|_| self.send(Message::new(Meta::for_control(node.id, control))));
         if let Err(e) = to_new {
-            tracing::error!("cannot send the node table to the replacement at {place}: {e}");
+            tracing::error!(
+                "cannot send the node table to the replacement at {}:{}: {e}",
+                node.host,
+                node.port
+            );
         }
-        if node.role != Role::Worker {
-            self.tell_replaced(&node, &table, inherited.incarnation);
+    }
+
+    /// On a server: NODE_REPLACED (asking for it) is handled; tells the scheduler.
+    pub(super) fn confirm_replaced(&self, control: &Control) {
+        let confirm = Control {
+            cmd: Some(Command::NodeReplaced),
+            nodes: control.nodes.clone(),
+            ..Control::default()
+        };
+        if let Err(e) = self.send(Message::new(Meta::for_control(SCHEDULER, confirm))) {
+            tracing::warn!("cannot confirm a replacement to the scheduler: {e}");
+        }
+    }
+
+    /// On the scheduler: `from` confirmed NODE_REPLACED of `control.nodes[0]`; sends the
+    /// tables no server is waited for any more.
+    pub(super) fn on_replaced_confirmed(&self, from: NodeId, control: &Control) {
+        let Some(id) = control.nodes.first().map(|n| n.id) else {
+            return;
+        };
+        let ready = {
+            let mut st = lock(&self.state);
+            for h in st.held_tables.iter_mut().filter(|h| h.node.id == id) {
+                h.waiting.retain(|&w| w != from);
+            }
+            take_where(&mut st.held_tables, |h| h.waiting.is_empty())
+        };
+        for h in ready {
+            self.send_replacement_table(&h.node, h.control);
+        }
+    }
+
+    /// On the scheduler, every tick: sends the held tables whose servers did not all confirm
+    /// within [`CONFIRM_WAIT`] (a server lost meanwhile, say), with a warning.
+    pub(super) fn release_held_tables(&self, now: Instant) {
+        let late = {
+            let mut st = lock(&self.state);
+            if st.held_tables.is_empty() {
+                return;
+            }
+            take_where(&mut st.held_tables, |h| now >= h.until)
+        };
+        for h in late {
+            let silent: Vec<String> = h.waiting.iter().map(|&w| Node::describe(w)).collect();
+            tracing::warn!(
+                "{} did not confirm the replacement of {} within {:.0} s; sending its table",
+                silent.join(", "),
+                Node::describe(h.node.id),
+                CONFIRM_WAIT.as_secs_f64()
+            );
+            self.send_replacement_table(&h.node, h.control);
         }
     }
 
     /// NODE_REPLACED with `node`'s address and `incarnation` to every node of `table` but the
-    /// scheduler and it.
-    fn tell_replaced(&self, node: &Node, table: &[Node], incarnation: u32) {
+    /// scheduler and it; with `confirm`, the servers are asked to confirm it (a request).
+    /// Returns the servers asked.
+    fn tell_replaced(
+        &self,
+        node: &Node,
+        table: &[Node],
+        incarnation: u32,
+        confirm: bool,
+    ) -> Vec<NodeId> {
+        let mut asked = Vec::new();
         for n in table
             .iter()
             .filter(|n| n.id != SCHEDULER && n.id != node.id)
@@ -346,13 +444,21 @@ impl Postoffice {
                 incarnation,
                 ..Control::default()
             };
-            if let Err(e) = self.send(Message::new(Meta::for_control(n.id, control))) {
-                tracing::warn!(
+            let request = confirm && n.role == Role::Server;
+            let meta = Meta {
+                request,
+                ..Meta::for_control(n.id, control)
+            };
+            match self.send(Message::new(meta)) {
+                Ok(_) if request => asked.push(n.id),
+                Ok(_) => {}
+                Err(e) => tracing::warn!(
                     "cannot tell {} of the replacement: {e}",
                     Node::describe(n.id)
-                );
+                ),
             }
         }
+        asked
     }
 
     /// Tells a node that may still run at its old address (paused, say) that a new one took
