@@ -121,7 +121,7 @@ impl Postoffice {
         st.replace_within = control.replace_within_ms;
         st.run_id = control.run_id;
         if control.replacement {
-            st.inherited = control.barriers_done.clone();
+            st.inherited = control.barriers_done.iter().copied().collect();
             self.incarnation
                 .store(control.incarnation, std::sync::atomic::Ordering::Relaxed);
         }

@@ -91,9 +91,9 @@ struct State {
     must_meet: bool,
     /// A replacement: per group, the barriers its predecessor completed ([`Postoffice::barrier`]
     /// passes as many at once).
-    inherited: Vec<(i32, u64)>,
+    inherited: std::collections::BTreeMap<i32, u64>,
     /// Per group, the barriers [`Postoffice::barrier`] was called for.
-    barriers_called: Vec<(i32, u64)>,
+    barriers_called: std::collections::BTreeMap<i32, u64>,
     /// Per replaced peer, the incarnation of its current holder: messages of earlier
     /// holders are dropped ([`recovery`]).
     holders: std::collections::HashMap<crate::wire::NodeId, u32>,

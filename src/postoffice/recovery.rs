@@ -96,13 +96,6 @@ pub(super) struct HeldTable {
     until: Instant,
 }
 
-/// Removes and returns the items of `v` that `f` picks, keeping the others in order.
-fn take_where<T>(v: &mut Vec<T>, f: impl Fn(&T) -> bool) -> Vec<T> {
-    let (taken, kept) = std::mem::take(v).into_iter().partition(|x| f(x));
-    *v = kept;
-    taken
-}
-
 /// How long the scheduler awaits a lost server's replacement: `PS_RECOVERY_TIMEOUT` when
 /// `PS_CHECKPOINT_DIR` is set; `None` (a loss fails the job) otherwise.
 pub(super) fn window(cfg: &Config) -> Option<Duration> {
@@ -136,7 +129,11 @@ impl Postoffice {
     /// barrier (0 on a node that replaces none): an application skips the work it did before
     /// them, and [`barrier`](Self::barrier) passes them at once.
     pub fn inherited_barriers(&self, group: i32) -> u64 {
-        count_of(&lock(&self.state).inherited, group)
+        lock(&self.state)
+            .inherited
+            .get(&group)
+            .copied()
+            .unwrap_or(0)
     }
 
     /// How many nodes held this node's id before it: 0, or the n-th replacement of a lost node
@@ -175,17 +172,17 @@ impl Postoffice {
     /// (true) without asking the scheduler.
     pub(super) fn pass_inherited(&self, group: i32) -> bool {
         let mut st = lock(&self.state);
-        let inherited = count_of(&st.inherited, group);
-        let called = count_of(&st.barriers_called, group);
-        bump(&mut st.barriers_called, group);
-        if called < inherited {
+        let inherited = st.inherited.get(&group).copied().unwrap_or(0);
+        let calls = st.barriers_called.entry(group).or_default();
+        *calls += 1;
+        let (n, passed) = (*calls, *calls <= inherited);
+        if passed {
             tracing::info!(
-                "barrier {} of group {group}: passed at once (the node this one replaces \
-                 completed it)",
-                called + 1
+                "barrier {n} of group {group}: passed at once (the node this one replaces \
+                 completed it)"
             );
         }
-        called < inherited
+        passed
     }
 
     /// This run's id (drawn by the scheduler, sent in the node table): a replacement restores
@@ -394,7 +391,9 @@ impl Postoffice {
             for h in st.held_tables.iter_mut().filter(|h| h.node.id == id) {
                 h.waiting.retain(|&w| w != from);
             }
-            take_where(&mut st.held_tables, |h| h.waiting.is_empty())
+            st.held_tables
+                .extract_if(.., |h| h.waiting.is_empty())
+                .collect::<Vec<_>>()
         };
         for h in ready {
             self.send_replacement_table(&h.node, h.control);
@@ -409,7 +408,9 @@ impl Postoffice {
             if st.held_tables.is_empty() {
                 return;
             }
-            take_where(&mut st.held_tables, |h| now >= h.until)
+            st.held_tables
+                .extract_if(.., |h| now >= h.until)
+                .collect::<Vec<_>>()
         };
         for h in late {
             let silent: Vec<String> = h.waiting.iter().map(|&w| Node::describe(w)).collect();
@@ -484,22 +485,6 @@ impl Postoffice {
                 old.role
             );
         }
-    }
-}
-
-/// The count for `group` in per-group counts.
-fn count_of(counts: &[(i32, u64)], group: i32) -> u64 {
-    counts
-        .iter()
-        .find(|(g, _)| *g == group)
-        .map_or(0, |&(_, n)| n)
-}
-
-/// Adds one to `group`'s count.
-fn bump(counts: &mut Vec<(i32, u64)>, group: i32) {
-    match counts.iter_mut().find(|(g, _)| *g == group) {
-        Some((_, n)) => *n += 1,
-        None => counts.push((group, 1)),
     }
 }
 

@@ -62,7 +62,7 @@ impl Applied {
         }
     }
 
-    /// Forgets `sender` (a replacement took its id and starts its timestamps again).
+    /// Forgets `sender` (log entry kind 2, which nothing writes now: see `record`).
     pub fn forget(&mut self, sender: NodeId) {
         self.by_client.retain(|&(s, _), _| s != sender);
     }

@@ -9,8 +9,9 @@
 //!   as the handler saw them (a cached key list already replaced by its keys);
 //!   With flag 4 (`keys_by_digest`), the keys frame is replaced by the 8-byte digest of a key
 //!   list logged before in the same log (kind 3);
-//! - 2, a sender forgotten: sender `i32` (for when a replacement worker takes a lost worker's
-//!   id and starts its timestamps again; workers are not replaced yet, so nothing writes it);
+//! - 2, a sender forgotten: sender `i32`. Nothing writes it: a replacement worker numbers its
+//!   requests from `incarnation × 2^27` on (`Meta::incarnation`), so the ids of requests its
+//!   predecessor had applied never match its own. Readers still accept it;
 //! - 3, a key list (key caching): sender `i32`, customer id `i32`, digest `u64`, the keys as
 //!   length `u64` and bytes. Logged once per log generation, before the first request that
 //!   names it, so a request repeating a cached list logs its values, not its keys again.

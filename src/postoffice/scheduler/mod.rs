@@ -78,7 +78,7 @@ pub struct Declared {
     pub id: NodeId,
     /// Why.
     pub why: Why,
-    /// `Some(window)`: a server whose replacement is awaited for `window`
+    /// `Some(window)`: a server or worker whose replacement is awaited for `window`
     /// (`PS_RECOVERY_TIMEOUT`); the job goes on meanwhile. `None`: the job fails.
     pub awaiting: Option<Duration>,
 }
@@ -185,10 +185,7 @@ impl Scheduler {
             let of_role: Vec<&Node> = joined.iter().filter(|n| n.role == role).collect();
             let ranks = assign_ranks(&of_role);
             for (n, rank) in of_role.into_iter().zip(ranks) {
-                let id = match role {
-                    Role::Server => Node::server_id(rank),
-                    _ => Node::worker_id(rank),
-                };
+                let id = id_of(role, rank);
                 table.push(Node { id, ..n.clone() });
             }
         }
@@ -205,15 +202,11 @@ impl Scheduler {
     /// replace (it is refused).
     fn replace(&mut self, node: &Node, now: Instant) -> Option<Admission> {
         let role = node.role;
-        let id_of = |rank: usize| match role {
-            Role::Server => Node::server_id(rank),
-            _ => Node::worker_id(rank),
-        };
         let asked = node
             .requested_rank
             .map(|r| r as usize)
             .filter(|&r| r < self.wanted(role))
-            .map(id_of);
+            .map(|rank| id_of(role, rank));
         let first_awaited = || {
             self.awaiting
                 .keys()
@@ -370,6 +363,14 @@ impl Scheduler {
             .collect();
         let failed = self.book.check(now, &for_good);
         (declared, failed)
+    }
+}
+
+/// The id of the server or worker of `rank`.
+fn id_of(role: Role, rank: usize) -> NodeId {
+    match role {
+        Role::Server => Node::server_id(rank),
+        _ => Node::worker_id(rank),
     }
 }
 
