@@ -189,7 +189,7 @@ impl LogWriter {
         file.write_all_at(&[0; TERMINATOR], 0)
             .map_err(io("cannot write"))?;
         std::fs::rename(spare, path).map_err(io("cannot rename"))?;
-        LogWriter::opened(path, sync, generation, Some(0))
+        LogWriter::with_file(file, path, sync, generation, Some(0))
     }
 
     fn opened(path: &Path, sync: Fsync, generation: u64, end: Option<u64>) -> Result<LogWriter> {
@@ -202,6 +202,21 @@ impl LogWriter {
             .write(true)
             .open(path)
             .map_err(io)?;
+        LogWriter::with_file(file, path, sync, generation, end)
+    }
+
+    /// The writer of `file` (open at `path`), appending after its first `end` bytes (`None`:
+    /// an empty file).
+    fn with_file(
+        file: std::fs::File,
+        path: &Path,
+        sync: Fsync,
+        generation: u64,
+        end: Option<u64>,
+    ) -> Result<LogWriter> {
+        let io = |e: std::io::Error| {
+            Error::Config(format!("checkpoint {}: cannot open: {e}", path.display()))
+        };
         let mut size = file.metadata().map_err(io)?.len();
         if let (Fsync::Yes, Some(end)) = (sync, end) {
             if size != end {

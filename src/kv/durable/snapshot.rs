@@ -97,11 +97,11 @@ pub fn write(path: &Path, payload: &[u8], sync: Fsync) -> Result<()> {
     write_parts(path, &[payload], sync)
 }
 
-/// [`write`] of the payload `parts` one after the other, written from where they are (a large
+/// [`write()`] of the payload `parts` one after the other, written from where they are (a large
 /// state is not copied into one buffer first).
 ///
 /// # Errors
-/// As [`write`].
+/// As [`write()`].
 pub fn write_parts(path: &Path, parts: &[&[u8]], sync: Fsync) -> Result<()> {
     let io = |what: &str, e: std::io::Error| {
         Error::Config(format!("checkpoint {}: {what}: {e}", path.display()))
