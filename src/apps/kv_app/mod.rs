@@ -201,7 +201,7 @@ fn run_typed<V: Value>(po: &Arc<Postoffice>, a: &KvAppArgs) -> Result<KvAppRepor
 
     let t0 = Instant::now();
     if passed == 0 {
-        let todo = to_push(&plan, &kv, a.repeat, po.is_replacement())?;
+        let todo = to_push(&plan, &kv, (0, a.repeat), po.is_replacement())?;
         push_phase(&kv, &plan, &todo, a.outstanding)?;
     }
     report.push_s = t0.elapsed().as_secs_f64();
@@ -218,10 +218,8 @@ fn run_typed<V: Value>(po: &Arc<Postoffice>, a: &KvAppArgs) -> Result<KvAppRepor
 
     let t0 = Instant::now();
     if passed < 3 {
-        let todo = to_push(&plan, &kv, 2 * a.repeat, po.is_replacement() && passed == 2)?
-            .into_iter()
-            .map(|n| n.saturating_sub(if passed == 2 { 0 } else { a.repeat }))
-            .collect::<Vec<_>>();
+        let replacing = po.is_replacement() && passed == 2;
+        let todo = to_push(&plan, &kv, (a.repeat, 2 * a.repeat), replacing)?;
         let last = push_pull_phase(&kv, &plan, &todo)?;
         if w == 1 && !po.is_replacement() {
             report.push_pull_errors = mismatches(&plan.data_values(&last), &vals, 2 * a.repeat);
@@ -235,21 +233,22 @@ fn run_typed<V: Value>(po: &Arc<Postoffice>, a: &KvAppArgs) -> Result<KvAppRepor
     Ok(report)
 }
 
-/// Pushes still to make to each server so that `total` of this worker's pushes are applied
-/// there: `total` each, or, for a worker replacing a lost one (`replacing`), `total` less what
-/// the servers applied of its predecessor's ([`Plan::applied`]).
+/// Pushes still to make to each server in a phase that takes this worker's pushes applied
+/// there from `before` to `total`: `total − before` each, or, for a worker replacing a lost
+/// one in that phase (`replacing`), `total` less what the servers applied of its
+/// predecessor's ([`Plan::applied`]).
 ///
 /// # Errors
 /// As [`Plan::applied`].
 fn to_push<V: Value>(
     plan: &Plan<V>,
     kv: &KVWorker<V>,
-    total: usize,
+    (before, total): (usize, usize),
     replacing: bool,
 ) -> Result<Vec<usize>> {
     let servers = plan.by_server.len();
     if !replacing || plan.progress.is_empty() {
-        return Ok(vec![total; servers]);
+        return Ok(vec![total - before; servers]);
     }
     let applied = plan.applied(kv, total)?;
     tracing::info!(
@@ -259,16 +258,26 @@ fn to_push<V: Value>(
 }
 
 /// The requests of a phase: the keys of every server while each still needs pushes (all of
-/// them, in one request, when every server needs the same number), as (key range of the plan,
+/// them, in one request, when every server needs the same number), as (keys, their values,
 /// count).
-fn rounds<V>(plan: &Plan<V>, todo: &[usize]) -> Vec<(std::ops::Range<usize>, usize)> {
+fn rounds<'p, V>(plan: &'p Plan<V>, todo: &[usize]) -> Vec<(&'p [Key], &'p [V], usize)> {
+    let of = |r: std::ops::Range<usize>| {
+        let vals = &plan.vals[r.start * plan.len..r.end * plan.len];
+        (&plan.keys[r], vals)
+    };
     match todo.first() {
-        Some(&n) if todo.iter().all(|&t| t == n) => vec![(0..plan.keys.len(), n)],
+        Some(&n) if todo.iter().all(|&t| t == n) => {
+            let (keys, vals) = of(0..plan.keys.len());
+            vec![(keys, vals, n)]
+        }
         _ => plan
             .by_server
             .iter()
-            .cloned()
-            .zip(todo.iter().copied())
+            .zip(todo)
+            .map(|(r, &n)| {
+                let (keys, vals) = of(r.clone());
+                (keys, vals, n)
+            })
             .collect(),
     }
 }
@@ -281,11 +290,7 @@ fn push_phase<V: Value>(
     outstanding: usize,
 ) -> Result<()> {
     let mut ts = std::collections::VecDeque::new();
-    for (r, n) in rounds(plan, todo) {
-        let (keys, vals) = (
-            &plan.keys[r.clone()],
-            &plan.vals[r.start * plan.len..r.end * plan.len],
-        );
+    for (keys, vals, n) in rounds(plan, todo) {
         for _ in 0..n {
             ts.push_back(kv.push(keys, vals, None)?);
             if ts.len() > outstanding {
@@ -302,11 +307,7 @@ fn push_phase<V: Value>(
 /// the last whole one (of all keys) pulled, empty if none.
 fn push_pull_phase<V: Value>(kv: &KVWorker<V>, plan: &Plan<V>, todo: &[usize]) -> Result<Vec<V>> {
     let mut last = Vec::new();
-    for (r, n) in rounds(plan, todo) {
-        let (keys, vals) = (
-            &plan.keys[r.clone()],
-            &plan.vals[r.start * plan.len..r.end * plan.len],
-        );
+    for (keys, vals, n) in rounds(plan, todo) {
         for _ in 0..n {
             let t = kv.push_pull(keys, vals, None)?;
             last = kv.take_pulled(t)?.vals;
