@@ -16,16 +16,18 @@
 //!   while the server it replaces still runs (paused, say) and writes.
 //!
 //! A new snapshot: `log.G+1` is created empty (without fsync: `log.spare`, a terminator
-//! written at its start, is renamed to it), the snapshot of generation G + 1 is written to
-//! `snapshot.tmp` and renamed over `snapshot`, then appending moves to `log.G+1` and `log.G`
-//! is removed (without fsync: renamed to `log.spare`). A crash (or error) before the rename
+//! written at its start, is renamed to it; the retired log's file stays open and mapped), the
+//! snapshot of generation G + 1 is written to `snapshot.tmp` (over the file of the snapshot
+//! before last, whose pages are in memory) and exchanged with `snapshot` (`RENAME_EXCHANGE`;
+//! where the file system cannot, renamed over it), then appending moves to `log.G+1` and
+//! `log.G` is removed (without fsync: renamed to `log.spare`). `snapshot.tmp` is never read. A crash (or error) before the rename
 //! leaves generation G whole (`log.G+1` is ignored, and emptied when G + 1 comes); after it,
 //! generation G + 1 whole: nothing is lost or replayed twice. Logs of other generations left
 //! by a crash are removed when the directory is opened.
 
 use super::applied::Applied;
 use super::bytes::Reader;
-use super::log::{self, LogWriter};
+use super::log::{self, LogWriter, Prepared};
 use super::record::Entry;
 use super::{snapshot, Fsync};
 use crate::error::{Error, Result};
@@ -52,6 +54,9 @@ pub struct Checkpoint {
     lists: std::collections::HashSet<(crate::wire::NodeId, i32, u64)>,
     /// The run these files belong to.
     run: u64,
+    /// Without fsync: the retired log (`log.spare`), still open and mapped, to become the
+    /// next generation's log.
+    spare: Option<LogWriter>,
     /// The directory's lock, held while this lives.
     _lock: std::fs::File,
 }
@@ -185,6 +190,7 @@ impl Checkpoint {
             limit,
             applied,
             lists: Default::default(),
+            spare: None,
         })
     }
 
@@ -269,6 +275,7 @@ impl Checkpoint {
             applied,
             lists: Default::default(),
             run: restored.run,
+            spare: None,
             _lock: lock,
         };
         Ok((cp, restored))
@@ -280,8 +287,28 @@ impl Checkpoint {
     /// # Errors
     /// [`Error::Config`] naming the log and the OS error.
     pub fn append(&mut self, entry: &Entry<'_>) -> Result<()> {
+        let p = self.prepare(entry)?;
+        self.commit(p, entry)
+    }
+
+    /// Writes `entry`'s record after the log's end without making it part of the log
+    /// ([`LogWriter::prepare`]): until [`commit`](Self::commit)ted (dropped, or the process
+    /// killed) it is never read.
+    ///
+    /// # Errors
+    /// [`Error::Config`] naming the log and the OS error; the log is unchanged.
+    pub fn prepare(&mut self, entry: &Entry<'_>) -> Result<Prepared> {
         let mut scratch = Vec::new();
-        self.log_bytes += self.log.append_parts(&entry.parts(&mut scratch))?;
+        self.log.prepare(&entry.parts(&mut scratch))
+    }
+
+    /// Makes `entry`'s prepared record `p` part of the log, as [`append`](Self::append).
+    ///
+    /// # Errors
+    /// [`Error::Config`] naming the log and the OS error.
+    pub fn commit(&mut self, p: Prepared, entry: &Entry<'_>) -> Result<()> {
+        let mut scratch = Vec::new();
+        self.log_bytes += self.log.commit(p, &entry.parts(&mut scratch))?;
         self.note(entry);
         Ok(())
     }
@@ -326,7 +353,12 @@ impl Checkpoint {
         // directory fsync below. Without fsync the retired log's file (and its pages, in
         // memory) is used again: writing into them is cheaper than into fresh ones.
         let log = match self.sync {
-            Fsync::No => LogWriter::reuse(&self.dir.join(SPARE), &next_log, self.sync, next)?,
+            Fsync::No => LogWriter::reuse(
+                self.spare.take(),
+                &self.dir.join(SPARE),
+                &next_log,
+                (self.sync, next),
+            )?,
             Fsync::Yes => LogWriter::create(&next_log, self.sync, next)?,
         };
         let written = write_snapshot(&self.dir, self.sync, (next, self.run), &self.applied, state);
@@ -338,7 +370,7 @@ impl Checkpoint {
             }
         };
         self.snapshot_bytes = bytes;
-        self.log = log;
+        let retired = std::mem::replace(&mut self.log, log);
         let old = self.dir.join(format!("log.{}", self.generation));
         self.generation = next;
         self.log_bytes = 0;
@@ -346,7 +378,10 @@ impl Checkpoint {
         if self.sync == Fsync::No {
             // Kept for the next generation's log; nothing reads it any more.
             match std::fs::rename(&old, self.dir.join(SPARE)) {
-                Ok(()) => return Ok(()),
+                Ok(()) => {
+                    self.spare = Some(retired);
+                    return Ok(());
+                }
                 Err(e) => {
                     tracing::warn!("checkpoint {}: cannot keep for reuse: {e}", old.display())
                 }
@@ -484,14 +519,23 @@ mod tests {
         }
         assert!(!d.join("log.1").exists(), "the old log is removed");
         cp.append(&push(3, &[3])).expect("logged");
+        // The third generation's log is the first one's file, kept open (and mapped).
+        assert!(d.join(SPARE).exists(), "the retired log is kept");
+        cp.snapshot(b"s3").expect("snapshot");
+        assert!(d.join("log.3").exists() && !d.join("log.2").exists());
+        assert!(
+            d.join(SPARE).exists(),
+            "the second generation's log is kept in turn"
+        );
+        cp.append(&push(4, &[4; 3000])).expect("logged");
         drop(cp);
         let (cp, r) = Checkpoint::open(&d, Fsync::No, 1 << 20).expect("opened");
-        assert_eq!((r.generation, r.run, &r.state[..]), (2, 77, &b"s2"[..]));
+        assert_eq!((r.generation, r.run, &r.state[..]), (3, 77, &b"s3"[..]));
         let entries = r.entries().expect("whole");
         assert_eq!(entries.len(), 1, "only what came after the snapshot");
-        assert_eq!(entries[0].1, push(3, &[3]));
+        assert_eq!(entries[0].1, push(4, &[4; 3000]));
         assert!(
-            (0..3).all(|ts| cp.applied.contains(9, 0, ts)),
+            (0..4).all(|ts| cp.applied.contains(9, 0, ts)),
             "kept in the snapshot"
         );
         let _ = std::fs::remove_dir_all(&d);
@@ -500,7 +544,8 @@ mod tests {
     #[test]
     fn a_torn_last_record_is_cut_off_and_appending_goes_on_after_the_whole_ones() {
         let d = dir("torn");
-        let mut cp = Checkpoint::create(&d, (Fsync::No, 1 << 20), 1, b"").expect("created");
+        // Written with fsync, so the file ends where the log ends.
+        let mut cp = Checkpoint::create(&d, (Fsync::Yes, 1 << 20), 1, b"").expect("created");
         cp.append(&push(0, &[5; 10])).expect("logged");
         drop(cp);
         let log = d.join("log.1");

@@ -69,6 +69,12 @@ impl<V: Value> RequestHandler<V> for DefaultHandler<V> {
         Some(self.store.save())
     }
 
+    /// [`save`](Self::save) into `out`, reusing its memory ([`KeyStore::save_into`]).
+    fn save_into(&self, out: &mut Vec<u8>) -> bool {
+        self.store.save_into(out);
+        true
+    }
+
     /// Replaces the store with a saved one ([`KeyStore::restore`]). Call it before serving:
     /// the old store's memory regions are freed.
     fn restore(&mut self, state: &[u8]) -> Result<(), String> {

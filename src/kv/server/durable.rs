@@ -7,6 +7,7 @@
 use super::{ReqMeta, RequestHandler};
 use crate::error::{Error, Result};
 use crate::kv::durable::checkpoint::{corrupt, Checkpoint, Restored, SNAPSHOT};
+use crate::kv::durable::log::Prepared;
 use crate::kv::durable::record::{Entry, Request};
 use crate::kv::durable::Fsync;
 use crate::kv::pairs::decode_checked;
@@ -20,6 +21,9 @@ pub(super) struct Durable {
     cp: Checkpoint,
     /// "server rank 0 (id 8), app 0, f32": for logs.
     name: String,
+    /// The handler's saved state, kept from one snapshot to the next so that its memory is
+    /// reused ([`RequestHandler::save_into`]).
+    state: Vec<u8>,
 }
 
 impl Durable {
@@ -64,7 +68,11 @@ impl Durable {
                 Checkpoint::create(&dir, (sync, c.log_bytes), po.run_id(), &state)?
             }
         };
-        Ok(Some(Durable { cp, name }))
+        Ok(Some(Durable {
+            cp,
+            name,
+            state: Vec::new(),
+        }))
     }
 
     /// Whether request `m` was applied before this server restarted (it is then answered
@@ -75,22 +83,23 @@ impl Durable {
             .contains(m.sender, m.customer_id, m.timestamp)
     }
 
-    /// Logs request `m`, applied with `frames` (keys, values, lengths), before it is answered.
-    /// A request whose keys are the kept list `list` (key caching) logs the list once per log
-    /// generation and then names it by digest.
+    /// Before request `m` (with `frames`: keys, values, lengths) is applied: writes its log
+    /// record without making it part of the log yet ([`Checkpoint::prepare`]), so that the
+    /// payload is read once for the log and then found in the cache by the handler. A request
+    /// whose keys are the kept list `list` (key caching) logs the list once per log generation
+    /// and then names it by digest.
     ///
     /// # Errors
-    /// The log could not be written: the request must not be acknowledged as durable.
-    pub(super) fn log(
+    /// The log could not be written: the request must be refused, not applied.
+    pub(super) fn prepare(
         &mut self,
         m: &Meta,
         frames: &[Bytes],
         list: Option<u64>,
-    ) -> std::result::Result<(), String> {
+    ) -> std::result::Result<Prepared, String> {
         let (sender, customer) = (m.sender, m.customer_id);
-        let mut parts: Vec<&[u8]> = frames.iter().map(|f| &f[..]).collect();
         let result = (|| {
-            if let (Some(digest), Some(keys)) = (list, parts.first_mut()) {
+            if let (Some(digest), Some(keys)) = (list, frames.first()) {
                 // A registration may replace a list under a colliding digest: logged again.
                 let registers = matches!(m.keys, Some(crate::wire::KeyRef::Register { .. }));
                 if registers || !self.cp.has_list(sender, customer, digest) {
@@ -101,20 +110,28 @@ impl Durable {
                         keys,
                     })?;
                 }
-                *keys = &[];
             }
-            self.cp.append(&Entry::Applied(Request {
-                sender,
-                customer,
-                timestamp: m.timestamp,
-                cmd: m.head,
-                push: m.push,
-                pull: m.pull,
-                keys_by_digest: list,
-                frames: parts,
-            }))
+            self.cp.prepare(&applied(m, frames, list))
         })();
         result.map_err(|e| {
+            tracing::error!("{}: {e}", self.name);
+            format!("the server could not log the request, which was not applied: {e}")
+        })
+    }
+
+    /// After request `m` was applied: makes its record `p`, [`prepare`](Self::prepare)d with
+    /// the same `frames` and `list`, part of the log, before the request is answered.
+    ///
+    /// # Errors
+    /// The log could not be written: the request must not be acknowledged as durable.
+    pub(super) fn commit(
+        &mut self,
+        p: Prepared,
+        m: &Meta,
+        frames: &[Bytes],
+        list: Option<u64>,
+    ) -> std::result::Result<(), String> {
+        self.cp.commit(p, &applied(m, frames, list)).map_err(|e| {
             tracing::error!("{}: {e}", self.name);
             format!("the server could not log the request, which is applied in memory only: {e}")
         })
@@ -125,17 +142,41 @@ impl Durable {
         if !self.cp.due() {
             return;
         }
-        let Some(state) = handler.save() else { return };
-        match self.cp.snapshot(&state) {
+        let t0 = std::time::Instant::now();
+        let state = &mut self.state;
+        if !handler.save_into(state) {
+            return;
+        }
+        match self.cp.snapshot(state) {
             Ok(()) => tracing::info!(
-                "{}: snapshot of {:.1} MB, log generation {}",
+                "{}: snapshot of {:.1} MB in {:.1} ms, log generation {}",
                 self.name,
                 state.len() as f64 / 1e6,
+                t0.elapsed().as_secs_f64() * 1e3,
                 self.cp.generation()
             ),
             Err(e) => tracing::error!("{}: snapshot failed, the log keeps growing: {e}", self.name),
         }
     }
+}
+
+/// The log entry of request `m` with `frames`; the keys frame left out when they are the kept
+/// list `list` (named by its digest, logged before).
+fn applied<'a>(m: &Meta, frames: &'a [Bytes], list: Option<u64>) -> Entry<'a> {
+    let mut parts: Vec<&[u8]> = frames.iter().map(|f| &f[..]).collect();
+    if let (Some(_), Some(keys)) = (list, parts.first_mut()) {
+        *keys = &[];
+    }
+    Entry::Applied(Request {
+        sender: m.sender,
+        customer: m.customer_id,
+        timestamp: m.timestamp,
+        cmd: m.head,
+        push: m.push,
+        pull: m.pull,
+        keys_by_digest: list,
+        frames: parts,
+    })
 }
 
 /// Restores `handler` from the checkpoint in `dir`: the snapshot's state, then every logged

@@ -15,12 +15,20 @@ use crate::kv::Key;
 impl<V: Value> KeyStore<V> {
     /// Every key with its value, as bytes (see the module docs), keys ascending.
     pub fn save(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        self.save_into(&mut out);
+        out
+    }
+
+    /// [`save`](Self::save) into `out`, replacing what it held and reusing its memory.
+    pub fn save_into(&self, out: &mut Vec<u8>) {
         let mut order: Vec<usize> = (0..self.entries.len()).collect();
         order.sort_unstable_by_key(|&i| self.entries[i].key);
         let name = V::DTYPE.to_string();
         let values: usize = self.entries.iter().map(|e| e.len as usize).sum();
         let size = 1 + name.len() + 8 + order.len() * 12 + values * std::mem::size_of::<V>();
-        let mut out = Vec::with_capacity(size);
+        out.clear();
+        out.reserve(size);
         out.push(name.len() as u8);
         out.extend_from_slice(name.as_bytes());
         out.extend_from_slice(&(order.len() as u64).to_le_bytes());
@@ -35,7 +43,6 @@ impl<V: Value> KeyStore<V> {
             let vals = self.arena.slice(e.chunk, e.off, e.len as usize);
             out.extend_from_slice(bytemuck::cast_slice(vals));
         }
-        out
     }
 
     /// A store holding what [`save`](Self::save) wrote.
