@@ -11,6 +11,8 @@
 //!   bytes.
 //! - `log.G`: the entries ([`super::record`]) applied since, in [`super::log`] framing.
 //! - `log.spare` (without fsync): a retired log's file, to become the next `log.G+1`.
+//! - `snapshot.tmp`: the snapshot before last (never read), whose file the next snapshot is
+//!   written over.
 //!
 //! - `lock`: held (`flock`) by the process using the directory: a replacement cannot restore
 //!   while the server it replaces still runs (paused, say) and writes.

@@ -87,9 +87,10 @@ pub fn decode<'b>(file: &str, bytes: &'b [u8]) -> Result<&'b [u8], Damage> {
     Ok(&bytes[HEADER..body])
 }
 
-/// Writes a snapshot of `payload` to `path`, atomically: into `path` + `.tmp`, then renamed
-/// over `path` (with [`Fsync::Yes`], the file is fsynced before the rename and the directory
-/// after it).
+/// Writes a snapshot of `payload` to `path`, atomically: into `path` + `.tmp` (written over,
+/// not truncated first: it holds the snapshot before last), then exchanged with `path` (see
+/// [`exchange`]), so `.tmp` is left holding the replaced snapshot, never read. With
+/// [`Fsync::Yes`], the file is fsynced before the exchange and the directory after it.
 ///
 /// # Errors
 /// [`Error::Config`] naming the path and the OS error.

@@ -278,7 +278,8 @@ struct Handling<'a, H> {
 ///
 /// With a checkpoint, a request that may change state (a push or an application command) is
 /// logged: its record written before it is applied, made part of the log after, before the
-/// answer goes out (a request the log refuses is not applied); one applied before this server
+/// answer goes out (without fsync a request whose record cannot be written is not applied;
+/// with fsync the write, and so its error, comes after); one applied before this server
 /// restarted is answered as a pull of its keys, applying nothing (issue 13).
 fn serve_request<V: Value>(
     po: &Postoffice,
@@ -333,6 +334,9 @@ fn serve_request<V: Value>(
             req.vals = std::borrow::Cow::Borrowed(&[]);
             req.lens = std::borrow::Cow::Borrowed(&[]);
         }
+        if let (true, Some(d)) = (logs, durable.as_deref_mut()) {
+            prepared = Some(d.prepare(&m, &data, list)?);
+        }
         if rm.push && parked {
             pushed = Some(req.keys.to_vec());
         }
@@ -340,9 +344,6 @@ fn serve_request<V: Value>(
             .and_then(|d| lists.get(m.sender, m.customer_id, d))
             .map(|l| &mut l.memo);
         let asked = !req.keys.is_empty();
-        if let (true, Some(d)) = (logs, durable.as_deref_mut()) {
-            prepared = Some(d.prepare(&m, &data, list)?);
-        }
         handler.handle(&rm, req).map(|res| (res, asked))
     });
     let result = match (result, durable, prepared) {

@@ -61,6 +61,7 @@ impl Mapped {
         )) {
             return Err(io::ErrorKind::Unsupported.into());
         }
+        in_place(file)?;
         let len = steps(file.metadata()?.len().max(min).max(1));
         allocate(file, 0, len)?;
         use std::os::fd::AsRawFd;
@@ -82,7 +83,8 @@ impl Mapped {
             base: base.cast(),
             len: len as usize,
         };
-        m.populate(0, m.len);
+        // What the next appends reach; the rest of a reused file faults in as it is written.
+        m.populate(0, (steps(min) as usize).min(m.len));
         Ok(m)
     }
 
@@ -198,6 +200,28 @@ impl Drop for Mapped {
     fn drop(&mut self) {
         // SAFETY: our own mapping, unmapped once.
         unsafe { libc::munmap(self.base.cast(), self.len) };
+    }
+}
+
+/// Whether `file` is on a file system that writes a written block again in place (ext4, XFS,
+/// tmpfs): on a copy-on-write one (btrfs, say) making a reused page writable needs new disk
+/// space, and a full disk would be SIGBUS at a store instead of an error.
+///
+/// # Errors
+/// [`io::ErrorKind::Unsupported`] on any other file system; the OS error of `fstatfs`.
+fn in_place(file: &File) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    const EXT4: i64 = 0xEF53;
+    const XFS: i64 = 0x5846_5342;
+    const TMPFS: i64 = 0x0102_1994;
+    // SAFETY: fstatfs(2) into a zeroed struct this function owns.
+    let mut s: libc::statfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::fstatfs(file.as_raw_fd(), &mut s) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    match s.f_type as i64 {
+        EXT4 | XFS | TMPFS => Ok(()),
+        _ => Err(io::ErrorKind::Unsupported.into()),
     }
 }
 
