@@ -3,15 +3,16 @@
 #   1. What checkpointing costs (PS_CHECKPOINT_DIR on this disk, without and with
 #      PS_CHECKPOINT_SYNC=1, and on /dev/shm, a tmpfs, to tell the code's cost from the disk's)
 #      against none, runs of the four interleaved: bench push-pull goodput, S=1 W=1, 1 MB values
-#      (median of RUNS x SECS s); kv-app --keys 1000000, S=1 W=1, job wall time (median of
-#      RUNS). Reference, same run: dd's page-cache write speed of 512 MiB on each, and the share
+#      (median of RUNS): the first WARM s (`--warmup`: a new server's checkpoint files are
+#      fresh memory) and the SECS s after them (steady state: the files' pages are reused);
+#      kv-app --keys 1000000, S=1 W=1, job wall time (median of RUNS). Reference, same run: dd's page-cache write speed of 512 MiB on each, and the share
 #      of a push-pull's time that writing its pushed MB at that speed takes.
 #   2. Recovery: kv-app S=2 W=2 under `pslite-launch local --restart 1`, server 0 SIGKILLed at a
 #      random moment, KILLS times: seconds from the kill to the workers sending the unanswered
 #      requests to the replacement (their log line "was replaced by a new server") and to the
 #      replacement serving (its last "restored from" line), and whether the job still ended
 #      with exact sums (every worker's "error: 0, 0").
-# Usage: scripts/bench-checkpoint.sh [RUNS] [SECS] [KILLS]      (defaults 5, 5, 5)
+# Usage: scripts/bench-checkpoint.sh [RUNS] [SECS] [KILLS] [WARM]      (defaults 5, 5, 5, 5)
 # Bounded: every process is time-limited, all traffic is on 127.0.0.1; checkpoints go to a
 # temporary directory that is removed after each run.
 set -euo pipefail
@@ -19,6 +20,7 @@ cd "$(dirname "$0")/.."
 RUNS=${1:-5}
 SECS=${2:-5}
 KILLS=${3:-5}
+WARM=${4:-5}
 
 cargo build --release --quiet --bins
 B=target/release
@@ -43,23 +45,29 @@ with_mode() {
 }
 
 # ---- 1. checkpointing off / on / on with fsync ----
-declare -A good kv
+declare -A good warm kv
 for i in $(seq "$RUNS"); do
     for mode in off on sync shm; do
-        g=$(with_mode $mode timeout $((SECS + 60)) $B/pslite-launch local --servers 1 --workers 1 -- \
-            bench --mode push-pull --len 1024000 --seconds "$SECS" --json | field goodput_gbps)
+        j=$(with_mode $mode timeout $((WARM + SECS + 60)) $B/pslite-launch local --servers 1 \
+            --workers 1 -- bench --mode push-pull --len 1024000 --warmup "$WARM" \
+            --seconds "$SECS" --json)
+        g=$(echo "$j" | field goodput_gbps)
+        w=$(echo "$j" | field warmup_gbps)
         t0=$(now)
         with_mode $mode timeout 300 $B/pslite-launch local --servers 1 --workers 1 -- \
             kv-app --keys 1000000 >/dev/null
         k=$(elapsed "$t0")
         good[$mode]+="$(printf '%.2f' "$g") "
+        warm[$mode]+="$(printf '%.2f' "$w") "
         kv[$mode]+="$k "
-        echo "run $i checkpoint $mode: goodput $g Gbit/s, kv-app 1M keys $k s" >&2
+        echo "run $i checkpoint $mode: goodput $g Gbit/s (first ${WARM} s: $w), kv-app 1M keys $k s" >&2
     done
 done
 g_off=$(median_of "${good[off]}"); g_on=$(median_of "${good[on]}"); g_sync=$(median_of "${good[sync]}")
 k_off=$(median_of "${kv[off]}"); k_on=$(median_of "${kv[on]}"); k_sync=$(median_of "${kv[sync]}")
 g_shm=$(median_of "${good[shm]}"); k_shm=$(median_of "${kv[shm]}")
+w_off=$(median_of "${warm[off]}"); w_on=$(median_of "${warm[on]}")
+w_sync=$(median_of "${warm[sync]}"); w_shm=$(median_of "${warm[shm]}")
 dd_disk=$(ddspeed "$CP"); dd_shm=$(ddspeed "$SHM")
 # What the log adds to a 1 MB push-pull at least when it fills fresh pages: one write of the
 # pushed MB into the page cache at dd's speed, as a share of a push-pull's time without
@@ -114,12 +122,13 @@ m_served=$(printf '%s\n' "${times[@]}" | cut -d/ -f2 | median 2)
 cat <<EOT
 | figure (S=1 W=1) | no checkpoint | checkpoint on disk, no fsync | on disk, fsync | on tmpfs (/dev/shm), no fsync |
 | --- | --- | --- | --- | --- |
-| push-pull goodput, 1 MB values, median of ${RUNS} x ${SECS} s | ${g_off} Gbit/s | ${g_on} Gbit/s ($(pct "$g_off" "$g_on")) | ${g_sync} Gbit/s ($(pct "$g_off" "$g_sync")) | ${g_shm} Gbit/s ($(pct "$g_off" "$g_shm")) |
+| push-pull goodput, 1 MB values, the first ${WARM} s, median of ${RUNS} | ${w_off} Gbit/s | ${w_on} Gbit/s ($(pct "$w_off" "$w_on")) | ${w_sync} Gbit/s ($(pct "$w_off" "$w_sync")) | ${w_shm} Gbit/s ($(pct "$w_off" "$w_shm")) |
+| push-pull goodput, the ${SECS} s after them (steady state), median of ${RUNS} | ${g_off} Gbit/s | ${g_on} Gbit/s ($(pct "$g_off" "$g_on")) | ${g_sync} Gbit/s ($(pct "$g_off" "$g_sync")) | ${g_shm} Gbit/s ($(pct "$g_off" "$g_shm")) |
 | kv-app --keys 1000000, job wall time, median of ${RUNS} | ${k_off} s | ${k_on} s ($(pct "$k_off" "$k_on")) | ${k_sync} s ($(pct "$k_off" "$k_sync")) | ${k_shm} s ($(pct "$k_off" "$k_shm")) |
 | reference: dd, 512 MiB into the page cache | | ${dd_disk} | | ${dd_shm} |
 | reference: writing each pushed MB once at dd's speed, as a share of a push-pull's time without checkpoints | | $(floor "$dd_disk") | | $(floor "$dd_shm") |
 
-runs: goodput off ${good[off]}/ on ${good[on]}/ sync ${good[sync]}/ shm ${good[shm]}; kv-app off ${kv[off]}/ on ${kv[on]}/ sync ${kv[sync]}/ shm ${kv[shm]}
+runs: first ${WARM} s off ${warm[off]}/ on ${warm[on]}/ sync ${warm[sync]}/ shm ${warm[shm]}; steady goodput off ${good[off]}/ on ${good[on]}/ sync ${good[sync]}/ shm ${good[shm]}; kv-app off ${kv[off]}/ on ${kv[on]}/ sync ${kv[sync]}/ shm ${kv[shm]}
 
 | server 0 SIGKILLed during kv-app (S=2 W=2, --restart 1), ${KILLS} kills | seconds |
 | --- | --- |

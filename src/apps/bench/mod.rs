@@ -83,6 +83,11 @@ pub struct BenchArgs {
     /// Seconds to run (whole rounds; default 10 unless --repeat is given).
     #[arg(long)]
     pub seconds: Option<f64>,
+    /// Seconds of rounds run first and left out of every figure: what a server does once per
+    /// run (touching fresh memory, e.g. its first checkpoint files) is not counted, only the
+    /// steady state after it. One key per request, without --zero-copy.
+    #[arg(long, value_name = "SECS", default_value_t = 0.0)]
+    pub warmup: f64,
     /// Print one JSON object for the run on its own line.
     #[arg(long)]
     pub json: bool,
@@ -136,6 +141,8 @@ pub struct BenchReport {
     pub keys_per_s: Option<f64>,
     /// Keys per second of one `memcpy` of the same key and value bytes, measured in this run.
     pub memcpy_keys_per_s: Option<f64>,
+    /// Goodput of the `--warmup` rounds alone (left out of every other figure), Gbit/s.
+    pub warmup_gbps: Option<f64>,
     /// Payload bytes (data frames, not headers) this worker sent over the whole run, set-up
     /// included.
     pub sent_bytes: u64,
@@ -154,6 +161,11 @@ pub fn run(po: &Arc<Postoffice>, a: &BenchArgs) -> Result<BenchReport> {
             "--len and --keys-per-server must be at least 1".into(),
         ));
     }
+    if a.warmup > 0.0 && (a.zero_copy || a.keys_per_request.is_some()) {
+        return Err(Error::InvalidArgument(
+            "--warmup applies to one-key runs without --zero-copy".into(),
+        ));
+    }
     if let Some(n) = a.keys_per_request {
         return many::run(po, a, n as usize);
     }
@@ -163,6 +175,17 @@ pub fn run(po: &Arc<Postoffice>, a: &BenchArgs) -> Result<BenchReport> {
         ));
     }
     let mut bench = one_key::OneKeyBench::start(po, a)?;
+    let warm = Instant::now();
+    let mut warmup_gbps = None;
+    if a.warmup > 0.0 {
+        while warm.elapsed().as_secs_f64() < a.warmup {
+            for &op in a.mode.phases() {
+                bench.phase(op)?;
+            }
+        }
+        let (pushed, pulled) = bench.forget_counts();
+        warmup_gbps = Some(gbps(counted(a.mode, pushed, pulled), warm.elapsed()));
+    }
     let limit_rounds = a.repeat;
     let limit_time = Duration::from_secs_f64(a.seconds.unwrap_or(10.0).max(0.0));
     let bar = progress_bar(limit_rounds, limit_time);
@@ -188,16 +211,23 @@ pub fn run(po: &Arc<Postoffice>, a: &BenchArgs) -> Result<BenchReport> {
     }
     let elapsed = start.elapsed();
     bar.finish_and_clear();
-    Ok(bench.report(rounds, elapsed, trips_first))
+    Ok(BenchReport {
+        warmup_gbps,
+        ..bench.report(rounds, elapsed, trips_first)
+    })
+}
+
+/// The value bytes a run's goodput counts: a push-pull's once, push-then-pull's both halves.
+fn counted(mode: Mode, pushed: u64, pulled: u64) -> u64 {
+    match mode {
+        Mode::PushPull => pushed,
+        _ => pushed + pulled,
+    }
 }
 
 impl BenchReport {
     /// The figures of a run (no rendezvous or many-keys figures).
     fn of(po: &Postoffice, a: &BenchArgs, mut m: Measured) -> BenchReport {
-        let counted = match a.mode {
-            Mode::PushPull => m.pushed,
-            _ => m.pushed + m.pulled,
-        };
         let (sent_bytes, received_bytes) = po.payload_bytes();
         BenchReport {
             mode: a.mode,
@@ -209,7 +239,8 @@ impl BenchReport {
             bytes_pushed: m.pushed,
             bytes_pulled: m.pulled,
             seconds: m.elapsed.as_secs_f64(),
-            goodput_gbps: gbps(counted, m.elapsed),
+            goodput_gbps: gbps(counted(a.mode, m.pushed, m.pulled), m.elapsed),
+            warmup_gbps: None,
             p50_ms: percentile(&mut m.latencies, 0.5).as_secs_f64() * 1e3,
             p99_ms: percentile(&mut m.latencies, 0.99).as_secs_f64() * 1e3,
             verified: true,
@@ -259,8 +290,12 @@ impl BenchReport {
             ),
             _ => String::new(),
         };
+        let warm = self
+            .warmup_gbps
+            .map(|g| format!(" (after a warm-up at {g:.2} Gbit/s)"))
+            .unwrap_or_default();
         format!(
-            "bench {:?} worker {}: {} B x {} keys, {} rounds, {} requests in {:.2} s: goodput {:.2} Gbit/s, latency p50 {:.3} ms p99 {:.3} ms{many}, pulled bytes verified{rv}",
+            "bench {:?} worker {}: {} B x {} keys, {} rounds, {} requests in {:.2} s: goodput {:.2} Gbit/s{warm}, latency p50 {:.3} ms p99 {:.3} ms{many}, pulled bytes verified{rv}",
             self.mode, self.worker, self.len, self.keys, self.rounds, self.requests, self.seconds,
             self.goodput_gbps, self.p50_ms, self.p99_ms
         )

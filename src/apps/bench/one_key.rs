@@ -90,6 +90,15 @@ impl<'a> OneKeyBench<'a> {
         })
     }
 
+    /// Forgets the latencies and byte counts so far (after a warm-up); returns the bytes
+    /// (pushed, pulled) forgotten.
+    pub(super) fn forget_counts(&mut self) -> (u64, u64) {
+        self.latencies.clear();
+        let counts = (self.pushed, self.pulled);
+        (self.pushed, self.pulled) = (0, 0);
+        counts
+    }
+
     /// One phase of a round: `op` on every key at once, then every completion checked.
     pub(super) fn phase(&mut self, op: Op) -> Result<()> {
         let issued = self.issue(op)?;
