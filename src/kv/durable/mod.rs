@@ -22,6 +22,7 @@ pub mod applied;
 pub mod bytes;
 pub mod checkpoint;
 pub mod log;
+mod mapped;
 pub mod record;
 pub mod snapshot;
 

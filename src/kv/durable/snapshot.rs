@@ -113,6 +113,7 @@ pub fn write_parts(path: &Path, parts: &[&[u8]], sync: Fsync) -> Result<()> {
     let mut f = std::fs::OpenOptions::new()
         .create(true)
         .truncate(false)
+        .read(true)
         .write(true)
         .open(&tmp)
         .map_err(|e| io("cannot create its .tmp", e))?;
@@ -121,18 +122,23 @@ pub fn write_parts(path: &Path, parts: &[&[u8]], sync: Fsync) -> Result<()> {
     head.extend_from_slice(MAGIC);
     head.extend_from_slice(&VERSION.to_le_bytes());
     head.extend_from_slice(&(len as u64).to_le_bytes());
-    let crc = super::crc32c(&[&[&head[..]], parts].concat());
-    let crc = crc.to_le_bytes();
-    for p in [&head[..]]
-        .into_iter()
-        .chain(parts.iter().copied())
-        .chain([&crc[..]])
-    {
-        f.write_all(p).map_err(|e| io("cannot write its .tmp", e))?;
+    // Without fsync through a mapping (streaming stores, the checksum taken as it copies);
+    // with fsync, or where it cannot map, with `write`.
+    let mapped = sync == Fsync::No && super::mapped::write_whole(&f, &head, parts).is_ok();
+    if !mapped {
+        let crc = super::crc32c(&[&[&head[..]], parts].concat());
+        let crc = crc.to_le_bytes();
+        for p in [&head[..]]
+            .into_iter()
+            .chain(parts.iter().copied())
+            .chain([&crc[..]])
+        {
+            f.write_all(p).map_err(|e| io("cannot write its .tmp", e))?;
+        }
+        let end = (HEADER + len + 4) as u64;
+        f.set_len(end)
+            .map_err(|e| io("cannot cut its .tmp to its length", e))?;
     }
-    let end = (HEADER + len + 4) as u64;
-    f.set_len(end)
-        .map_err(|e| io("cannot cut its .tmp to its length", e))?;
     if sync == Fsync::Yes {
         f.sync_all().map_err(|e| io("cannot fsync its .tmp", e))?;
     }

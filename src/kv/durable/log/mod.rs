@@ -1,5 +1,6 @@
 //! The request log: records appended one at a time, read back in order. This file holds the
-//! format and the reader; `writer.rs` appends, `mapped.rs` writes through a memory mapping.
+//! format and the reader; `writer.rs` appends, through a memory mapping (`../mapped.rs`) where
+//! it can.
 //!
 //! A record (little-endian): payload length `u32`, crc32c `u32` of those 4 length bytes and
 //! the log's generation (`u64`), crc32c `u32` of the payload, the payload, then zero bytes up
@@ -19,7 +20,7 @@
 //! ([`LogWriter::prepare`], [`LogWriter::commit`]): a server writes a request's record before
 //! applying it and its header after, and a record whose request was refused is never committed
 //! and is written over by the next. Where it can, the writer stores records through a mapping
-//! of the file instead of `pwrite` ([`mapped`]: streaming stores, the header in one 16-byte
+//! of the file instead of `pwrite` ([`super::mapped`]: streaming stores, the header in one 16-byte
 //! store). With fsync (the file is cut to the log's end when opened)
 //! a record goes out in order, header first, over the last terminator and past the file's
 //! end: a machine crash can leave a record cut short by the end of the file — a torn tail
@@ -28,7 +29,6 @@
 //! anywhere else fails a checksum or the zero padding: [`Damage`] names the offset. The
 //! length has its own checksum so that damage to it cannot pass for a torn tail.
 
-mod mapped;
 mod writer;
 
 pub use writer::{LogWriter, Prepared};

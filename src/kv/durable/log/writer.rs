@@ -1,8 +1,8 @@
 //! Appending records to a log file (the format is in [`super`]).
 
-use super::mapped::Mapped;
 use super::{aligned, header, Fsync, HEADER, TERMINATOR};
 use crate::error::{Error, Result};
+use crate::kv::durable::mapped::Mapped;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 

@@ -1,6 +1,6 @@
-//! A log file mapped into memory: without fsync (`PS_CHECKPOINT_SYNC=0`, Linux on x86-64 and
-//! AArch64) records are written with CPU stores into the file's page-cache pages instead of
-//! `pwrite` (issue 13: what checkpointing costs).
+//! Checkpoint files mapped into memory: without fsync (`PS_CHECKPOINT_SYNC=0`, Linux on x86-64
+//! and AArch64, ext4, XFS or tmpfs) log records and snapshots are written with CPU stores into
+//! the files' page-cache pages instead of `pwrite` (issue 13: what checkpointing costs).
 //!
 //! Why: `pwrite` looks up, locks and marks every 4 KiB page on the way, and copies with
 //! ordinary stores, which first read each destination line into the cache (and so push the
@@ -27,6 +27,7 @@
 //! must not be shortened while it is mapped: the checkpoint directory's lock keeps other
 //! servers out, and `pslite-launch inspect` only reads.
 
+use super::log::HEADER;
 use std::fs::File;
 use std::io;
 
@@ -39,7 +40,7 @@ const STEP: u64 = 16 << 20;
 const PIECE: usize = 16 << 10;
 
 /// A log file mapped read-write and shared, `len` bytes from its start.
-pub(super) struct Mapped {
+pub(crate) struct Mapped {
     base: *mut u8,
     len: usize,
 }
@@ -54,7 +55,7 @@ impl Mapped {
     /// # Errors
     /// The OS error of `fallocate` (no room on the disk; a file system without it) or `mmap`;
     /// [`io::ErrorKind::Unsupported`] on a platform without the 16-byte store this needs.
-    pub(super) fn new(file: &File, min: u64) -> io::Result<Mapped> {
+    pub(crate) fn new(file: &File, min: u64) -> io::Result<Mapped> {
         if !cfg!(all(
             target_os = "linux",
             any(target_arch = "x86_64", target_arch = "aarch64")
@@ -64,12 +65,25 @@ impl Mapped {
         in_place(file)?;
         let len = steps(file.metadata()?.len().max(min).max(1));
         allocate(file, 0, len)?;
+        let m = Mapped::map(file, len as usize)?;
+        // What the next appends reach; the rest of a reused file faults in as it is written.
+        m.populate(0, (steps(min) as usize).min(m.len));
+        Ok(m)
+    }
+
+    /// A new shared read-write mapping of the first `len` bytes of `file`, which must be at
+    /// least that long.
+    ///
+    /// # Errors
+    /// The OS error of `mmap`.
+    fn map(file: &File, len: usize) -> io::Result<Mapped> {
         use std::os::fd::AsRawFd;
-        // SAFETY: a new shared mapping of `len` bytes of a file at least that long.
+        // SAFETY: a new shared mapping of `len` bytes of a file at least that long (the
+        // caller's promise).
         let base = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
-                len as usize,
+                len,
                 libc::PROT_READ | libc::PROT_WRITE,
                 libc::MAP_SHARED,
                 file.as_raw_fd(),
@@ -79,20 +93,17 @@ impl Mapped {
         if base == libc::MAP_FAILED {
             return Err(io::Error::last_os_error());
         }
-        let m = Mapped {
+        Ok(Mapped {
             base: base.cast(),
-            len: len as usize,
-        };
-        // What the next appends reach; the rest of a reused file faults in as it is written.
-        m.populate(0, (steps(min) as usize).min(m.len));
-        Ok(m)
+            len,
+        })
     }
 
     /// Grows the file and the mapping to at least `min` bytes.
     ///
     /// # Errors
     /// As [`new`](Self::new); the mapping is unchanged then.
-    pub(super) fn grow(&mut self, file: &File, min: u64) -> io::Result<()> {
+    pub(crate) fn grow(&mut self, file: &File, min: u64) -> io::Result<()> {
         let len = steps(min);
         if len as usize <= self.len {
             return Ok(());
@@ -121,7 +132,7 @@ impl Mapped {
     /// Faults the pages of bytes `from..to` in writable, so stores do not fault one page at a
     /// time (best effort: before Linux 5.14 they fault as they are written).
     fn populate(&self, from: usize, to: usize) {
-        // SAFETY: a range of our own mapping, page-aligned (multiples of STEP).
+        // SAFETY: a range of our own mapping; `from` is page-aligned (0 or a multiple of STEP).
         unsafe {
             libc::madvise(
                 self.base.add(from).cast(),
@@ -140,7 +151,7 @@ impl Mapped {
     /// # Panics
     /// If `at` is not a multiple of 16, `size` is under 16 or shorter than the header and
     /// parts, or the record and terminator do not fit in the mapping.
-    pub(super) fn fill(
+    pub(crate) fn fill(
         &mut self,
         at: u64,
         parts: &[&[u8]],
@@ -148,7 +159,7 @@ impl Mapped {
     ) -> u32 {
         let (at, size) = (at as usize, size as usize);
         let total: usize = parts.iter().map(|p| p.len()).sum();
-        assert!(at.is_multiple_of(16) && size >= 16 && size >= super::HEADER + total);
+        assert!(at.is_multiple_of(16) && size >= 16 && size >= HEADER + total);
         assert!(
             at + size + terminator <= self.len,
             "the record fits the mapping"
@@ -158,12 +169,7 @@ impl Mapped {
         let record =
             unsafe { std::slice::from_raw_parts_mut(self.base.add(at), size + terminator) };
         let mut crc = crc_fast::Digest::new(crc_fast::CrcAlgorithm::Crc32Iscsi);
-        let mut i = super::HEADER;
-        for piece in parts.iter().flat_map(|p| p.chunks(PIECE)) {
-            crc.update(piece);
-            copy_streaming(&mut record[i..i + piece.len()], piece);
-            i += piece.len();
-        }
+        let i = HEADER + copy_parts(&mut record[HEADER..], parts, &mut crc);
         record[i..].fill(0);
         crc.finalize() as u32
     }
@@ -173,14 +179,14 @@ impl Mapped {
     ///
     /// # Panics
     /// If the 16 bytes at `at` are not inside the mapping.
-    pub(super) fn seal(&mut self, at: u64, head: &[u8; super::HEADER]) {
+    pub(crate) fn seal(&mut self, at: u64, head: &[u8; HEADER]) {
         let at = at as usize;
         assert!(at + 16 <= self.len, "inside the mapping");
         // SAFETY: inside the mapping (asserted); `&mut self` is the only writer.
         let first16 = unsafe { std::slice::from_raw_parts_mut(self.base.add(at), 16) };
         let mut first = [0u8; 16];
-        first[..super::HEADER].copy_from_slice(head);
-        first[super::HEADER..].copy_from_slice(&first16[super::HEADER..]);
+        first[..HEADER].copy_from_slice(head);
+        first[HEADER..].copy_from_slice(&first16[HEADER..]);
         store_fenced_16(first16, first);
     }
 
@@ -188,7 +194,7 @@ impl Mapped {
     ///
     /// # Panics
     /// If the bytes are not inside the mapping.
-    pub(super) fn zero(&mut self, at: u64, n: usize) {
+    pub(crate) fn zero(&mut self, at: u64, n: usize) {
         let at = at as usize;
         assert!(at + n <= self.len, "inside the mapping");
         // SAFETY: inside the mapping (asserted); `&mut self` is the only writer.
@@ -223,6 +229,49 @@ fn in_place(file: &File) -> io::Result<()> {
         EXT4 | XFS | TMPFS => Ok(()),
         _ => Err(io::ErrorKind::Unsupported.into()),
     }
+}
+
+/// Copies `parts` one after the other to the start of `dst` with [`copy_streaming`], adding
+/// them to `crc` piece by piece as they are copied (each byte is read from memory once);
+/// returns the bytes copied.
+fn copy_parts(dst: &mut [u8], parts: &[&[u8]], crc: &mut crc_fast::Digest) -> usize {
+    let mut i = 0;
+    for piece in parts.iter().flat_map(|p| p.chunks(PIECE)) {
+        crc.update(piece);
+        copy_streaming(&mut dst[i..i + piece.len()], piece);
+        i += piece.len();
+    }
+    i
+}
+
+/// Writes `head`, then `parts`, then the crc32c of all of them (little-endian `u32`) as the
+/// whole of `file`, which is cut or grown to exactly that length first: a snapshot, through a
+/// mapping with streaming stores (Linux on x86-64 and AArch64, on ext4, XFS or tmpfs). The
+/// caller renames it into place.
+///
+/// # Errors
+/// As [`Mapped::new`]; [`io::ErrorKind::Unsupported`] where it does not map (the caller
+/// writes with `pwrite` then).
+pub(crate) fn write_whole(file: &File, head: &[u8], parts: &[&[u8]]) -> io::Result<()> {
+    if !cfg!(all(
+        target_os = "linux",
+        any(target_arch = "x86_64", target_arch = "aarch64")
+    )) {
+        return Err(io::ErrorKind::Unsupported.into());
+    }
+    in_place(file)?;
+    let body = head.len() + parts.iter().map(|p| p.len()).sum::<usize>();
+    let len = body + 4;
+    file.set_len(len as u64)?;
+    allocate(file, 0, len as u64)?;
+    let m = Mapped::map(file, len)?;
+    m.populate(0, len);
+    // SAFETY: the whole mapping, `len` bytes of a file that long; `m` is the only writer.
+    let all = unsafe { std::slice::from_raw_parts_mut(m.base, m.len) };
+    let mut crc = crc_fast::Digest::new(crc_fast::CrcAlgorithm::Crc32Iscsi);
+    copy_parts(all, &[&[head], parts].concat(), &mut crc);
+    all[body..].copy_from_slice(&(crc.finalize() as u32).to_le_bytes());
+    Ok(())
 }
 
 /// `n` rounded up to a multiple of [`STEP`].
@@ -302,7 +351,7 @@ mod stream {
     use std::arch::x86_64::*;
 
     /// Copies whole 64-byte lines into `dst` (64-byte aligned) with streaming stores.
-    pub(super) fn lines(dst: &mut [u8], src: &[u8]) {
+    pub(crate) fn lines(dst: &mut [u8], src: &[u8]) {
         assert!(dst.len() == src.len() && dst.len().is_multiple_of(64));
         assert_eq!(dst.as_ptr().align_offset(64), 0);
         // SAFETY: each variant runs only where the processor has its instructions; bounds
@@ -343,6 +392,28 @@ mod stream {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn a_whole_file_written_through_a_mapping_is_its_parts_and_their_checksum() {
+        let path = std::env::temp_dir().join(format!("pslite-whole-{}", std::process::id()));
+        let f = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(true)
+            .read(true)
+            .write(true)
+            .open(&path)
+            .expect("file");
+        std::fs::write(&path, vec![9u8; 3 << 20]).expect("a longer file before");
+        let big: Vec<u8> = (0..(1 << 20) + 7).map(|i| (i * 13) as u8).collect();
+        write_whole(&f, b"head", &[b"a", &big]).expect("mapped (ext4 or tmpfs here)");
+        let want = [&b"head"[..], b"a", &big].concat();
+        let crc = crate::kv::durable::crc32c(&[&want]).to_le_bytes();
+        assert_eq!(
+            std::fs::read(&path).expect("read"),
+            [&want[..], &crc].concat()
+        );
+        std::fs::remove_file(&path).expect("cleaned");
+    }
 
     proptest! {
         /// Whatever the destination's alignment and the length, the copy is byte for byte.
