@@ -35,7 +35,10 @@ ddspeed() { dd if=/dev/zero of="$1/dd" bs=1M count=512 2>&1 | grep -o "[0-9.]* [
 # Runs "$@" with the checkpoint mode $1 (off, on, sync, shm) and a fresh checkpoint directory.
 with_mode() {
     local mode=$1; shift
+    # The previous run's files removed and every dirty page written back first, so that no run
+    # pays for the one before it (freeing, discarding and writing back a checkpoint's files).
     rm -rf "$CP/run" "$SHM/run"
+    sync
     case $mode in
         off) env -u PS_CHECKPOINT_DIR "$@" ;;
         on) PS_CHECKPOINT_DIR="$CP/run" PS_CHECKPOINT_SYNC=0 "$@" ;;

@@ -16,7 +16,10 @@ step() {
     if [[ $rc == 0 ]]; then
         echo "ok   $name ($((SECONDS - t0)) s)"
     else
-        echo "FAIL $name (status $rc, $((SECONDS - t0)) s)"; echo "$out" | grep -vE " (INFO|DEBUG|TRACE) " | tail -20
+        echo "FAIL $name (status $rc, $((SECONDS - t0)) s)"
+        # Why: each panic's message and the failing tests' names, then the output's end.
+        echo "$out" | grep -A4 -E "panicked at|^---- " | grep -vE "^ +[0-9]+: |^ +at " | head -40
+        echo "$out" | grep -vE " (INFO|DEBUG|TRACE) " | tail -20
         failed=$((failed + 1))
     fi
     echo "$out" | grep -E "error: 0, 0|goodput|keys: push" | sed 's/^/     /'

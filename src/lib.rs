@@ -66,9 +66,26 @@ pub use wire::{DType, Role};
 
 /// A TCP port on 127.0.0.1 that was free a moment ago (for local clusters and tests).
 ///
+/// It is drawn at random from 20000–32767, below Linux's default ephemeral range
+/// (32768–60999), and checked free by binding it: the kernel never hands such a port to
+/// another socket bound to port 0 or connecting out, so it stays free until the caller binds
+/// it (a port from the ephemeral range could be taken in between, which made in-process tests
+/// that start many nodes at once fail now and then). Where 64 draws find none free, a port
+/// the kernel picks.
+///
 /// # Errors
 /// [`Error::Van`] if no port can be bound.
 pub fn free_port() -> Result<u16> {
+    use std::hash::{BuildHasher, Hasher};
+    let seed = std::collections::hash_map::RandomState::new();
+    for draw in 0..64u64 {
+        let mut h = seed.build_hasher();
+        h.write_u64(draw);
+        let port = 20000 + (h.finish() % 12768) as u16;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return Ok(port);
+        }
+    }
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
