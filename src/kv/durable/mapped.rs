@@ -6,8 +6,8 @@
 //! ordinary stores, which first read each destination line into the cache (and so push the
 //! handler's values out of it). Here the pages are mapped once, and a large part of a record
 //! is copied with streaming (non-temporal) stores: the log is written once and read only by a
-//! replacement, so its lines skip the cache. On the CI machine one pushed MB costs about
-//! 210 µs through `pwrite` and about 70 µs this way (AVX-512 streaming stores).
+//! replacement, so its lines skip the cache. `cargo bench --bench log` measures both against
+//! `memcpy` (BENCHMARKS.md has the figures).
 //!
 //! What survives: a store into a shared file mapping lands in the page cache itself, so the
 //! process's death loses nothing stored before it (streaming stores still in the core's
@@ -31,9 +31,14 @@ use super::log::HEADER;
 use std::fs::File;
 use std::io;
 
-/// The mapping grows in steps of this many bytes (each step's blocks allocated and pages
-/// faulted in at once).
-const STEP: u64 = 16 << 20;
+/// Mappings are multiples of this many bytes. A log's first mapping is as small as its first
+/// record allows; each growth at least doubles it, by at most [`MAX_STEP`] more than the
+/// records need (each step's blocks allocated and pages faulted in at once), so a small log
+/// costs little fresh memory and a large one few steps.
+const STEP: u64 = 1 << 20;
+
+/// The most a mapping grows beyond what the records need.
+const MAX_STEP: u64 = 64 << 20;
 
 /// A payload is checksummed and copied this many bytes at a time: the piece the checksum
 /// read is still in the L1 cache when it is copied.
@@ -50,7 +55,7 @@ unsafe impl Send for Mapped {}
 
 impl Mapped {
     /// Maps `file` (open for reading and writing): all of it, and at least `min` bytes, the
-    /// file grown to a multiple of 16 MiB with its blocks allocated.
+    /// file grown to a multiple of 1 MiB with its blocks allocated.
     ///
     /// # Errors
     /// The OS error of `fallocate` (no room on the disk; a file system without it) or `mmap`;
@@ -104,10 +109,11 @@ impl Mapped {
     /// # Errors
     /// As [`new`](Self::new); the mapping is unchanged then.
     pub(crate) fn grow(&mut self, file: &File, min: u64) -> io::Result<()> {
-        let len = steps(min);
-        if len as usize <= self.len {
+        if min as usize <= self.len {
             return Ok(());
         }
+        let now = self.len as u64;
+        let len = steps(min.max((2 * now).min(min + MAX_STEP)));
         allocate(file, self.len as u64, len)?;
         // SAFETY: our own mapping, moved (if need be) as a whole; nothing borrows into it
         // between calls.
@@ -132,7 +138,8 @@ impl Mapped {
     /// Faults the pages of bytes `from..to` in writable, so stores do not fault one page at a
     /// time (best effort: before Linux 5.14 they fault as they are written).
     fn populate(&self, from: usize, to: usize) {
-        // SAFETY: a range of our own mapping; `from` is page-aligned (0 or a multiple of STEP).
+        // SAFETY: a range of our own mapping; `from` is page-aligned (0 or a multiple of
+        // STEP).
         unsafe {
             libc::madvise(
                 self.base.add(from).cast(),

@@ -170,13 +170,22 @@ impl Checkpoint {
     ) -> Result<Checkpoint> {
         std::fs::create_dir_all(dir).map_err(io(dir, "cannot create the directory"))?;
         let lock = lock_dir(dir)?;
+        // An earlier run's files are renamed out of the way at once and removed on a thread:
+        // removing large files (freeing, discarding their blocks) would hold the server's
+        // start up. A `gone.` file a killed process left is removed with them.
+        let mut gone = Vec::new();
         for entry in std::fs::read_dir(dir).map_err(io(dir, "cannot list"))? {
             let path = entry.map_err(io(dir, "cannot list"))?.path();
             let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
-            if name == SNAPSHOT || name.starts_with("log.") || name.ends_with(".tmp") {
-                std::fs::remove_file(&path).map_err(io(&path, "cannot remove"))?;
+            if name.starts_with(GONE) {
+                gone.push(path);
+            } else if name == SNAPSHOT || name.starts_with("log.") || name.ends_with(".tmp") {
+                let to = dir.join(format!("{GONE}{name}"));
+                std::fs::rename(&path, &to).map_err(io(&path, "cannot move away"))?;
+                gone.push(to);
             }
         }
+        remove_later(gone);
         let applied = Applied::default();
         let log = LogWriter::create(&dir.join("log.1"), sync, 1)?;
         let snapshot_bytes = write_snapshot(dir, sync, (1, run), &applied, state)?;
@@ -215,7 +224,7 @@ impl Checkpoint {
         })?;
         let log_path = dir.join(format!("log.{}", snap.generation));
         let log_name = log_path.display().to_string();
-        let mut log = match std::fs::read(&log_path) {
+        let mut log = match log::read(&log_path) {
             Ok(b) => b,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
             Err(e) => return Err(io(&log_path, "cannot read")(e)),
@@ -389,24 +398,37 @@ impl Checkpoint {
                 }
             }
         }
-        // Removing a large file can take a while (freeing, discarding its blocks): off the
-        // path of the requests waiting for their answer. Nothing reads it any more.
-        let spawned = std::thread::Builder::new()
-            .name("checkpoint-rm".into())
-            .spawn(move || {
-                if let Err(e) = std::fs::remove_file(&old) {
-                    tracing::warn!("checkpoint {}: cannot remove: {e}", old.display());
-                }
-            });
-        if let Err(e) = spawned {
-            tracing::warn!("cannot start a thread to remove the old log: {e}");
-        }
+        remove_later(vec![old]);
         Ok(())
     }
 
     /// The current generation (the log `log.G` being appended to).
     pub fn generation(&self) -> u64 {
         self.generation
+    }
+}
+
+/// Files of an earlier run are renamed to `gone.` + their name before they are removed.
+const GONE: &str = "gone.";
+
+/// Removes `files` on a thread of its own: removing a large file (freeing, discarding its
+/// blocks) can take a while, and nothing reads these any more. Where no thread can be started
+/// they stay (files of an earlier run as `gone.`, removed by the next [`Checkpoint::create`]).
+fn remove_later(files: Vec<PathBuf>) {
+    if files.is_empty() {
+        return;
+    }
+    let spawned = std::thread::Builder::new()
+        .name("checkpoint-rm".into())
+        .spawn(move || {
+            for f in files {
+                if let Err(e) = std::fs::remove_file(&f) {
+                    tracing::warn!("checkpoint {}: cannot remove: {e}", f.display());
+                }
+            }
+        });
+    if let Err(e) = spawned {
+        tracing::warn!("cannot start a thread to remove checkpoint files: {e}");
     }
 }
 

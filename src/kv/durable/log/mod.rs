@@ -66,6 +66,36 @@ pub fn encode(generation: u64, payload: &[u8]) -> Vec<u8> {
     out
 }
 
+/// A log file is read this many bytes at a time ([`read`]).
+const READ_PIECE: u64 = 16 << 20;
+
+/// Reads log file `path` as far as its records go: piece by piece, until a zero header (the
+/// terminator) or the end of the file is among the bytes read, found by hopping from header
+/// to header by their lengths alone (the checksums are [`decode`]'s business). A reused file
+/// (and a mapped one, grown ahead of its records) holds bytes after the terminator that are never
+/// read, so a replacement reads about the log, not the whole file.
+///
+/// # Errors
+/// The OS error.
+pub fn read(path: &std::path::Path) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    let mut f = std::fs::File::open(path)?;
+    let mut bytes = Vec::new();
+    let mut at = 0usize;
+    loop {
+        let got = (&mut f).take(READ_PIECE).read_to_end(&mut bytes)?;
+        while let Some(h) = bytes.get(at..at + HEADER) {
+            if h.iter().all(|&b| b == 0) {
+                return Ok(bytes);
+            }
+            at += aligned(HEADER + le32(h) as usize);
+        }
+        if got == 0 {
+            return Ok(bytes);
+        }
+    }
+}
+
 /// What a log holds: its whole records in order, where they end, and where a torn tail
 /// starts (`None` when the log ends cleanly).
 #[derive(Debug, PartialEq, Eq)]

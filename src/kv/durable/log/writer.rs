@@ -472,7 +472,7 @@ mod tests {
     fn a_mapped_log_grows_past_its_first_mapping_and_reads_back_byte_for_byte() {
         let path = temp_log("grown");
         let mut w = LogWriter::create(&path, Fsync::No, 9).expect("create");
-        // 24 records of about 1 MB with odd lengths: more than one 16 MiB step, payloads
+        // 24 records of about 1 MB with odd lengths: several growths of the mapping, payloads
         // starting and ending off the 64-byte lines the streaming stores write.
         let payloads: Vec<Vec<u8>> = (0..24u32)
             .map(|i| {
@@ -491,6 +491,29 @@ mod tests {
         assert_eq!(read_back(&path, 9).0, payloads);
         drop(w);
         assert_eq!(read_back(&path, 9).0, payloads, "after the writer is gone");
+        std::fs::remove_file(&path).expect("cleaned");
+    }
+
+    #[test]
+    fn reading_a_reused_log_stops_near_its_terminator_not_at_the_files_end() {
+        let (spare, path) = (temp_log("long-spare"), temp_log("short-reused"));
+        let mut w = LogWriter::create(&spare, Fsync::No, 1).expect("create");
+        for i in 0..40u8 {
+            w.append(&[i; 1 << 20]).expect("append");
+        }
+        let mut w = LogWriter::reuse(Some(w), &spare, &path, (Fsync::No, 2)).expect("reused");
+        w.append(b"only this").expect("append");
+        let file = std::fs::metadata(&path).expect("log").len();
+        let bytes = crate::kv::durable::log::read(&path).expect("read");
+        assert!(file >= 40 << 20, "the file keeps its old bytes ({file})");
+        assert!(
+            bytes.len() <= 16 << 20,
+            "one piece read ({} bytes)",
+            bytes.len()
+        );
+        let r = decode("l", 2, &bytes).expect("whole");
+        assert_eq!(r.records.len(), 1);
+        assert_eq!(r.records[0].1, b"only this");
         std::fs::remove_file(&path).expect("cleaned");
     }
 }
