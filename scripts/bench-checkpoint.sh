@@ -21,6 +21,7 @@ RUNS=${1:-5}
 SECS=${2:-5}
 KILLS=${3:-5}
 WARM=${4:-5}
+[ "$WARM" -ge 1 ] || { echo "WARM (seconds of warm-up) must be at least 1" >&2; exit 2; }
 
 cargo build --release --quiet --bins
 B=target/release

@@ -185,6 +185,8 @@ pub fn run(po: &Arc<Postoffice>, a: &BenchArgs) -> Result<BenchReport> {
         }
         let (pushed, pulled) = bench.forget_counts();
         warmup_gbps = Some(gbps(counted(a.mode, pushed, pulled), warm.elapsed()));
+        // Every worker's measured rounds start together.
+        po.barrier(crate::postoffice::WORKER_GROUP)?;
     }
     let limit_rounds = a.repeat;
     let limit_time = Duration::from_secs_f64(a.seconds.unwrap_or(10.0).max(0.0));

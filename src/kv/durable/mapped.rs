@@ -278,6 +278,8 @@ pub(crate) fn write_whole(file: &File, head: &[u8], parts: &[&[u8]]) -> io::Resu
     let mut crc = crc_fast::Digest::new(crc_fast::CrcAlgorithm::Crc32Iscsi);
     copy_parts(all, &[&[head], parts].concat(), &mut crc);
     all[body..].copy_from_slice(&(crc.finalize() as u32).to_le_bytes());
+    // The streaming stores ordered before the file is renamed into place.
+    std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
     Ok(())
 }
 

@@ -22,10 +22,12 @@
 //! snapshot of generation G + 1 is written to `snapshot.tmp` (over the file of the snapshot
 //! before last, whose pages are in memory) and exchanged with `snapshot` (`RENAME_EXCHANGE`;
 //! where the file system cannot, renamed over it), then appending moves to `log.G+1` and
-//! `log.G` is removed (without fsync: renamed to `log.spare`). `snapshot.tmp` is never read. A crash (or error) before the rename
-//! leaves generation G whole (`log.G+1` is ignored, and emptied when G + 1 comes); after it,
-//! generation G + 1 whole: nothing is lost or replayed twice. Logs of other generations left
-//! by a crash are removed when the directory is opened.
+//! `log.G` is removed (without fsync: renamed to `log.spare`). A crash (or error) before the
+//! exchange leaves generation G whole (`log.G+1` is ignored, and emptied when G + 1 comes);
+//! after it, generation G + 1 whole: nothing is lost or replayed twice. Logs of other
+//! generations left by a crash are removed when the directory is opened. A new run's
+//! checkpoint renames an earlier run's files to `gone.` + their name and removes them on a
+//! thread.
 
 use super::applied::Applied;
 use super::bytes::Reader;
@@ -398,7 +400,13 @@ impl Checkpoint {
                 }
             }
         }
-        remove_later(vec![old]);
+        // Renamed at once, removed later: a later checkpoint in this directory may make a
+        // new file of the same name before the removal runs.
+        let gone = self.dir.join(format!("{GONE}log.{}", next - 1));
+        match std::fs::rename(&old, &gone) {
+            Ok(()) => remove_later(vec![gone]),
+            Err(e) => tracing::warn!("checkpoint {}: cannot move away: {e}", old.display()),
+        }
         Ok(())
     }
 
@@ -422,8 +430,11 @@ fn remove_later(files: Vec<PathBuf>) {
         .name("checkpoint-rm".into())
         .spawn(move || {
             for f in files {
-                if let Err(e) = std::fs::remove_file(&f) {
-                    tracing::warn!("checkpoint {}: cannot remove: {e}", f.display());
+                match std::fs::remove_file(&f) {
+                    // Removed meanwhile by another checkpoint's thread (a create listed it).
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => tracing::warn!("checkpoint {}: cannot remove: {e}", f.display()),
+                    Ok(()) => {}
                 }
             }
         });
@@ -438,14 +449,19 @@ fn remove_later(files: Vec<PathBuf>) {
 /// # Errors
 /// [`Error::Config`] naming the directory or file and the OS error.
 fn remove_other_logs(dir: &Path, current: &Path, sync: Fsync) -> Result<()> {
+    let mut gone = Vec::new();
     for entry in std::fs::read_dir(dir).map_err(io(dir, "cannot list"))? {
         let path = entry.map_err(io(dir, "cannot list"))?.path();
         let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
         let other_log = name.starts_with("log.") && name != SPARE && path != current;
         if other_log || (name == SPARE && sync == Fsync::Yes) {
             std::fs::remove_file(&path).map_err(io(&path, "cannot remove"))?;
+        } else if name.starts_with(GONE) {
+            // Left by a server killed before its thread removed them.
+            gone.push(path);
         }
     }
+    remove_later(gone);
     Ok(())
 }
 

@@ -140,3 +140,30 @@ fn a_directory_in_use_is_refused_naming_it() {
     );
     let _ = std::fs::remove_dir_all(&d);
 }
+
+#[test]
+fn a_retired_log_is_renamed_away_at_once_and_removed_later_by_its_new_name() {
+    let d = dir("retired");
+    let mut cp = Checkpoint::create(&d, (Fsync::Yes, 1 << 20), 5, b"s1").expect("created");
+    cp.append(&push(0, &[1; 100])).expect("logged");
+    cp.snapshot(b"s2").expect("snapshot");
+    // A new log.1 made now (a later checkpoint here) is not the one the removal removes.
+    assert!(
+        !d.join("log.1").exists(),
+        "renamed away before snapshot returned"
+    );
+    std::fs::write(d.join("log.1"), b"someone else's").expect("a new file of the old name");
+    for _ in 0..100 {
+        if !d.join("gone.log.1").exists() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert!(!d.join("gone.log.1").exists(), "removed on its thread");
+    assert_eq!(
+        std::fs::read(d.join("log.1")).expect("kept"),
+        b"someone else's"
+    );
+    drop(cp);
+    let _ = std::fs::remove_dir_all(&d);
+}
