@@ -61,13 +61,7 @@ impl Mapped {
     /// The OS error of `fallocate` (no room on the disk; a file system without it) or `mmap`;
     /// [`io::ErrorKind::Unsupported`] on a platform without the 16-byte store this needs.
     pub(crate) fn new(file: &File, min: u64) -> io::Result<Mapped> {
-        if !cfg!(all(
-            target_os = "linux",
-            any(target_arch = "x86_64", target_arch = "aarch64")
-        )) {
-            return Err(io::ErrorKind::Unsupported.into());
-        }
-        in_place(file)?;
+        mappable(file)?;
         let len = steps(file.metadata()?.len().max(min).max(1));
         allocate(file, 0, len)?;
         let m = Mapped::map(file, len as usize)?;
@@ -216,6 +210,22 @@ impl Drop for Mapped {
     }
 }
 
+/// Whether `file` can be written through a mapping here: Linux on x86-64 or AArch64 (the
+/// 16-byte store the log's header needs) and a file system that writes in place
+/// ([`in_place`]).
+///
+/// # Errors
+/// [`io::ErrorKind::Unsupported`] where it cannot; the OS error of `fstatfs`.
+fn mappable(file: &File) -> io::Result<()> {
+    if !cfg!(all(
+        target_os = "linux",
+        any(target_arch = "x86_64", target_arch = "aarch64")
+    )) {
+        return Err(io::ErrorKind::Unsupported.into());
+    }
+    in_place(file)
+}
+
 /// Whether `file` is on a file system that writes a written block again in place (ext4, XFS,
 /// tmpfs): on a copy-on-write one (btrfs, say) making a reused page writable needs new disk
 /// space, and a full disk would be SIGBUS at a store instead of an error.
@@ -260,13 +270,7 @@ fn copy_parts(dst: &mut [u8], parts: &[&[u8]], crc: &mut crc_fast::Digest) -> us
 /// As [`Mapped::new`]; [`io::ErrorKind::Unsupported`] where it does not map (the caller
 /// writes with `pwrite` then).
 pub(crate) fn write_whole(file: &File, head: &[u8], parts: &[&[u8]]) -> io::Result<()> {
-    if !cfg!(all(
-        target_os = "linux",
-        any(target_arch = "x86_64", target_arch = "aarch64")
-    )) {
-        return Err(io::ErrorKind::Unsupported.into());
-    }
-    in_place(file)?;
+    mappable(file)?;
     let body = head.len() + parts.iter().map(|p| p.len()).sum::<usize>();
     let len = body + 4;
     file.set_len(len as u64)?;

@@ -212,9 +212,6 @@ impl LogWriter {
             p.mapped = true;
             return Ok(p);
         }
-        if end > self.reserved {
-            self.reserve(end + PREALLOCATE);
-        }
         self.write_from(at + HEADER as u64, &[], parts, end)?;
         p.crc = Some(crate::kv::durable::crc32c(parts));
         Ok(p)
@@ -244,16 +241,11 @@ impl LogWriter {
                 Ok(())
             }
             (_, Some(_)) => self.file.write_all_at(&head, p.at).map_err(io),
-            (_, None) => {
-                if end > self.reserved {
-                    self.reserve(end + PREALLOCATE);
-                }
-                self.write_from(p.at, &head, parts, end).and_then(|()| {
-                    self.file
-                        .sync_data()
-                        .map_err(|e| Error::Config(format!("checkpoint {}: {e}", self.path)))
-                })
-            }
+            (_, None) => self.write_from(p.at, &head, parts, end).and_then(|()| {
+                self.file
+                    .sync_data()
+                    .map_err(|e| Error::Config(format!("checkpoint {}: {e}", self.path)))
+            }),
         };
         if let Err(e) = written {
             // Put the terminator back where the log ends (with fsync, cut the file there).
@@ -323,8 +315,11 @@ impl LogWriter {
 
     /// Writes `first` and then `parts` with `pwrite` from byte `from` on (small parts
     /// gathered into one write, large ones written from where they are), then zero bytes up
-    /// to `end` (padding and terminator).
-    fn write_from(&self, from: u64, first: &[u8], parts: &[&[u8]], end: u64) -> Result<()> {
+    /// to `end` (padding and terminator), disk space reserved ahead first.
+    fn write_from(&mut self, from: u64, first: &[u8], parts: &[&[u8]], end: u64) -> Result<()> {
+        if end > self.reserved {
+            self.reserve(end + PREALLOCATE);
+        }
         let io = |e: std::io::Error| Error::Config(format!("checkpoint {}: {e}", self.path));
         let mut at = from;
         let mut small = Vec::with_capacity(256);
