@@ -20,14 +20,18 @@
 //! previous terminator at the record's start (the log ends before it: it was never
 //! acknowledged) or the whole record.
 //!
-//! The file is as long as the mapping (the log's end is its terminator, not the file's end).
-//! Its blocks are allocated (`fallocate`) before they are mapped, so that a store never meets a
-//! full disk (which would raise SIGBUS), and its pages are faulted in writable
-//! (`MADV_POPULATE_WRITE`) when the mapping grows, so that the stores rarely fault. The file
-//! must not be shortened while it is mapped: the checkpoint directory's lock keeps other
+//! A log's mapping reserves [`RESERVE`] bytes of address space once, however long the file
+//! is, so it never moves: the file grows under it. The file is as long as the part in use
+//! (the log's end is its terminator, not the file's end). Its blocks are allocated
+//! (`fallocate`) before they are used, so that a store never meets a full disk (which would
+//! raise SIGBUS). The file grows ahead of the records — by half its length, up to 64 MiB —
+//! and the new part's pages are faulted in writable (`MADV_POPULATE_WRITE`) on
+//! [`super::prefault`]'s thread while the server serves, so that the stores rarely fault. The
+//! file must not be shortened while it is mapped: the checkpoint directory's lock keeps other
 //! servers out, and `pslite-launch inspect` only reads.
 
-use super::log::HEADER;
+use super::log::{HEADER, TERMINATOR};
+use super::prefault;
 use std::fs::File;
 use std::io;
 
@@ -40,14 +44,20 @@ const STEP: u64 = 1 << 20;
 /// The most a mapping grows beyond what the records need.
 const MAX_STEP: u64 = 64 << 20;
 
+/// The address space a log's mapping reserves: a log longer than this between two snapshots
+/// is written with `pwrite` from there on.
+const RESERVE: usize = 256 << 30;
+
 /// A payload is checksummed and copied this many bytes at a time: the piece the checksum
 /// read is still in the L1 cache when it is copied.
 const PIECE: usize = 16 << 10;
 
-/// A log file mapped read-write and shared, `len` bytes from its start.
+/// A log file mapped read-write and shared: `len` bytes from its start in use (the file is
+/// that long), `reserved` bytes of address space.
 pub(crate) struct Mapped {
     base: *mut u8,
     len: usize,
+    reserved: usize,
 }
 
 // SAFETY: the mapping is owned by this value; it is written only through `&mut self`.
@@ -63,15 +73,20 @@ impl Mapped {
     pub(crate) fn new(file: &File, min: u64) -> io::Result<Mapped> {
         mappable(file)?;
         let len = steps(file.metadata()?.len().max(min).max(1));
+        if len > RESERVE as u64 {
+            return Err(outgrown());
+        }
         allocate(file, 0, len)?;
-        let m = Mapped::map(file, len as usize)?;
-        // What the next appends reach; the rest of a reused file faults in as it is written.
-        m.populate(0, (steps(min) as usize).min(m.len));
+        let mut m = Mapped::map(file, RESERVE)?;
+        m.len = len as usize;
+        // What the next record reaches now, the rest (of a reused file) on the thread.
+        let now = (steps(min) as usize).min(m.len);
+        prefault::populate_now(m.base, now);
+        prefault::populate_later(m.base, now, m.len);
         Ok(m)
     }
 
-    /// A new shared read-write mapping of the first `len` bytes of `file`, which must be at
-    /// least that long.
+    /// A new shared read-write mapping of `len` bytes of `file` from its start, all in use.
     ///
     /// # Errors
     /// The OS error of `mmap`.
@@ -95,84 +110,65 @@ impl Mapped {
         Ok(Mapped {
             base: base.cast(),
             len,
+            reserved: len,
         })
     }
 
-    /// Grows the file and the mapping to at least `min` bytes.
+    /// Makes at least `min` bytes of the file usable, growing it ahead once fewer than half
+    /// its length (at most 32 MiB) would be left after them: at least double, by at most
+    /// [`MAX_STEP`] beyond `min`. What `min` reaches is faulted in now, the rest on
+    /// [`prefault`]'s thread.
     ///
     /// # Errors
-    /// As [`new`](Self::new); the mapping is unchanged then.
+    /// As [`new`](Self::new), or the log outgrew the mapping's reserved address space; the
+    /// mapping is unchanged then.
     pub(crate) fn grow(&mut self, file: &File, min: u64) -> io::Result<()> {
-        if min as usize <= self.len {
+        let now = self.len as u64;
+        if min + (now / 2).min(MAX_STEP / 2) <= now {
             return Ok(());
         }
-        let now = self.len as u64;
         let len = steps(min.max((2 * now).min(min + MAX_STEP)));
-        allocate(file, self.len as u64, len)?;
-        // SAFETY: our own mapping, moved (if need be) as a whole; nothing borrows into it
-        // between calls.
-        let base = unsafe {
-            libc::mremap(
-                self.base.cast(),
-                self.len,
-                len as usize,
-                libc::MREMAP_MAYMOVE,
-            )
-        };
-        if base == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
+        if len > self.reserved as u64 {
+            return Err(outgrown());
         }
-        let old = self.len;
-        self.base = base.cast();
+        allocate(file, now, len)?;
         self.len = len as usize;
-        self.populate(old, self.len);
+        let need = steps(min) as usize;
+        if need > now as usize {
+            // SAFETY: inside the mapping (`need` ≤ `len`).
+            prefault::populate_now(unsafe { self.base.add(now as usize) }, need - now as usize);
+        }
+        prefault::populate_later(self.base, need.max(now as usize), self.len);
         Ok(())
     }
 
-    /// Faults the pages of bytes `from..to` in writable, so stores do not fault one page at a
-    /// time (best effort: before Linux 5.14 they fault as they are written).
-    fn populate(&self, from: usize, to: usize) {
-        // SAFETY: a range of our own mapping; `from` is page-aligned (0 or a multiple of
-        // STEP).
-        unsafe {
-            libc::madvise(
-                self.base.add(from).cast(),
-                to - from,
-                libc::MADV_POPULATE_WRITE,
-            );
-        }
-    }
-
     /// Writes a record of `size` bytes at `at` and a terminator of `terminator` zero bytes
-    /// after it, all but the record's first 16 bytes: the payload `parts` one after the other
-    /// after the header, zero padding up to `size`. The checksum is taken piece by piece as
-    /// the payload is copied, so each byte is read from memory once; returns the payload's
-    /// crc32c. [`seal`](Self::seal) then stores the header.
+    /// after it, all but the record's first 16 bytes: [`fill_record`] into
+    /// [`record`](Self::record). [`seal`](Self::seal) then stores the header.
     ///
     /// # Panics
-    /// If `at` is not a multiple of 16, `size` is under 16 or shorter than the header and
-    /// parts, or the record and terminator do not fit in the mapping.
-    pub(crate) fn fill(
-        &mut self,
-        at: u64,
-        parts: &[&[u8]],
-        (size, terminator): (u64, usize),
-    ) -> u32 {
+    /// As [`record`](Self::record) and [`fill_record`].
+    pub(crate) fn fill(&mut self, at: u64, parts: &[&[u8]], size: (u64, usize)) -> u32 {
+        fill_record(self.record(at, size), parts)
+    }
+
+    /// The bytes of a record of `size` bytes at `at` and of the terminator of `terminator`
+    /// bytes after it, to [`fill_record`] (on another thread, say) before it is
+    /// [`seal`](Self::seal)ed.
+    ///
+    /// # Panics
+    /// If `at` is not a multiple of 16, `size` is under 16, or the record and terminator do
+    /// not fit in the mapping.
+    pub(crate) fn record(&mut self, at: u64, (size, terminator): (u64, usize)) -> &mut [u8] {
         let (at, size) = (at as usize, size as usize);
-        let total: usize = parts.iter().map(|p| p.len()).sum();
-        assert!(at.is_multiple_of(16) && size >= 16 && size >= HEADER + total);
+        assert!(at.is_multiple_of(16) && size >= 16);
         assert!(
             at + size + terminator <= self.len,
             "the record fits the mapping"
         );
         // SAFETY: bytes at..at + size + terminator are inside the mapping (asserted), and
         // `&mut self` is the only writer.
-        let record =
-            unsafe { std::slice::from_raw_parts_mut(self.base.add(at), size + terminator) };
-        let mut crc = crc_fast::Digest::new(crc_fast::CrcAlgorithm::Crc32Iscsi);
-        let i = HEADER + copy_parts(&mut record[HEADER..], parts, &mut crc);
-        record[i..].fill(0);
-        crc.finalize() as u32
+        unsafe { std::slice::from_raw_parts_mut(self.base.add(at), size + terminator) }
     }
 
     /// Stores the header `head` of the record [`fill`](Self::fill)ed at `at`: its first 16
@@ -205,9 +201,36 @@ impl Mapped {
 
 impl Drop for Mapped {
     fn drop(&mut self) {
-        // SAFETY: our own mapping, unmapped once.
-        unsafe { libc::munmap(self.base.cast(), self.len) };
+        // After the fault-ins asked for it; this value no longer touches it.
+        prefault::unmap(self.base, self.reserved);
     }
+}
+
+/// The error of a log longer than [`RESERVE`].
+fn outgrown() -> io::Error {
+    io::Error::other(format!(
+        "the log outgrew the {} GiB of address space its mapping reserves",
+        RESERVE >> 30
+    ))
+}
+
+/// Writes a record into `record` (its bytes and its terminator's, [`Mapped::record`]), all but
+/// its first 16 bytes: the payload `parts` one after the other after the header, then zero
+/// bytes (padding and terminator). The checksum is taken piece by piece as the payload is
+/// copied, so each byte is read from memory once; returns the payload's crc32c.
+///
+/// # Panics
+/// If the header and parts do not fit before the record's last [`TERMINATOR`] bytes.
+pub(crate) fn fill_record(record: &mut [u8], parts: &[&[u8]]) -> u32 {
+    let total: usize = parts.iter().map(|p| p.len()).sum();
+    assert!(
+        HEADER + total + TERMINATOR <= record.len(),
+        "the payload fits the record"
+    );
+    let mut crc = crc_fast::Digest::new(crc_fast::CrcAlgorithm::Crc32Iscsi);
+    let i = HEADER + copy_parts(&mut record[HEADER..], parts, &mut crc);
+    record[i..].fill(0);
+    crc.finalize() as u32
 }
 
 /// Whether `file` can be written through a mapping here: Linux on x86-64 or AArch64 (the
@@ -276,7 +299,7 @@ pub(crate) fn write_whole(file: &File, head: &[u8], parts: &[&[u8]]) -> io::Resu
     file.set_len(len as u64)?;
     allocate(file, 0, len as u64)?;
     let m = Mapped::map(file, len)?;
-    m.populate(0, len);
+    prefault::populate_now(m.base, len);
     // SAFETY: the whole mapping, `len` bytes of a file that long; `m` is the only writer.
     let all = unsafe { std::slice::from_raw_parts_mut(m.base, m.len) };
     let mut crc = crc_fast::Digest::new(crc_fast::CrcAlgorithm::Crc32Iscsi);
@@ -425,6 +448,43 @@ mod tests {
             std::fs::read(&path).expect("read"),
             [&want[..], &crc].concat()
         );
+        std::fs::remove_file(&path).expect("cleaned");
+    }
+
+    #[test]
+    fn a_log_mapping_grows_ahead_in_place_and_keeps_its_bytes() {
+        let path = std::env::temp_dir().join(format!("pslite-ahead-{}", std::process::id()));
+        let f = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(true)
+            .read(true)
+            .write(true)
+            .open(&path)
+            .expect("file");
+        let len = || std::fs::metadata(&path).expect("file").len();
+        let mut m = Mapped::new(&f, 1 << 20).expect("mapped (ext4 or tmpfs here)");
+        let base = m.base;
+        assert_eq!(len(), 1 << 20);
+        let first: Vec<u8> = (0..300_000u32).map(|i| (i * 7) as u8).collect();
+        m.fill(0, &[&first], (300_016, 16));
+        m.seal(0, &[1; HEADER]);
+        // Half the file still free after 400 KB: no growth.
+        m.grow(&f, 400 << 10).expect("grow");
+        assert_eq!(len(), 1 << 20);
+        // Less than half left: the file at least doubles, the mapping stays where it is.
+        m.grow(&f, 700 << 10).expect("grow");
+        assert_eq!((len(), m.base), (2 << 20, base));
+        m.grow(&f, 100 << 20).expect("grow");
+        assert!(len() >= 100 << 20 && m.base == base, "{} bytes", len());
+        let last = vec![0xabu8; 5000];
+        m.fill(99 << 20, &[&last], (5024, 16));
+        // Dropped while its new pages may still be faulting in on the thread.
+        drop(m);
+        let bytes = std::fs::read(&path).expect("read");
+        assert_eq!(&bytes[..HEADER], &[1; HEADER]);
+        assert_eq!(&bytes[HEADER..HEADER + first.len()], &first[..]);
+        let at = (99 << 20) + HEADER;
+        assert_eq!(&bytes[at..at + last.len()], &last[..]);
         std::fs::remove_file(&path).expect("cleaned");
     }
 

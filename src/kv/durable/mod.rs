@@ -23,6 +23,7 @@ pub mod bytes;
 pub mod checkpoint;
 pub mod log;
 mod mapped;
+mod prefault;
 pub mod record;
 pub mod snapshot;
 

@@ -323,7 +323,7 @@ fn serve_request<V: Value>(
         sender: m.sender,
         timestamp: m.timestamp,
     };
-    // Logged (with a checkpoint): prepared before it is applied, committed after.
+    // Logged (with a checkpoint): prepared while it is applied, committed after.
     let (logs, mut durable, mut prepared) = (may_change && !again, durable, None);
     // A kept list's keys were checked (sorted, unique) when it was registered.
     let result = decode_checked::<V>(&data, list.is_some()).and_then(|mut req| {
@@ -334,17 +334,22 @@ fn serve_request<V: Value>(
             req.vals = std::borrow::Cow::Borrowed(&[]);
             req.lens = std::borrow::Cow::Borrowed(&[]);
         }
-        if let (true, Some(d)) = (logs, durable.as_deref_mut()) {
-            prepared = Some(d.prepare(&m, &data, list)?);
-        }
-        if rm.push && parked {
-            pushed = Some(req.keys.to_vec());
-        }
+        let parked_keys = (rm.push && parked).then(|| req.keys.to_vec());
         req.memo = list
             .and_then(|d| lists.get(m.sender, m.customer_id, d))
             .map(|l| &mut l.memo);
         let asked = !req.keys.is_empty();
-        handler.handle(&rm, req).map(|res| (res, asked))
+        let apply = || handler.handle(&rm, req).map(|res| (res, asked));
+        let applied = match (logs, durable.as_deref_mut()) {
+            (true, Some(d)) => {
+                let (p, applied) = d.prepare_with((&m, &data, list), apply)?;
+                prepared = Some(p);
+                applied
+            }
+            _ => apply(),
+        };
+        pushed = parked_keys;
+        applied
     });
     let result = match (result, durable, prepared) {
         (Ok(r), Some(d), Some(p)) => d.commit(p, &m, &data, list).map(|()| r),
