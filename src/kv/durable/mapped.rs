@@ -20,32 +20,36 @@
 //! previous terminator at the record's start (the log ends before it: it was never
 //! acknowledged) or the whole record.
 //!
-//! A log's mapping reserves [`RESERVE`] bytes of address space once, however long the file
-//! is, so it never moves: the file grows under it. The file is as long as the part in use
-//! (the log's end is its terminator, not the file's end). Its blocks are allocated
-//! (`fallocate`) before they are used, so that a store never meets a full disk (which would
-//! raise SIGBUS). The file grows ahead of the records — by half its length, up to 64 MiB —
-//! and the new part's pages are faulted in writable (`MADV_POPULATE_WRITE`) on
-//! [`super::prefault`]'s thread while the server serves, so that the stores rarely fault. The
-//! file must not be shortened while it is mapped: the checkpoint directory's lock keeps other
-//! servers out, and `pslite-launch inspect` only reads.
+//! A log's mapping reserves [`RESERVE`] bytes of address space once (less where the process
+//! may not have that much), however long the file is, so it never moves: the file grows under
+//! it. The mapping's usable part is the file (the log's end is its terminator, not the file's
+//! end). Its blocks are allocated (`fallocate`) before they are used, so that a store never
+//! meets a full disk (which would raise SIGBUS). The file grows ahead of the records (once
+//! fewer than half its length, at most 32 MiB, would be left after the next record: to at
+//! least double, by at most 64 MiB beyond the record), and the pages up to as far ahead of
+//! the record are faulted in writable (`MADV_POPULATE_WRITE`) on [`super::prefault`]'s thread
+//! while the server serves, so that the stores rarely fault. The file must not be shortened
+//! while the server writes through the mapping: the checkpoint directory's lock keeps other
+//! servers out, and `pslite-launch inspect` only reads. (A dropped mapping is unmapped a
+//! little later, on that thread; a file shortened meanwhile costs nothing: only `madvise`
+//! still reaches it, which returns an error past the file's end.)
 
 use super::log::{HEADER, TERMINATOR};
 use super::prefault;
 use std::fs::File;
 use std::io;
 
-/// Mappings are multiples of this many bytes. A log's first mapping is as small as its first
-/// record allows; each growth at least doubles it, by at most [`MAX_STEP`] more than the
-/// records need (each step's blocks allocated and pages faulted in at once), so a small log
-/// costs little fresh memory and a large one few steps.
+/// A log file's length is a multiple of this many bytes. A new log's file is as short as its
+/// first record allows; each growth at least doubles it, by at most [`MAX_STEP`] more than the
+/// records need, so a small log costs little fresh memory and a large one few steps.
 const STEP: u64 = 1 << 20;
 
-/// The most a mapping grows beyond what the records need.
+/// The most a log's file grows beyond what the records need.
 const MAX_STEP: u64 = 64 << 20;
 
 /// The address space a log's mapping reserves: a log longer than this between two snapshots
-/// is written with `pwrite` from there on.
+/// is written with `pwrite` from there on. Where `mmap` cannot have that much (a 39-bit
+/// AArch64 address space, `ulimit -v`), half as much is tried, down to the file's length.
 const RESERVE: usize = 256 << 30;
 
 /// A payload is checksummed and copied this many bytes at a time: the piece the checksum
@@ -58,42 +62,50 @@ pub(crate) struct Mapped {
     base: *mut u8,
     len: usize,
     reserved: usize,
+    /// Pages below this were faulted in, or asked of [`prefault`]'s thread.
+    ahead: usize,
 }
 
 // SAFETY: the mapping is owned by this value; it is written only through `&mut self`.
 unsafe impl Send for Mapped {}
 
 impl Mapped {
-    /// Maps `file` (open for reading and writing): all of it, and at least `min` bytes, the
-    /// file grown to a multiple of 1 MiB with its blocks allocated.
+    /// Maps log `file` (open for reading and writing) to write a record from byte `at` to
+    /// byte `min`: all of the file usable, and at least `min` bytes, the file grown to a
+    /// multiple of 1 MiB with its blocks allocated. The bytes before `at` (records of a reused
+    /// or restored log) are not faulted in.
     ///
     /// # Errors
     /// The OS error of `fallocate` (no room on the disk; a file system without it) or `mmap`;
     /// [`io::ErrorKind::Unsupported`] on a platform without the 16-byte store this needs.
-    pub(crate) fn new(file: &File, min: u64) -> io::Result<Mapped> {
+    pub(crate) fn new(file: &File, (at, min): (u64, u64)) -> io::Result<Mapped> {
         mappable(file)?;
         let len = steps(file.metadata()?.len().max(min).max(1));
-        if len > RESERVE as u64 {
-            return Err(outgrown());
-        }
         allocate(file, 0, len)?;
-        let mut m = Mapped::map(file, RESERVE)?;
+        let mut reserve = RESERVE;
+        let mut m = loop {
+            match Mapped::map(file, reserve.max(len as usize)) {
+                Err(e) if e.raw_os_error() == Some(libc::ENOMEM) && reserve > len as usize => {
+                    reserve /= 2
+                }
+                mapped => break mapped?,
+            }
+        };
         m.len = len as usize;
-        // What the next record reaches now, the rest (of a reused file) on the thread.
-        let now = (steps(min) as usize).min(m.len);
-        prefault::populate_now(m.base, now);
-        prefault::populate_later(m.base, now, m.len);
+        m.ahead = (at - at % STEP) as usize;
+        m.fault_in(min);
         Ok(m)
     }
 
-    /// A new shared read-write mapping of `len` bytes of `file` from its start, all in use.
+    /// A new shared read-write mapping of `len` bytes of `file` from its start, all usable
+    /// (the caller sets [`len`](Self::len) to the file's length when it is shorter).
     ///
     /// # Errors
     /// The OS error of `mmap`.
     fn map(file: &File, len: usize) -> io::Result<Mapped> {
         use std::os::fd::AsRawFd;
-        // SAFETY: a new shared mapping of `len` bytes of a file at least that long (the
-        // caller's promise).
+        // SAFETY: a new shared mapping of `len` bytes of a file; the bytes past its end are
+        // never stored to (`len` is cut to the file's length then) and SIGBUS is not reached.
         let base = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
@@ -111,35 +123,45 @@ impl Mapped {
             base: base.cast(),
             len,
             reserved: len,
+            ahead: 0,
         })
     }
 
     /// Makes at least `min` bytes of the file usable, growing it ahead once fewer than half
-    /// its length (at most 32 MiB) would be left after them: at least double, by at most
-    /// [`MAX_STEP`] beyond `min`. What `min` reaches is faulted in now, the rest on
-    /// [`prefault`]'s thread.
+    /// its length (at most 32 MiB) would be left after them: to at least double, by at most
+    /// [`MAX_STEP`] beyond `min`. Then [`fault_in`](Self::fault_in).
     ///
     /// # Errors
     /// As [`new`](Self::new), or the log outgrew the mapping's reserved address space; the
     /// mapping is unchanged then.
     pub(crate) fn grow(&mut self, file: &File, min: u64) -> io::Result<()> {
         let now = self.len as u64;
-        if min + (now / 2).min(MAX_STEP / 2) <= now {
-            return Ok(());
+        if min + (now / 2).min(MAX_STEP / 2) > now {
+            let len = steps(min.max((2 * now).min(min + MAX_STEP)));
+            if len > self.reserved as u64 {
+                return Err(outgrown());
+            }
+            allocate(file, now, len)?;
+            self.len = len as usize;
         }
-        let len = steps(min.max((2 * now).min(min + MAX_STEP)));
-        if len > self.reserved as u64 {
-            return Err(outgrown());
-        }
-        allocate(file, now, len)?;
-        self.len = len as usize;
-        let need = steps(min) as usize;
-        if need > now as usize {
-            // SAFETY: inside the mapping (`need` ≤ `len`).
-            prefault::populate_now(unsafe { self.base.add(now as usize) }, need - now as usize);
-        }
-        prefault::populate_later(self.base, need.max(now as usize), self.len);
+        self.fault_in(min);
         Ok(())
+    }
+
+    /// Faults the pages up to `min` in now (those not asked of the thread before), and asks
+    /// [`prefault`]'s thread for those up to half the usable length (at most 32 MiB) further.
+    fn fault_in(&mut self, min: u64) {
+        let need = (steps(min) as usize).min(self.len);
+        if need > self.ahead {
+            // SAFETY: inside the mapping (`need` ≤ `len`).
+            prefault::populate_now(unsafe { self.base.add(self.ahead) }, need - self.ahead);
+            self.ahead = need;
+        }
+        let target = (need + (self.len / 2).min(MAX_STEP as usize / 2)).min(self.len);
+        if target > self.ahead {
+            prefault::populate_later(self.base, self.ahead, target);
+            self.ahead = target;
+        }
     }
 
     /// Writes a record of `size` bytes at `at` and a terminator of `terminator` zero bytes
@@ -230,6 +252,13 @@ pub(crate) fn fill_record(record: &mut [u8], parts: &[&[u8]]) -> u32 {
     let mut crc = crc_fast::Digest::new(crc_fast::CrcAlgorithm::Crc32Iscsi);
     let i = HEADER + copy_parts(&mut record[HEADER..], parts, &mut crc);
     record[i..].fill(0);
+    // This thread's streaming stores completed before the record is handed back (it may be
+    // sealed on another thread).
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: SSE2 is part of x86-64.
+    unsafe {
+        std::arch::x86_64::_mm_sfence()
+    };
     crc.finalize() as u32
 }
 
@@ -462,7 +491,7 @@ mod tests {
             .open(&path)
             .expect("file");
         let len = || std::fs::metadata(&path).expect("file").len();
-        let mut m = Mapped::new(&f, 1 << 20).expect("mapped (ext4 or tmpfs here)");
+        let mut m = Mapped::new(&f, (0, 1 << 20)).expect("mapped (ext4 or tmpfs here)");
         let base = m.base;
         assert_eq!(len(), 1 << 20);
         let first: Vec<u8> = (0..300_000u32).map(|i| (i * 7) as u8).collect();

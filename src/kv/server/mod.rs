@@ -277,7 +277,7 @@ struct Handling<'a, H> {
 /// when rendezvous pulls are parked, so they can be served once the keys have values.
 ///
 /// With a checkpoint, a request that may change state (a push or an application command) is
-/// logged: its record written before it is applied, made part of the log after, before the
+/// logged: its record written while it is applied, made part of the log after, before the
 /// answer goes out (without fsync a request whose record cannot be written is not applied;
 /// with fsync the write, and so its error, comes after); one applied before this server
 /// restarted is answered as a pull of its keys, applying nothing (issue 13).

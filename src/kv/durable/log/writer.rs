@@ -338,7 +338,7 @@ impl LogWriter {
         let mapped = match self.map.as_mut().map(Option::take) {
             Err(()) => return None,
             Ok(Some(mut m)) => m.grow(&self.file, need).map(|()| m),
-            Ok(None) => Mapped::new(&self.file, need),
+            Ok(None) => Mapped::new(&self.file, (self.len, need)),
         };
         match mapped {
             Ok(m) => self.map = Ok(Some(m)),
