@@ -6,7 +6,7 @@
 #   - kv-app --keys 1000000: job wall time, and its push and push-pull phases;
 #   - bench push-pull, 1 MB values, --warmup 3 --seconds 4: goodput over a new server's first
 #     3 s and the 4 s after them.
-# Medians of RUNS rounds.
+# Medians of RUNS rounds; the order within a round changes from round to round.
 # Usage: scripts/bench-checkpoint-ab.sh A B [RUNS]      (RUNS defaults to 6)
 #   A and B: commits (built with cargo into target/ab/, once each), or directories holding a
 #   release build's pslite-launch.
@@ -45,8 +45,11 @@ CP=$(mktemp -d -p target)
 trap 'rm -rf "$CP"' EXIT
 
 declare -A wall push pp warm good
+# The order within a round goes through all six, so no build always runs first or after the
+# same one (a run after another's checkpoint files were removed gets recently freed pages).
+orders=("off A B" "B off A" "A B off" "off B A" "A off B" "B A off")
 for i in $(seq "$RUNS"); do
-    for v in off A B; do
+    for v in ${orders[$(((i - 1) % 6))]}; do
         rm -rf "$CP/run"
         sync
         case $v in
@@ -80,7 +83,7 @@ row() {
     echo "| $name | $o $unit | $a $unit ($(pct "$o" "$a")) | $b $unit ($(pct "$o" "$b")) |"
 }
 cat <<EOT
-A = $1, B = $2; S=1 W=1, checkpoints on disk without fsync; medians of $RUNS interleaved rounds
+A = $1, B = $2; S=1 W=1, checkpoints on disk without fsync; medians of $RUNS interleaved rounds (orders: ${orders[*]:0:RUNS})
 
 | figure | no checkpoint (B) | A | B |
 | --- | --- | --- | --- |

@@ -175,8 +175,7 @@ impl Mapped {
     }
 
     /// The bytes of a record of `size` bytes at `at` and of the terminator of `terminator`
-    /// bytes after it, to [`fill_record`] (on another thread, say) before it is
-    /// [`seal`](Self::seal)ed.
+    /// bytes after it, to [`fill_record`] before it is [`seal`](Self::seal)ed.
     ///
     /// # Panics
     /// If `at` is not a multiple of 16, `size` is under 16, or the record and terminator do
@@ -243,7 +242,7 @@ fn outgrown() -> io::Error {
 ///
 /// # Panics
 /// If the header and parts do not fit before the record's last [`TERMINATOR`] bytes.
-pub(crate) fn fill_record(record: &mut [u8], parts: &[&[u8]]) -> u32 {
+fn fill_record(record: &mut [u8], parts: &[&[u8]]) -> u32 {
     let total: usize = parts.iter().map(|p| p.len()).sum();
     assert!(
         HEADER + total + TERMINATOR <= record.len(),
@@ -252,13 +251,6 @@ pub(crate) fn fill_record(record: &mut [u8], parts: &[&[u8]]) -> u32 {
     let mut crc = crc_fast::Digest::new(crc_fast::CrcAlgorithm::Crc32Iscsi);
     let i = HEADER + copy_parts(&mut record[HEADER..], parts, &mut crc);
     record[i..].fill(0);
-    // This thread's streaming stores completed before the record is handed back (it may be
-    // sealed on another thread).
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: SSE2 is part of x86-64.
-    unsafe {
-        std::arch::x86_64::_mm_sfence()
-    };
     crc.finalize() as u32
 }
 

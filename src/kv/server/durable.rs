@@ -83,20 +83,20 @@ impl Durable {
             .contains(m.sender, m.customer_id, m.timestamp)
     }
 
-    /// Applies request `m` (with `frames`: keys, values, lengths) with `apply` while writing its
-    /// log record, without making it part of the log yet ([`Checkpoint::prepare_with`]: a
-    /// large payload is copied into the log on another core meanwhile). A request whose keys
-    /// are the kept list `list` (key caching) logs the list once per log generation and then
-    /// names it by digest. Returns the record, to [`commit`](Self::commit) once applied, and
-    /// what `apply` returned.
+    /// Before request `m` (with `frames`: keys, values, lengths) is applied: writes its log
+    /// record without making it part of the log yet ([`Checkpoint::prepare`]), so that the
+    /// payload is read once for the log and then found in the cache by the handler. A request
+    /// whose keys are the kept list `list` (key caching) logs the list once per log generation
+    /// and then names it by digest.
     ///
     /// # Errors
-    /// The log could not be written: the request must be refused; `apply` has not run.
-    pub(super) fn prepare_with<R>(
+    /// The log could not be written: the request must be refused, not applied.
+    pub(super) fn prepare(
         &mut self,
-        (m, frames, list): (&Meta, &[Bytes], Option<u64>),
-        apply: impl FnOnce() -> R,
-    ) -> std::result::Result<(Prepared, R), String> {
+        m: &Meta,
+        frames: &[Bytes],
+        list: Option<u64>,
+    ) -> std::result::Result<Prepared, String> {
         let (sender, customer) = (m.sender, m.customer_id);
         let result = (|| {
             if let (Some(digest), Some(keys)) = (list, frames.first()) {
@@ -111,7 +111,7 @@ impl Durable {
                     })?;
                 }
             }
-            self.cp.prepare_with(&applied(m, frames, list), apply)
+            self.cp.prepare(&applied(m, frames, list))
         })();
         result.map_err(|e| {
             tracing::error!("{}: {e}", self.name);
@@ -119,7 +119,7 @@ impl Durable {
         })
     }
 
-    /// After request `m` was applied: makes its record `p`, [`prepare_with`](Self::prepare_with)d with
+    /// After request `m` was applied: makes its record `p`, [`prepare`](Self::prepare)d with
     /// the same `frames` and `list`, part of the log, before the request is answered.
     ///
     /// # Errors

@@ -277,7 +277,7 @@ struct Handling<'a, H> {
 /// when rendezvous pulls are parked, so they can be served once the keys have values.
 ///
 /// With a checkpoint, a request that may change state (a push or an application command) is
-/// logged: its record written while it is applied, made part of the log after, before the
+/// logged: its record written before it is applied, made part of the log after, before the
 /// answer goes out (without fsync a request whose record cannot be written is not applied;
 /// with fsync the write, and so its error, comes after); one applied before this server
 /// restarted is answered as a pull of its keys, applying nothing (issue 13).
@@ -323,7 +323,7 @@ fn serve_request<V: Value>(
         sender: m.sender,
         timestamp: m.timestamp,
     };
-    // Logged (with a checkpoint): prepared while it is applied, committed after.
+    // Logged (with a checkpoint): prepared before it is applied, committed after.
     let (logs, mut durable, mut prepared) = (may_change && !again, durable, None);
     // A kept list's keys were checked (sorted, unique) when it was registered.
     let result = decode_checked::<V>(&data, list.is_some()).and_then(|mut req| {
@@ -334,22 +334,17 @@ fn serve_request<V: Value>(
             req.vals = std::borrow::Cow::Borrowed(&[]);
             req.lens = std::borrow::Cow::Borrowed(&[]);
         }
-        let parked_keys = (rm.push && parked).then(|| req.keys.to_vec());
+        if let (true, Some(d)) = (logs, durable.as_deref_mut()) {
+            prepared = Some(d.prepare(&m, &data, list)?);
+        }
+        if rm.push && parked {
+            pushed = Some(req.keys.to_vec());
+        }
         req.memo = list
             .and_then(|d| lists.get(m.sender, m.customer_id, d))
             .map(|l| &mut l.memo);
         let asked = !req.keys.is_empty();
-        let apply = || handler.handle(&rm, req).map(|res| (res, asked));
-        let applied = match (logs, durable.as_deref_mut()) {
-            (true, Some(d)) => {
-                let (p, applied) = d.prepare_with((&m, &data, list), apply)?;
-                prepared = Some(p);
-                applied
-            }
-            _ => apply(),
-        };
-        pushed = parked_keys;
-        applied
+        handler.handle(&rm, req).map(|res| (res, asked))
     });
     let result = match (result, durable, prepared) {
         (Ok(r), Some(d), Some(p)) => d.commit(p, &m, &data, list).map(|()| r),

@@ -315,21 +315,6 @@ impl Checkpoint {
         self.log.prepare(&entry.parts(&mut scratch))
     }
 
-    /// [`prepare`](Self::prepare)s `entry`'s record while `apply` runs
-    /// ([`LogWriter::prepare_with`]: a large payload is copied into the log on another thread
-    /// meanwhile).
-    ///
-    /// # Errors
-    /// As [`prepare`](Self::prepare); `apply` has not run then.
-    pub fn prepare_with<R>(
-        &mut self,
-        entry: &Entry<'_>,
-        apply: impl FnOnce() -> R,
-    ) -> Result<(Prepared, R)> {
-        let mut scratch = Vec::new();
-        self.log.prepare_with(&entry.parts(&mut scratch), apply)
-    }
-
     /// Makes `entry`'s prepared record `p` part of the log, as [`append`](Self::append).
     ///
     /// # Errors

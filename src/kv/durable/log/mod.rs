@@ -17,9 +17,8 @@
 //! leaves the previous terminator in place, so the log ends before the record, which was never
 //! acknowledged. Headers never cross a page (records start at multiples of [`ALIGN`]), so the
 //! header's write is never cut in two. The two halves are separate calls
-//! ([`LogWriter::prepare`] or [`LogWriter::prepare_with`], [`LogWriter::commit`]): a server
-//! writes a request's record while applying it (nothing that can fail once it applies) and its
-//! header after, and a record whose request was refused is never committed
+//! ([`LogWriter::prepare`], [`LogWriter::commit`]): a server writes a request's record before
+//! applying it and its header after, and a record whose request was refused is never committed
 //! and is written over by the next. Where it can, the writer stores records through a mapping
 //! of the file instead of `pwrite` ([`super::mapped`]: streaming stores, the header in one 16-byte
 //! store). With fsync (the file is cut to the log's end when opened)

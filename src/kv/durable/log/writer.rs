@@ -2,7 +2,7 @@
 
 use super::{aligned, header, Fsync, HEADER, TERMINATOR};
 use crate::error::{Error, Result};
-use crate::kv::durable::mapped::{fill_record, Mapped};
+use crate::kv::durable::mapped::Mapped;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
@@ -39,11 +39,6 @@ pub struct Prepared {
     /// Written through the mapping.
     mapped: bool,
 }
-
-/// A payload at least this long is written into the mapping on a thread of its own while the
-/// request is applied ([`LogWriter::prepare_with`]): below it, starting the thread costs more
-/// than the copy.
-const BESIDE_FROM: usize = 256 << 10;
 
 /// Disk space is reserved for the log this many bytes ahead (`fallocate` keeping the size, so
 /// the file still ends after its last record): appending into reserved blocks skips the file
@@ -186,8 +181,8 @@ impl LogWriter {
     /// [`commit`](Self::commit), header first). Until it is committed the log still ends where
     /// it ended — a process killed now, or a [`Prepared`] dropped, leaves a record that is
     /// never read, and the next one is written over it. A server prepares a request's record
-    /// while applying the request ([`prepare_with`](Self::prepare_with)), and commits it
-    /// before answering.
+    /// before applying the request: the payload is read from memory once for the checksum and
+    /// the copy, and the handler then finds it in the cache.
     ///
     /// # Errors
     /// [`Error::Config`] naming the path and the OS error, or a payload over 4 GiB; the log
@@ -206,51 +201,6 @@ impl LogWriter {
         self.write_from(at + HEADER as u64, &[], parts, end)?;
         p.crc = Some(crate::kv::durable::crc32c(parts));
         Ok(p)
-    }
-
-    /// [`prepare`](Self::prepare)s a record of payload `parts` while `apply` runs: a payload of
-    /// [`BESIDE_FROM`] bytes or more written through the mapping is copied (and checksummed)
-    /// on a thread of its own meanwhile, so that a server applies a large push and logs it at
-    /// once, on two cores. Only what cannot fail (stores into the mapping's allocated blocks)
-    /// runs beside `apply`: `apply` does not run when preparing fails.
-    ///
-    /// # Errors
-    /// As [`prepare`](Self::prepare); `apply` has not run then.
-    pub fn prepare_with<R>(
-        &mut self,
-        parts: &[&[u8]],
-        apply: impl FnOnce() -> R,
-    ) -> Result<(Prepared, R)> {
-        let total: usize = parts.iter().map(|p| p.len()).sum();
-        if total < BESIDE_FROM || self.sync == Fsync::Yes {
-            return self.prepare(parts).map(|p| (p, apply()));
-        }
-        let (mut p, end) = self.place(parts)?;
-        let Some(m) = self.mapped(end) else {
-            return self.prepare(parts).map(|p| (p, apply()));
-        };
-        let record = m.record(p.at, (p.size, TERMINATOR));
-        let beside = std::thread::scope(|s| {
-            let fill = move || fill_record(record, parts);
-            match std::thread::Builder::new()
-                .name("ps-log-fill".into())
-                .spawn_scoped(s, fill)
-            {
-                Ok(h) => {
-                    let r = apply();
-                    Ok((h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)), r))
-                }
-                Err(_) => Err(apply),
-            }
-        });
-        let (crc, r) = match beside {
-            Ok(done) => done,
-            // No thread: written here, before `apply`.
-            Err(apply) => return self.prepare(parts).map(|p| (p, apply())),
-        };
-        p.crc = Some(crc);
-        p.mapped = true;
-        Ok((p, r))
     }
 
     /// Where a record of payload `parts` goes: its [`Prepared`] (nothing written yet) and the
@@ -550,44 +500,20 @@ mod tests {
     }
 
     #[test]
-    fn a_large_record_written_while_the_request_is_applied_reads_back_byte_for_byte() {
-        let path = temp_log("beside");
-        let mut w = LogWriter::create(&path, Fsync::No, 3).expect("create");
-        let big: Vec<u8> = (0..(1 << 20) + 5).map(|i| (i * 7) as u8).collect();
-        let parts: [&[u8]; 2] = [b"head", &big];
-        let mut applied = false;
-        let (p, r) = w
-            .prepare_with(&parts, || {
-                applied = true;
-                42
-            })
-            .expect("prepared");
-        assert_eq!((r, applied), (42, true));
-        assert!(p.mapped, "written through the mapping");
-        w.commit(p, &parts).expect("commit");
-        // A small one is written before it is applied, the same way.
-        let (p, ()) = w.prepare_with(&[b"small"], || ()).expect("prepared");
-        w.commit(p, &[b"small"]).expect("commit");
-        let want = vec![[&b"head"[..], &big].concat(), b"small".to_vec()];
-        assert_eq!(read_back(&path, 3).0, want);
-        std::fs::remove_file(&path).expect("cleaned");
-    }
-
-    #[test]
-    fn a_request_whose_record_cannot_be_prepared_is_not_applied() {
-        let path = temp_log("unprepared");
+    fn a_record_over_4_gib_is_refused_and_the_log_stays_as_it_was() {
+        let path = temp_log("over-4-gib");
         let mut w = LogWriter::create(&path, Fsync::No, 1).expect("create");
+        w.append(b"before").expect("append");
         let mib = vec![1u8; 1 << 20];
         // 4100 MiB: over the 4 GiB a record may hold.
         let parts = vec![&mib[..]; 4100];
-        let mut applied = false;
-        let e = w
-            .prepare_with(&parts, || applied = true)
-            .err()
-            .expect("refused");
-        assert!(!applied, "applied although not logged");
+        let e = w.prepare(&parts).err().expect("refused");
         assert!(e.to_string().contains("at most 4 GiB"), "{e}");
-        assert_eq!(read_back(&path, 1).0, Vec::<Vec<u8>>::new());
+        w.append(b"after").expect("append");
+        assert_eq!(
+            read_back(&path, 1).0,
+            vec![b"before".to_vec(), b"after".to_vec()]
+        );
         std::fs::remove_file(&path).expect("cleaned");
     }
 
