@@ -34,7 +34,7 @@
 //! little later, on that thread; a file shortened meanwhile costs nothing: only `madvise`
 //! still reaches it, which returns an error past the file's end.)
 
-use super::log::{HEADER, TERMINATOR};
+use super::log::HEADER;
 use super::prefault;
 use std::fs::File;
 use std::io;
@@ -165,31 +165,35 @@ impl Mapped {
     }
 
     /// Writes a record of `size` bytes at `at` and a terminator of `terminator` zero bytes
-    /// after it, all but the record's first 16 bytes: [`fill_record`] into
-    /// [`record`](Self::record). [`seal`](Self::seal) then stores the header.
+    /// after it, all but the record's first 16 bytes: the payload `parts` one after the other
+    /// after the header, zero padding up to `size`. The checksum is taken piece by piece as
+    /// the payload is copied, so each byte is read from memory once; returns the payload's
+    /// crc32c. [`seal`](Self::seal) then stores the header.
     ///
     /// # Panics
-    /// As [`record`](Self::record) and [`fill_record`].
-    pub(crate) fn fill(&mut self, at: u64, parts: &[&[u8]], size: (u64, usize)) -> u32 {
-        fill_record(self.record(at, size), parts)
-    }
-
-    /// The bytes of a record of `size` bytes at `at` and of the terminator of `terminator`
-    /// bytes after it, to [`fill_record`] before it is [`seal`](Self::seal)ed.
-    ///
-    /// # Panics
-    /// If `at` is not a multiple of 16, `size` is under 16, or the record and terminator do
-    /// not fit in the mapping.
-    pub(crate) fn record(&mut self, at: u64, (size, terminator): (u64, usize)) -> &mut [u8] {
+    /// If `at` is not a multiple of 16, `size` is under 16 or shorter than the header and
+    /// parts, or the record and terminator do not fit in the mapping.
+    pub(crate) fn fill(
+        &mut self,
+        at: u64,
+        parts: &[&[u8]],
+        (size, terminator): (u64, usize),
+    ) -> u32 {
         let (at, size) = (at as usize, size as usize);
-        assert!(at.is_multiple_of(16) && size >= 16);
+        let total: usize = parts.iter().map(|p| p.len()).sum();
+        assert!(at.is_multiple_of(16) && size >= 16 && size >= HEADER + total);
         assert!(
             at + size + terminator <= self.len,
             "the record fits the mapping"
         );
         // SAFETY: bytes at..at + size + terminator are inside the mapping (asserted), and
         // `&mut self` is the only writer.
-        unsafe { std::slice::from_raw_parts_mut(self.base.add(at), size + terminator) }
+        let record =
+            unsafe { std::slice::from_raw_parts_mut(self.base.add(at), size + terminator) };
+        let mut crc = crc_fast::Digest::new(crc_fast::CrcAlgorithm::Crc32Iscsi);
+        let i = HEADER + copy_parts(&mut record[HEADER..], parts, &mut crc);
+        record[i..].fill(0);
+        crc.finalize() as u32
     }
 
     /// Stores the header `head` of the record [`fill`](Self::fill)ed at `at`: its first 16
@@ -233,25 +237,6 @@ fn outgrown() -> io::Error {
         "the log outgrew the {} GiB of address space its mapping reserves",
         RESERVE >> 30
     ))
-}
-
-/// Writes a record into `record` (its bytes and its terminator's, [`Mapped::record`]), all but
-/// its first 16 bytes: the payload `parts` one after the other after the header, then zero
-/// bytes (padding and terminator). The checksum is taken piece by piece as the payload is
-/// copied, so each byte is read from memory once; returns the payload's crc32c.
-///
-/// # Panics
-/// If the header and parts do not fit before the record's last [`TERMINATOR`] bytes.
-fn fill_record(record: &mut [u8], parts: &[&[u8]]) -> u32 {
-    let total: usize = parts.iter().map(|p| p.len()).sum();
-    assert!(
-        HEADER + total + TERMINATOR <= record.len(),
-        "the payload fits the record"
-    );
-    let mut crc = crc_fast::Digest::new(crc_fast::CrcAlgorithm::Crc32Iscsi);
-    let i = HEADER + copy_parts(&mut record[HEADER..], parts, &mut crc);
-    record[i..].fill(0);
-    crc.finalize() as u32
 }
 
 /// Whether `file` can be written through a mapping here: Linux on x86-64 or AArch64 (the
@@ -450,9 +435,9 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    #[test]
-    fn a_whole_file_written_through_a_mapping_is_its_parts_and_their_checksum() {
-        let path = std::env::temp_dir().join(format!("pslite-whole-{}", std::process::id()));
+    /// A new empty file in the temporary directory, open for reading and writing.
+    fn temp_file(name: &str) -> (std::path::PathBuf, File) {
+        let path = std::env::temp_dir().join(format!("pslite-{name}-{}", std::process::id()));
         let f = std::fs::OpenOptions::new()
             .create(true)
             .truncate(true)
@@ -460,6 +445,12 @@ mod tests {
             .write(true)
             .open(&path)
             .expect("file");
+        (path, f)
+    }
+
+    #[test]
+    fn a_whole_file_written_through_a_mapping_is_its_parts_and_their_checksum() {
+        let (path, f) = temp_file("whole");
         std::fs::write(&path, vec![9u8; 3 << 20]).expect("a longer file before");
         let big: Vec<u8> = (0..(1 << 20) + 7).map(|i| (i * 13) as u8).collect();
         write_whole(&f, b"head", &[b"a", &big]).expect("mapped (ext4 or tmpfs here)");
@@ -474,14 +465,7 @@ mod tests {
 
     #[test]
     fn a_log_mapping_grows_ahead_in_place_and_keeps_its_bytes() {
-        let path = std::env::temp_dir().join(format!("pslite-ahead-{}", std::process::id()));
-        let f = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(true)
-            .read(true)
-            .write(true)
-            .open(&path)
-            .expect("file");
+        let (path, f) = temp_file("ahead");
         let len = || std::fs::metadata(&path).expect("file").len();
         let mut m = Mapped::new(&f, (0, 1 << 20)).expect("mapped (ext4 or tmpfs here)");
         let base = m.base;

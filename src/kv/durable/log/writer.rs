@@ -188,27 +188,6 @@ impl LogWriter {
     /// [`Error::Config`] naming the path and the OS error, or a payload over 4 GiB; the log
     /// is unchanged.
     pub fn prepare(&mut self, parts: &[&[u8]]) -> Result<Prepared> {
-        let (mut p, end) = self.place(parts)?;
-        let at = p.at;
-        if self.sync == Fsync::Yes {
-            return Ok(p);
-        }
-        if let Some(m) = self.mapped(end) {
-            p.crc = Some(m.fill(at, parts, (p.size, TERMINATOR)));
-            p.mapped = true;
-            return Ok(p);
-        }
-        self.write_from(at + HEADER as u64, &[], parts, end)?;
-        p.crc = Some(crate::kv::durable::crc32c(parts));
-        Ok(p)
-    }
-
-    /// Where a record of payload `parts` goes: its [`Prepared`] (nothing written yet) and the
-    /// end of its terminator.
-    ///
-    /// # Errors
-    /// [`Error::Config`] for a payload over 4 GiB.
-    fn place(&self, parts: &[&[u8]]) -> Result<(Prepared, u64)> {
         let total: usize = parts.iter().map(|p| p.len()).sum();
         let len = u32::try_from(total).map_err(|_| {
             Error::Config(format!(
@@ -217,14 +196,25 @@ impl LogWriter {
             ))
         })?;
         let size = aligned(HEADER + total) as u64;
-        let p = Prepared {
-            at: self.len,
+        let (at, end) = (self.len, self.len + size + TERMINATOR as u64);
+        let mut p = Prepared {
+            at,
             size,
             len,
             crc: None,
             mapped: false,
         };
-        Ok((p, self.len + size + TERMINATOR as u64))
+        if self.sync == Fsync::Yes {
+            return Ok(p);
+        }
+        if let Some(m) = self.mapped(end) {
+            p.crc = Some(m.fill(at, parts, (size, TERMINATOR)));
+            p.mapped = true;
+            return Ok(p);
+        }
+        self.write_from(at + HEADER as u64, &[], parts, end)?;
+        p.crc = Some(crate::kv::durable::crc32c(parts));
+        Ok(p)
     }
 
     /// Makes record `p`, prepared of the same `parts`, part of the log: its header written
