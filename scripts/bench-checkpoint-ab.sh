@@ -5,7 +5,9 @@
 # reference without checkpoints (B's build).
 #   - kv-app --keys 1000000: job wall time, and its push and push-pull phases;
 #   - bench push-pull, 1 MB values, --warmup 3 --seconds 4: goodput over a new server's first
-#     3 s and the 4 s after them.
+#     3 s and the 4 s after them;
+#   - reference: dd into fresh page-cache pages and over them again (what a new server's
+#     first logs pay against reused ones, on this machine that day).
 # Medians of RUNS rounds; the order within a round changes from round to round.
 # Usage: scripts/bench-checkpoint-ab.sh A B [RUNS]      (RUNS defaults to 6)
 #   A and B: commits (built with cargo into target/ab/, once each), or directories holding a
@@ -14,7 +16,7 @@
 # temporary directory under target/ that is removed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-[ $# -ge 2 ] || { sed -n 2,13p "$0" >&2; exit 2; }
+[ $# -ge 2 ] || { sed -n 2,15p "$0" >&2; exit 2; }
 RUNS=${3:-6}
 . scripts/bench-lib.sh
 
@@ -45,6 +47,11 @@ CP=$(mktemp -d -p target)
 trap 'rm -rf "$CP"' EXIT
 
 declare -A wall push pp warm good
+fresh="" reused=""
+# Reference, once a round: how fast this machine fills fresh page-cache pages (a new file, as
+# a new server's first logs) and pages it already has (the same file written over, as reused
+# logs), in GB/s: dd of 256 MiB, no fsync.
+fill() { dd if=/dev/zero of="$CP/dd" bs=1M count=256 "$@" 2>&1 | grep -o '[0-9.]* [GM]B/s' | awk '{print ($2 == "MB/s") ? $1 / 1000 : $1}'; }
 # The order within a round goes through all six, so no build always runs first or after the
 # same one (a run after another's checkpoint files were removed gets recently freed pages).
 orders=("off A B" "B off A" "A B off" "off B A" "A off B" "B A off")
@@ -72,6 +79,11 @@ for i in $(seq "$RUNS"); do
         warm[$v]+="$(printf '%.2f' "$(echo "$j" | field warmup_gbps)") "
         good[$v]+="$(printf '%.2f' "$(echo "$j" | field goodput_gbps)") "
     done
+    rm -f "$CP/dd"
+    sync
+    fresh+="$(fill) "
+    reused+="$(fill conv=notrunc) "
+    rm -f "$CP/dd"
     echo "round $i of $RUNS done" >&2
 done
 unset PS_CHECKPOINT_DIR
@@ -92,6 +104,7 @@ $(row "kv-app, its 50 pushes" s push)
 $(row "kv-app, its 50 push-pulls" s pp)
 $(row "bench push-pull 1 MB, a new server's first 3 s" Gbit/s warm)
 $(row "bench push-pull 1 MB, the 4 s after them" Gbit/s good)
+| reference: dd 256 MiB into fresh page-cache pages / over them again | | $(median_of "$fresh") GB/s | $(median_of "$reused") GB/s |
 
-runs: wall off ${wall[off]}/ A ${wall[A]}/ B ${wall[B]}; pushes off ${push[off]}/ A ${push[A]}/ B ${push[B]}; push-pulls off ${pp[off]}/ A ${pp[A]}/ B ${pp[B]}; first 3 s off ${warm[off]}/ A ${warm[A]}/ B ${warm[B]}; after off ${good[off]}/ A ${good[A]}/ B ${good[B]}
+runs: wall off ${wall[off]}/ A ${wall[A]}/ B ${wall[B]}; pushes off ${push[off]}/ A ${push[A]}/ B ${push[B]}; push-pulls off ${pp[off]}/ A ${pp[A]}/ B ${pp[B]}; first 3 s off ${warm[off]}/ A ${warm[A]}/ B ${warm[B]}; after off ${good[off]}/ A ${good[A]}/ B ${good[B]}; dd fresh ${fresh}/ over ${reused}
 EOT

@@ -23,7 +23,7 @@
 //! | `PS_DROP_MSG` | for tests: the share of received data messages dropped (ps-lite's knob) | percent, 0–99 | 0 |
 //! | `PS_CHECKPOINT_DIR` | servers keep their state recoverable here (snapshots and a request log, `server-R/` per rank); a lost server or worker can then be replaced ([`crate::kv::durable`]) | directory path | off |
 //! | `PS_CHECKPOINT_SYNC` | fsync each log record before the request is answered (survives a machine crash; without: a process death) | 0 or 1 | 0 |
-//! | `PS_CHECKPOINT_LOG_MB` | log size after which a snapshot starts a new log (or twice the last snapshot, if more) | MiB, 1–2³⁰ | 256 |
+//! | `PS_CHECKPOINT_LOG_MB` | log size after which a snapshot starts a new log (or twice the last snapshot, if more) | MiB, 1–2³⁰ | 64 |
 //! | `PS_RECOVERY_TIMEOUT` | (scheduler) how long a lost server or worker waits for a replacement before the job fails | seconds, > 0 | 60 |
 //! | `PSLITE_RANK` | rank this server/worker asks for (the launcher sets it) | whole number ≥ 0 | registration order |
 //!
