@@ -185,10 +185,13 @@ impl ZmqVan {
             .unwrap_or_default();
         let why = match zmq::SocketEvent::from_raw(event) {
             zmq::SocketEvent::HANDSHAKE_FAILED_AUTH => format!(
-                "the scheduler at {at} refused this node's proof of PS_AUTH_TOKEN (ZAP status                  {value}): this node's token differs from the scheduler's"
+                "the scheduler at {at} refused this node's proof of PS_AUTH_TOKEN (ZAP status \
+                 {value}): this node's token differs from the scheduler's"
             ),
             _ => format!(
-                "the scheduler at {at} did not complete the handshake (ZMTP error {value:#x}):                  one of the two authenticates with PS_AUTH_TOKEN and the other does not; give                  every node the same PS_AUTH_TOKEN (or PS_AUTH=none to every node)"
+                "the scheduler at {at} did not complete the handshake (ZMTP error {value:#x}): \
+                 one of the two authenticates with PS_AUTH_TOKEN and the other does not; give \
+                 every node the same PS_AUTH_TOKEN (or PS_AUTH=none to every node)"
             ),
         };
         Some(Error::Config(why))
