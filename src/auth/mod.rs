@@ -8,8 +8,9 @@
 //!   that user name under the token ([`proof`]): the token itself is never on the wire;
 //! - the listening side's ZAP handler ([`zap`], ZeroMQ RFC 27) checks the proof and answers
 //!   with the identity as the connection's `User-Id`, which libzmq attaches to every message
-//!   of that connection; a wrong proof (another token, or none) closes the connection and is
-//!   logged, rate-limited ([`limit`]), with the peer's address;
+//!   of that connection; a wrong proof (another token) closes the connection and is logged,
+//!   rate-limited ([`limit`]), with the peer's address (a client with no credential at all
+//!   fails the mechanism's handshake before the ZAP handler is asked, and is not logged);
 //! - the ZMQ van then takes a message's sender from its connection, never from its header: a
 //!   message whose header names another sender than its connection proved is dropped, and a
 //!   `join` connection may only register (ADD_NODE). A node that got its id connects to the
@@ -25,7 +26,9 @@
 //! and inject into a connection, and can replay a sniffed credential (it is bound to the
 //! identity, not to the connection). For that, run the cluster on a network only it uses, or
 //! under IPsec/WireGuard; CURVE would need a libzmq built with libsodium, which the `zmq-sys`
-//! crate's bundled build is not.
+//! crate's bundled build is not. Every member holds the same token, so a hostile member can
+//! prove any identity, the scheduler's included: the checks above keep members from speaking
+//! for each other by mistake, not by malice.
 
 pub mod limit;
 pub mod proof;
@@ -37,7 +40,7 @@ use crate::wire::{Command, Meta};
 
 /// Whether a message with header `meta`, received over a connection that proved `who`, may
 /// be acted on; otherwise why not. A node's messages must name it as their sender; a joiner
-/// (no id yet) may only register (an ADD_NODE request). `who` is `None` when the connection
+/// (no id yet) may only register (an ADD_NODE request, sender -1). `who` is `None` when the connection
 /// proved nothing.
 ///
 /// # Errors
@@ -55,7 +58,9 @@ pub fn admit(who: Option<Identity>, meta: &Meta) -> Result<(), String> {
             "{} over a connection that did not authenticate",
             what()
         )),
-        Some(Identity::Joiner) if meta.command() == Some(Command::AddNode) && meta.request => {
+        Some(Identity::Joiner)
+            if meta.command() == Some(Command::AddNode) && meta.request && meta.sender == -1 =>
+        {
             Ok(())
         }
         Some(Identity::Joiner) => Err(format!(
@@ -99,7 +104,13 @@ mod tests {
                 },
             )
         };
+        let add = Meta { sender: -1, ..add };
         assert_eq!(admit(Some(Identity::Joiner), &add), Ok(()));
+        let posing = Meta {
+            sender: 1,
+            ..add.clone()
+        };
+        assert!(admit(Some(Identity::Joiner), &posing).is_err());
         let terminate = Meta::for_control(
             1,
             Control {

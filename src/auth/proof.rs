@@ -122,8 +122,13 @@ impl Identity {
         match user {
             "join" => Some(Identity::Joiner),
             _ => {
-                let id: NodeId = user.strip_prefix("node:")?.parse().ok()?;
-                (id >= 0 && Identity::Node(id).user_name() == user).then_some(Identity::Node(id))
+                // Canonical decimal only: digits, no sign, no leading zero.
+                let digits = user.strip_prefix("node:")?;
+                let canonical = !digits.is_empty()
+                    && digits.bytes().all(|b| b.is_ascii_digit())
+                    && (digits == "0" || !digits.starts_with('0'));
+                let id: NodeId = digits.parse().ok().filter(|_| canonical)?;
+                Some(Identity::Node(id))
             }
         }
     }

@@ -59,20 +59,39 @@ impl Drop for ZapHandler {
     }
 }
 
+/// Answers requests until `stop` or the context ends. Any other error (a signal's EINTR
+/// included) is waited out: while this thread is gone, libzmq refuses every new connection.
 fn serve(sock: &zmq::Socket, token: &Token, stop: &AtomicBool) {
     let mut warned = RateLimited::default();
+    // Whether the last call's error ends the thread (the context is terminating).
+    let fatal = |e: zmq::Error| {
+        if e != zmq::Error::EINTR && e != zmq::Error::ETERM {
+            tracing::error!("the ZAP handler: {e}; trying again");
+            std::thread::sleep(std::time::Duration::from_millis(TICK_MS as u64));
+        }
+        e == zmq::Error::ETERM
+    };
     while !stop.load(Ordering::Acquire) {
         match sock.poll(zmq::POLLIN, TICK_MS) {
             Ok(0) => continue,
             Ok(_) => {}
-            Err(_) => return, // the context is terminating
+            Err(e) if fatal(e) => return,
+            Err(_) => continue,
         }
-        let Ok(request) = sock.recv_multipart(0) else {
-            return;
+        let request = match sock.recv_multipart(0) {
+            Ok(r) => r,
+            Err(e) if fatal(e) => return,
+            Err(_) => continue,
         };
         let reply = answer(&request, token, &mut warned);
-        if sock.send_multipart(reply, 0).is_err() {
-            return;
+        // A REP socket must send before it receives again.
+        loop {
+            match sock.send_multipart(reply.clone(), 0) {
+                Ok(()) => break,
+                Err(e) if fatal(e) => return,
+                Err(_) if stop.load(Ordering::Acquire) => return,
+                Err(_) => {}
+            }
         }
     }
 }

@@ -17,11 +17,19 @@ use std::net::ToSocketAddrs;
 pub(super) fn auth<F: Fn(&str) -> Option<String>>(
     vars: &Vars<'_, F>,
     (root_uri, root_port): (&str, u16),
+    node_host: &str,
 ) -> Result<Option<Token>> {
     let off = match vars.raw("PS_AUTH").as_deref().map(str::trim) {
         None | Some("") => false,
         Some("none") => true,
-        Some(v) => return Err(vars.invalid("PS_AUTH", v, "unset, or none (no authentication)")),
+        // The value is not repeated: it may be a token set in the wrong variable.
+        Some(_) => {
+            return Err(Error::Config(
+                "PS_AUTH: expected unset, or none (no authentication); the value given is not \
+                 shown, as it may be a secret"
+                    .into(),
+            ))
+        }
     };
     let given = vars.raw("PS_AUTH_TOKEN").filter(|t| !t.is_empty());
     let file = vars
@@ -62,7 +70,15 @@ pub(super) fn auth<F: Fn(&str) -> Option<String>>(
             );
             Ok(None)
         }
-        (None, false) if on_loopback(root_uri, root_port) => Ok(None),
+        (None, false) if on_loopback(root_uri, root_port) && on_loopback(node_host, 0) => Ok(None),
+        (None, false) if on_loopback(root_uri, root_port) => Err(Error::Config(format!(
+            "no PS_AUTH_TOKEN: this node would listen at {node_host} (DMLC_NODE_HOST or \
+             DMLC_INTERFACE), which is not loopback, so anyone who can reach it could send it \
+             requests and commands. Give every node the same secret of at least {} bytes: \
+             PS_AUTH_TOKEN=$(head -c 32 /dev/urandom | base64), or PS_AUTH_TOKEN_FILE=PATH; or \
+             set PS_AUTH=none to run without authentication",
+            crate::auth::MIN_TOKEN_BYTES
+        ))),
         (None, false) => Err(Error::Config(format!(
             "no PS_AUTH_TOKEN: the scheduler ({root_uri}:{root_port}) is not on loopback, so \
              anyone who can reach it could join this cluster. Give every node the same secret \
@@ -96,7 +112,12 @@ mod tests {
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
-        auth(&Vars::new(|k| e.get(k).cloned()), (root, 9000))
+        let host = if root.starts_with("198.") {
+            "198.18.0.2"
+        } else {
+            "127.0.0.1"
+        };
+        auth(&Vars::new(|k| e.get(k).cloned()), (root, 9000), host)
     }
 
     fn text(r: Result<Option<Token>>) -> String {
@@ -142,12 +163,25 @@ mod tests {
             "{e}"
         );
         assert_eq!(text(load(&[("PS_AUTH", "none")], "198.18.0.1")), "None");
+        // A scheduler on loopback, but this node listening elsewhere.
+        let e: HashMap<String, String> = HashMap::new();
+        let r = auth(
+            &Vars::new(|k| e.get(k).cloned()),
+            ("127.0.0.1", 9000),
+            "0.0.0.0",
+        );
+        let e = text(r);
+        assert!(e.contains("this node would listen at 0.0.0.0"), "{e}");
     }
 
     #[test]
     fn contradictions_and_short_tokens_are_named_without_the_token() {
-        let e = text(load(&[("PS_AUTH", "off")], "127.0.0.1"));
-        assert!(e.contains("PS_AUTH") && e.contains("none"), "{e}");
+        let e = text(load(
+            &[("PS_AUTH", "a-token-in-the-wrong-place")],
+            "127.0.0.1",
+        ));
+        assert!(e.contains("PS_AUTH: expected unset, or none"), "{e}");
+        assert!(!e.contains("wrong-place"), "{e}");
         let e = text(load(
             &[("PS_AUTH", "none"), ("PS_AUTH_TOKEN", TOKEN)],
             "127.0.0.1",

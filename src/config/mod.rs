@@ -207,8 +207,13 @@ impl Config {
             resend_timeout: resend_timeout(&vars)?,
             drop_msg_percent: vars.ranged("PS_DROP_MSG", 0, 99)?.unwrap_or(0),
             checkpoint: checkpoint::checkpoint(&vars)?,
-            auth: auth::auth(&vars, (&root_uri, root_port))?,
             node_host: node_host(&vars, &root_uri)?,
+            auth: None,
+        })
+        .and_then(|mut c| {
+            // Whether a token is needed depends on where this node listens.
+            c.auth = auth::auth(&vars, (&root_uri, root_port), &c.node_host)?;
+            Ok(c)
         })
     }
 

@@ -157,9 +157,10 @@ impl ZmqVan {
     /// an id) for a refusal, reported by [`recv`](Van::recv).
     fn watch(&self, sock: &zmq::Socket) -> Result<()> {
         let endpoint = format!("inproc://ps-monitor-{:p}", sock as *const _);
+        // Not HANDSHAKE_FAILED_NO_DETAIL: a connection reset or a handshake timeout, which
+        // libzmq retries; PS_TIMEOUT ends the start if it never succeeds.
         let events = zmq::SocketEvent::HANDSHAKE_FAILED_AUTH as i32
-            | zmq::SocketEvent::HANDSHAKE_FAILED_PROTOCOL as i32
-            | zmq::SocketEvent::HANDSHAKE_FAILED_NO_DETAIL as i32;
+            | zmq::SocketEvent::HANDSHAKE_FAILED_PROTOCOL as i32;
         sock.monitor(&endpoint, events)
             .map_err(zerr("monitor".into()))?;
         let watcher = self
