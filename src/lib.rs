@@ -46,7 +46,6 @@
 #![deny(missing_docs)]
 
 pub mod apps;
-pub mod auth;
 pub mod config;
 pub mod error;
 pub mod kv;

@@ -7,12 +7,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 /// Default of `PS_CHECKPOINT_LOG_MB`: a snapshot is taken once the request log has grown past
-/// this many MiB (or past twice the last snapshot, whichever is more). A server keeps two logs
-/// in the page cache (the current one and the spare), and a new server's first two fill fresh
-/// pages, so a smaller log costs less memory and less at start; a larger one fewer snapshots.
-/// 64 rather than 256 since BENCHMARKS.md's two A/B runs of 2026-11-24 (no loss on
-/// `kv-app --keys 1000000`, whose 16 MB snapshots make its logs 32 MiB at least).
-pub const DEFAULT_LOG_MB: u64 = 64;
+/// this many MiB (or past twice the last snapshot, whichever is more).
+pub const DEFAULT_LOG_MB: u64 = 256;
 
 /// Default of `PS_RECOVERY_TIMEOUT`: how long the scheduler waits for a lost server's or
 /// worker's replacement before the job fails.
