@@ -146,6 +146,14 @@ fn run(local: &Local) -> Result<i32, String> {
     if let Some(dir) = &local.checkpoint_dir {
         env.push(("PS_CHECKPOINT_DIR", dir.clone()));
     }
+    // Secure by default (issue 14): a fresh token for this run, unless one was given (the
+    // nodes inherit it) or authentication is turned off.
+    let given = |var| std::env::var_os(var).is_some_and(|v| !v.is_empty());
+    let off = std::env::var("PS_AUTH").is_ok_and(|v| v.trim() == "none");
+    if !given("PS_AUTH_TOKEN") && !given("PS_AUTH_TOKEN_FILE") && !off {
+        let token = pslite::auth::Token::generate()?;
+        env.push(("PS_AUTH_TOKEN", token.expose().to_string()));
+    }
     let inherited = std::env::var_os("PS_CHECKPOINT_DIR").is_some_and(|d| !d.is_empty());
     if local.restart > 0 && local.checkpoint_dir.is_none() && !inherited {
         return Err(

@@ -46,6 +46,7 @@
 #![deny(missing_docs)]
 
 pub mod apps;
+pub mod auth;
 pub mod config;
 pub mod error;
 pub mod kv;

@@ -326,3 +326,28 @@ fn a_handler_answering_nothing_is_not_taken_for_the_requested_keys() {
     drop(kv);
     c.finish();
 }
+
+#[test]
+fn a_server_refuses_keys_outside_its_range_and_applies_nothing() {
+    let c = cluster(2, 1, 20.0);
+    let (_catch, rx) = catcher(&c);
+    // Server 0 owns [0, u64::MAX / 2); the last key is server 1's.
+    let keys: Vec<Key> = vec![7, u64::MAX / 2 + 1];
+    let a = ask(&c, &rx, push(None, encode(&keys, &[1.0, 2.0], &[])));
+    assert_error_contains(
+        &a.meta.error,
+        &format!(
+            "key {} is outside the range of server rank 0 (id 8) [0, {})",
+            u64::MAX / 2 + 1,
+            u64::MAX / 2
+        ),
+    );
+    // Nothing of it was applied.
+    let kv = KVWorker::<f32>::new(&c.workers[0], 0, 0).expect("worker");
+    let e = kv
+        .pull_into(&[7], &mut [0f32; 1])
+        .expect_err("never pushed");
+    assert!(e.to_string().contains("key 7 was never pushed"), "{e}");
+    drop(kv);
+    c.finish();
+}

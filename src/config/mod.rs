@@ -25,6 +25,9 @@
 //! | `PS_CHECKPOINT_SYNC` | fsync each log record before the request is answered (survives a machine crash; without: a process death) | 0 or 1 | 0 |
 //! | `PS_CHECKPOINT_LOG_MB` | log size after which a snapshot starts a new log (or twice the last snapshot, if more) | MiB, 1–2³⁰ | 256 |
 //! | `PS_RECOVERY_TIMEOUT` | (scheduler) how long a lost server or worker waits for a replacement before the job fails | seconds, > 0 | 60 |
+//! | `PS_AUTH_TOKEN` | the cluster's secret: every connection proves it ([`crate::auth`]); the same on every node | text, ≥ 16 bytes | required unless the scheduler is on loopback (`pslite-launch` draws one per run) |
+//! | `PS_AUTH_TOKEN_FILE` | instead of `PS_AUTH_TOKEN`: a file holding it | file path | — |
+//! | `PS_AUTH` | `none` runs without authentication where a token would be required (warns) | `none` | — |
 //! | `PSLITE_RANK` | rank this server/worker asks for (the launcher sets it) | whole number ≥ 0 | registration order |
 //!
 //! The listening address is `DMLC_NODE_HOST` if set, else the IPv4 address of `DMLC_INTERFACE`,
@@ -35,6 +38,7 @@
 //! their row ([`Overrides`]). An error names the variable (and its flag), the value given and
 //! the expected form.
 
+mod auth;
 pub mod checkpoint;
 pub(crate) mod vars;
 
@@ -102,6 +106,9 @@ pub struct Config {
     pub drop_msg_percent: u32,
     /// Durable servers and recovery (`PS_CHECKPOINT_DIR` and its companions); `None` when off.
     pub checkpoint: Option<Checkpoint>,
+    /// The cluster's secret (`PS_AUTH_TOKEN`, `PS_AUTH_TOKEN_FILE`); `None`: no
+    /// authentication (a scheduler on loopback, or `PS_AUTH=none`).
+    pub auth: Option<crate::auth::Token>,
 }
 
 /// Values given as flags; each one, when `Some`, replaces its environment variable.
@@ -201,6 +208,12 @@ impl Config {
             drop_msg_percent: vars.ranged("PS_DROP_MSG", 0, 99)?.unwrap_or(0),
             checkpoint: checkpoint::checkpoint(&vars)?,
             node_host: node_host(&vars, &root_uri)?,
+            auth: None,
+        })
+        .and_then(|mut c| {
+            // Whether a token is needed depends on where this node listens.
+            c.auth = auth::auth(&vars, (&root_uri, root_port), &c.node_host)?;
+            Ok(c)
         })
     }
 
@@ -369,6 +382,7 @@ impl Config {
             resend_timeout: None,
             drop_msg_percent: 0,
             checkpoint: None,
+            auth: None,
         }
     }
 }

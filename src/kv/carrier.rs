@@ -46,6 +46,8 @@ pub(super) fn arrival(ev: VanEvent) -> Option<Arrival> {
         VanEvent::RemoteWrite(w) => return Some(Arrival::Written(w)),
         VanEvent::PeerLost { peer, error } => return Some(Arrival::PeerLost { peer, error }),
         VanEvent::Message(msg) => msg,
+        // Only the postoffice's receiving thread sees these.
+        VanEvent::Refused(_) => return None,
     };
     let Some(kind) = msg.meta.rendezvous else {
         return Some(Arrival::KeyValue(msg));

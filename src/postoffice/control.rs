@@ -35,6 +35,7 @@ impl Postoffice {
                 }
                 Ok(Some(VanEvent::RemoteWrite(w))) => po.deliver_write(w),
                 Ok(Some(VanEvent::PeerLost { peer, error })) => po.on_peer_lost(peer, error),
+                Ok(Some(VanEvent::Refused(error))) => po.on_refused(error),
                 Ok(None) => {}
                 Err(Error::Wire(e)) => tracing::warn!("dropped a message: {e}"),
                 Err(Error::Stopped) => return,
@@ -82,6 +83,18 @@ impl Postoffice {
             return;
         };
         let scheduler = self.scheduler.is_some();
+        if scheduler_only(cmd, scheduler, msg.meta.request) && msg.meta.sender != SCHEDULER {
+            tracing::warn!(
+                "dropped a {cmd:?} {} from {}: only the scheduler gives it",
+                if msg.meta.request {
+                    "request"
+                } else {
+                    "answer"
+                },
+                Node::describe(msg.meta.sender)
+            );
+            return;
+        }
         let control = msg.meta.control.clone().unwrap_or_default();
         match (cmd, scheduler, msg.meta.request) {
             (Command::AddNode, true, true) => self.on_add_node(&control.nodes),
@@ -328,6 +341,19 @@ impl Postoffice {
             self.release(o);
         }
         self.record_declared(declared);
+    }
+}
+
+/// Whether command `cmd` (a request or answer, received by the scheduler or not) is obeyed
+/// only from the scheduler (issue 14): node tables and refusals, barrier releases, heartbeat
+/// answers, TERMINATE, NODE_LOST, NODE_REPLACED notices. (With a token the sender is the
+/// one its connection proved, [`crate::auth`].)
+fn scheduler_only(cmd: Command, at_scheduler: bool, request: bool) -> bool {
+    match cmd {
+        Command::AddNode | Command::Barrier | Command::Heartbeat => !request,
+        Command::Terminate => true,
+        Command::NodeLost | Command::NodeReplaced => !at_scheduler,
+        _ => false,
     }
 }
 

@@ -65,6 +65,17 @@ impl Postoffice {
         });
     }
 
+    /// The scheduler refused this node's connection (issue 14: the tokens differ, or one side
+    /// has none): the start fails with `error`, which says so.
+    pub(super) fn on_refused(&self, error: Error) {
+        tracing::error!("{error}");
+        let mut st = lock(&self.state);
+        if st.fatal.is_none() {
+            st.fatal = Some(error);
+        }
+        self.cv.notify_all();
+    }
+
     /// A peer gone (from the RDMA van: its channel failed): recorded as a loss, unless the
     /// cluster replaces lost servers and workers (the scheduler's NODE_LOST or NODE_REPLACED
     /// decides).

@@ -177,8 +177,8 @@ impl Postoffice {
     /// nodes do not all register) within `PS_TIMEOUT`, naming who is missing.
     pub fn start(cfg: Config) -> Result<Arc<Postoffice>> {
         let van: Arc<dyn Van> = match cfg.van {
-            VanType::Zmq => Arc::new(ZmqVan::new(cfg.timeout)?),
-            VanType::Rdma => crate::van::rdma::create(cfg.timeout)?,
+            VanType::Zmq => Arc::new(ZmqVan::new(cfg.timeout, cfg.auth.clone())?),
+            VanType::Rdma => crate::van::rdma::create(cfg.timeout, cfg.auth.clone())?,
         };
         Postoffice::start_with_van(cfg, van)
     }

@@ -143,6 +143,10 @@ pub enum VanEvent {
         /// [`Error::PeerLost`] or [`Error::DeclaredLost`], naming the node.
         error: Error,
     },
+    /// The scheduler refused this node's connection while it joined: the tokens differ, or
+    /// only one side authenticates (issue 14). [`Error::Config`] saying which; the start fails
+    /// with it.
+    Refused(Error),
 }
 
 /// A remote write that landed (the receive completion of a WRITE WITH IMMEDIATE): who wrote,

@@ -4,12 +4,16 @@
 //! frame's `Bytes` on send, the received `zmq_msg_t` kept as the frame's storage on receive).
 
 use super::{Van, VanEvent};
+use crate::auth::limit::{more, RateLimited};
+use crate::auth::zap::ZapHandler;
+use crate::auth::{Identity, Token, ZAP_DOMAIN};
 use crate::error::{Error, Result};
-use crate::wire::{decode_frames, encode_meta, Message, Node, NodeId};
+use crate::wire::{decode_frames, encode_meta, Message, Node, NodeId, SCHEDULER};
 use bytes::Bytes;
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Pending messages are given this long to leave when the van stops.
 const LINGER_MS: i32 = 2000;
@@ -70,6 +74,21 @@ pub struct ZmqVan {
     receiver: Mutex<Option<zmq::Socket>>,
     senders: RwLock<HashMap<NodeId, Arc<Mutex<zmq::Socket>>>>,
     send_timeout: Duration,
+    /// This node's id once known (-1 before): the identity its connections claim.
+    me: AtomicI32,
+    /// With a token: connections authenticate ([`crate::auth`]).
+    token: Option<Token>,
+    /// Connections opened before this node had an id (as `join`), to open again as
+    /// `node:ID` once it has one: peer and address.
+    as_joiner: Mutex<Vec<(NodeId, String, u16)>>,
+    /// Handshake events of the connection to the scheduler made before this node had an id:
+    /// a refusal there fails the start with the reason.
+    monitor: Mutex<Option<zmq::Socket>>,
+    /// Warnings about dropped messages, per address.
+    refused: Mutex<RateLimited>,
+    /// Answers libzmq's authentication requests; declared after the sockets, so dropped after
+    /// them.
+    _zap: Option<ZapHandler>,
 }
 
 fn endpoint(host: &str, port: &str) -> String {
@@ -85,15 +104,113 @@ fn zerr(what: String) -> impl FnOnce(zmq::Error) -> Error {
 }
 
 impl ZmqVan {
-    /// A van whose sends fail after `send_timeout` if the peer does not take the message.
-    pub fn new(send_timeout: Duration) -> Result<ZmqVan> {
+    /// A van whose sends fail after `send_timeout` if the peer does not take the message. With
+    /// `token`, every connection to and from it authenticates ([`crate::auth`]).
+    ///
+    /// # Errors
+    /// [`Error::Van`] when the ZAP handler cannot start.
+    pub fn new(send_timeout: Duration, token: Option<Token>) -> Result<ZmqVan> {
         let ctx = zmq::Context::new();
+        let zap = match &token {
+            Some(t) => Some(ZapHandler::start(&ctx, t.clone()).map_err(Error::Van)?),
+            None => None,
+        };
         Ok(ZmqVan {
             ctx,
             receiver: Mutex::new(None),
             senders: RwLock::new(HashMap::new()),
             send_timeout,
+            me: AtomicI32::new(-1),
+            token,
+            as_joiner: Mutex::new(Vec::new()),
+            monitor: Mutex::new(None),
+            refused: Mutex::new(RateLimited::default()),
+            _zap: zap,
         })
+    }
+
+    /// Has the connection `sock` to `peer` authenticate as this node (or as a joiner, before
+    /// it has an id; the connection to the scheduler is then watched for a refusal).
+    fn authenticate(&self, sock: &zmq::Socket, peer: NodeId, host: &str, port: u16) -> Result<()> {
+        let me = self.me.load(Ordering::Acquire);
+        let who = if me >= 0 {
+            Identity::Node(me)
+        } else {
+            Identity::Joiner
+        };
+        if let Some(t) = &self.token {
+            let (user, password) = t.credential(who);
+            sock.set_plain_username(Some(&user))
+                .and_then(|_| sock.set_plain_password(Some(&password)))
+                .map_err(zerr("PLAIN credentials".into()))?;
+            if who == Identity::Joiner {
+                crate::sync::lock(&self.as_joiner).push((peer, host.to_string(), port));
+            }
+        }
+        if who == Identity::Joiner && peer == SCHEDULER {
+            self.watch(sock)?;
+        }
+        Ok(())
+    }
+
+    /// Watches the handshakes of `sock` (the connection to the scheduler before this node has
+    /// an id) for a refusal, reported by [`recv`](Van::recv).
+    fn watch(&self, sock: &zmq::Socket) -> Result<()> {
+        let endpoint = format!("inproc://ps-monitor-{:p}", sock as *const _);
+        // Not HANDSHAKE_FAILED_NO_DETAIL: a connection reset or a handshake timeout, which
+        // libzmq retries; PS_TIMEOUT ends the start if it never succeeds.
+        let events = zmq::SocketEvent::HANDSHAKE_FAILED_AUTH as i32
+            | zmq::SocketEvent::HANDSHAKE_FAILED_PROTOCOL as i32;
+        sock.monitor(&endpoint, events)
+            .map_err(zerr("monitor".into()))?;
+        let watcher = self
+            .ctx
+            .socket(zmq::PAIR)
+            .map_err(zerr("monitor socket".into()))?;
+        watcher
+            .connect(&endpoint)
+            .map_err(zerr(format!("cannot watch {endpoint}")))?;
+        *crate::sync::lock(&self.monitor) = Some(watcher);
+        Ok(())
+    }
+
+    /// A handshake event of the watched connection: the refusal it means.
+    fn refusal_event(watcher: &zmq::Socket) -> Option<Error> {
+        let frames = watcher.recv_multipart(zmq::DONTWAIT).ok()?;
+        let head = frames.first().filter(|f| f.len() >= 6)?;
+        let event = u16::from_le_bytes([head[0], head[1]]);
+        let value = u32::from_le_bytes([head[2], head[3], head[4], head[5]]);
+        let at = frames
+            .get(1)
+            .map(|e| String::from_utf8_lossy(e).into_owned())
+            .unwrap_or_default();
+        let why = match zmq::SocketEvent::from_raw(event) {
+            zmq::SocketEvent::HANDSHAKE_FAILED_AUTH => format!(
+                "the scheduler at {at} refused this node's proof of PS_AUTH_TOKEN (ZAP status \
+                 {value}): this node's token differs from the scheduler's"
+            ),
+            _ => format!(
+                "the scheduler at {at} did not complete the handshake (ZMTP error {value:#x}): \
+                 one of the two authenticates with PS_AUTH_TOKEN and the other does not; give \
+                 every node the same PS_AUTH_TOKEN (or PS_AUTH=none to every node)"
+            ),
+        };
+        Some(Error::Config(why))
+    }
+
+    /// Whether a received message may be acted on: its connection proved `who`, and its header
+    /// claims no one else. Dropped ones are warned about (rate-limited, with the address).
+    fn admitted(&self, who: Option<Identity>, address: &str, msg: &Message) -> bool {
+        let Err(why) = crate::auth::admit(who, &msg.meta) else {
+            return true;
+        };
+        // Per address and claimed identity: one kind of refusal does not hide another.
+        let source = format!("{address} as {}", who.map_or("?".into(), |w| w.user_name()));
+        let warn = crate::sync::lock(&self.refused).admit(&source, Instant::now());
+        if let Some(n) = warn {
+            tracing::warn!("dropped a message from {address}: {why}{}", more(n));
+        }
+        false
     }
 
     fn sender(&self, id: NodeId) -> Result<Arc<Mutex<zmq::Socket>>> {
@@ -121,6 +238,11 @@ impl Van for ZmqVan {
             .map_err(zerr("ipv6".into()))?;
         sock.set_linger(0).map_err(zerr("linger".into()))?;
         sock.set_rcvhwm(0).map_err(zerr("rcvhwm".into()))?;
+        if self.token.is_some() {
+            sock.set_plain_server(true)
+                .and_then(|_| sock.set_zap_domain(ZAP_DOMAIN))
+                .map_err(zerr("PLAIN server".into()))?;
+        }
         let addr = endpoint(
             host,
             &if port == 0 {
@@ -157,6 +279,7 @@ impl Van for ZmqVan {
         sock.set_sndhwm(0).map_err(zerr("sndhwm".into()))?;
         let ms = self.send_timeout.as_millis().min(i32::MAX as u128) as i32;
         sock.set_sndtimeo(ms).map_err(zerr("sndtimeo".into()))?;
+        self.authenticate(&sock, id, host, port)?;
         let addr = endpoint(host, &port.to_string());
         sock.connect(&addr).map_err(zerr(format!(
             "cannot connect to {} at {addr}",
@@ -196,15 +319,36 @@ impl Van for ZmqVan {
         let guard = self.receiver.lock().map_err(|_| Error::Stopped)?;
         let sock = guard.as_ref().ok_or(Error::Stopped)?;
         let ms = timeout.as_millis().min(i64::MAX as u128) as i64;
-        let ready = sock.poll(zmq::POLLIN, ms).map_err(zerr("poll".into()))?;
-        if ready == 0 {
-            return Ok(None);
+        {
+            let watcher = crate::sync::lock(&self.monitor);
+            if let Some(w) = watcher.as_ref() {
+                let mut items = [sock.as_poll_item(zmq::POLLIN), w.as_poll_item(zmq::POLLIN)];
+                zmq::poll(&mut items, ms).map_err(zerr("poll".into()))?;
+                if items[1].is_readable() {
+                    if let Some(e) = ZmqVan::refusal_event(w) {
+                        return Ok(Some(VanEvent::Refused(e)));
+                    }
+                }
+                if !items[0].is_readable() {
+                    return Ok(None);
+                }
+            } else if sock.poll(zmq::POLLIN, ms).map_err(zerr("poll".into()))? == 0 {
+                return Ok(None);
+            }
         }
         let mut frames = Vec::with_capacity(4);
+        // What the connection proved (with a token), read off its first frame after the
+        // ROUTER's routing id: `User-Id` (set by the ZAP handler) and the peer's address.
+        let mut origin = None;
         loop {
             let mut m = zmq::Message::new();
             sock.recv(&mut m, 0).map_err(zerr("receive".into()))?;
             let more = m.get_more();
+            if self.token.is_some() && frames.len() == 1 {
+                let who = m.gets("User-Id").and_then(Identity::parse);
+                let address = m.gets("Peer-Address").unwrap_or("?").to_string();
+                origin = Some((who, address));
+            }
             frames.push(Bytes::from_owner(ZmqFrame(m)));
             if !more {
                 break;
@@ -212,7 +356,26 @@ impl Van for ZmqVan {
         }
         // Frame 0 is the ROUTER's peer identity.
         frames.remove(0);
-        Ok(Some(VanEvent::Message(decode_frames(frames)?)))
+        let msg = decode_frames(frames)?;
+        if let Some((who, address)) = origin {
+            if !self.admitted(who, &address, &msg) {
+                return Ok(None);
+            }
+        }
+        Ok(Some(VanEvent::Message(msg)))
+    }
+
+    fn set_node_id(&self, id: NodeId) {
+        self.me.store(id, Ordering::Release);
+        // Connections opened as a joiner are opened again as this node; the scheduler
+        // accepts no more than ADD_NODE from a joiner.
+        let again = std::mem::take(&mut *crate::sync::lock(&self.as_joiner));
+        for (peer, host, port) in again {
+            if let Err(e) = self.connect(peer, &host, port) {
+                tracing::warn!("cannot connect to {} again: {e}", Node::describe(peer));
+            }
+        }
+        crate::sync::lock(&self.monitor).take();
     }
 
     fn abort(&self) {

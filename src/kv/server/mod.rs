@@ -330,6 +330,9 @@ fn serve_request<V: Value>(
         if m.push && req.vals.is_empty() && !req.keys.is_empty() {
             return Err("push without values".to_string());
         }
+        if let Some(why) = out_of_place(po, m.sender, &req.keys) {
+            return Err(why);
+        }
         if again {
             req.vals = std::borrow::Cow::Borrowed(&[]);
             req.lens = std::borrow::Cow::Borrowed(&[]);
@@ -365,6 +368,35 @@ fn serve_request<V: Value>(
     }
     send_answer(po, reply);
     pushed.map(|keys| (m, keys))
+}
+
+/// Why a request may not be served here, `None` when it may (issue 14: a server serves the
+/// workers of its cluster, and only the keys of its own range — ps-lite's `GetServerKeyRanges`,
+/// [`crate::postoffice::range`]): its sender is not a worker of the node table, or one of its
+/// `keys` (sorted) is outside this server's range. The sender is the one its connection
+/// proved when the cluster has a token ([`crate::auth`]).
+fn out_of_place(po: &Postoffice, sender: NodeId, keys: &[Key]) -> Option<String> {
+    if Node::role_of(sender) != Some(crate::wire::Role::Worker)
+        || Node::rank_of(sender) >= po.num_workers()
+    {
+        return Some(format!(
+            "{} is not a worker of this cluster: only its {} workers send requests to servers",
+            Node::describe(sender),
+            po.num_workers()
+        ));
+    }
+    let me = po.my_id();
+    let range = po.server_key_ranges().get(Node::rank_of(me))?;
+    let inside = |k: Key| k >= range.begin && (k < range.end || range.end == u64::MAX);
+    let outside = [keys.first()?, keys.last()?]
+        .into_iter()
+        .find(|&&k| !inside(k))?;
+    Some(format!(
+        "key {outside} is outside the range of {} [{}, {}): requests are sliced by key range",
+        Node::describe(me),
+        range.begin,
+        range.end
+    ))
 }
 
 /// Whether request `m` may change the handler's state: a push or an application command

@@ -108,16 +108,19 @@ use std::time::Duration;
 /// # Errors
 /// [`Error::Config`] when this build has no RDMA van, libibverbs cannot be loaded, there is no
 /// usable device, or an `RDMA_*` variable is wrong — each naming the ZMQ van as the alternative.
-pub fn create(send_timeout: Duration) -> Result<Arc<dyn super::Van>> {
+pub fn create(
+    send_timeout: Duration,
+    token: Option<crate::auth::Token>,
+) -> Result<Arc<dyn super::Van>> {
     let cfg = RdmaConfig::from_env()?;
     #[cfg(feature = "rdma")]
     {
-        let van = RdmaVan::new(cfg, send_timeout)?;
+        let van = RdmaVan::new(cfg, send_timeout, token)?;
         Ok(Arc::new(van))
     }
     #[cfg(not(feature = "rdma"))]
     {
-        let _ = (cfg, send_timeout);
+        let _ = (cfg, send_timeout, token);
         Err(Error::Config(
             "DMLC_PS_VAN_TYPE=rdma: this build has no RDMA van (build with `cargo build --features rdma`); \
              use the ZMQ van (DMLC_PS_VAN_TYPE=zmq or --van zmq)"

@@ -9,7 +9,7 @@ use super::van::VanState;
 use crate::error::Error;
 use crate::van::{RemoteWrite, VanEvent};
 use crate::wire::container::{self, ContainerError};
-use crate::wire::NodeId;
+use crate::wire::{Node, NodeId};
 use bytes::Bytes;
 use sideway::ibverbs::completion::WorkCompletionStatus;
 use std::sync::atomic::Ordering;
@@ -140,7 +140,7 @@ impl Poller {
         }
         if wc.imm == IMM_RECORD {
             if let Some(whole) = c.take_record() {
-                self.deliver(whole);
+                self.deliver(whole, c.peer());
             }
         } else {
             // A write straight into registered memory (a rendezvous content write): the
@@ -163,10 +163,20 @@ impl Poller {
         }));
     }
 
-    /// Hands a whole message up: a malformed container is an [`Error::Van`], malformed frames
-    /// an [`Error::Wire`].
-    fn deliver(&self, whole: Vec<u8>) {
+    /// Hands a whole message from `peer`'s ring up: a malformed container is an
+    /// [`Error::Van`], malformed frames an [`Error::Wire`]. A message whose header names
+    /// another sender than the QP's peer is dropped (issue 14: the QP was set up with a
+    /// member over an authenticated connection; its sender is that member).
+    fn deliver(&self, whole: Vec<u8>, peer: NodeId) {
         let event = match container::decode(Bytes::from(whole)) {
+            Ok(msg) if msg.meta.sender != peer => {
+                tracing::warn!(
+                    "dropped a message from the ring of {} that claims to come from {}",
+                    Node::describe(peer),
+                    Node::describe(msg.meta.sender)
+                );
+                return;
+            }
             Ok(msg) => Ok(VanEvent::Message(msg)),
             Err(ContainerError::Layout(why)) => Err(Error::Van(format!(
                 "malformed message from the ring: {why}"

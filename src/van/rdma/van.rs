@@ -51,18 +51,23 @@ pub struct RdmaVan {
 
 impl RdmaVan {
     /// Opens the device of `cfg` and starts the poller thread. Each send waits at most
-    /// `send_timeout` for credits and send-queue room.
+    /// `send_timeout` for credits and send-queue room. The bootstrap's ZMQ van authenticates
+    /// with `token` ([`crate::auth`]).
     ///
     /// # Errors
     /// [`Error::Config`] naming what is missing (library, device, port, GID) and the ZMQ van as
     /// the alternative; [`Error::Van`] when the CQs, the PD, the ZMQ van or the thread cannot
     /// be made.
-    pub fn new(cfg: RdmaConfig, send_timeout: Duration) -> Result<RdmaVan> {
+    pub fn new(
+        cfg: RdmaConfig,
+        send_timeout: Duration,
+        token: Option<crate::auth::Token>,
+    ) -> Result<RdmaVan> {
         let dev = Device::open(cfg)?;
         let (events, rx) = crossbeam_channel::unbounded();
         let state = Arc::new(VanState {
             channels: Channels::default(),
-            zmq: Arc::new(ZmqVan::new(send_timeout)?),
+            zmq: Arc::new(ZmqVan::new(send_timeout, token)?),
             mrs: Mutex::new(Vec::new()),
             dev,
             me: AtomicI32::new(-1),
@@ -103,6 +108,7 @@ impl Van for RdmaVan {
 
     fn set_node_id(&self, id: NodeId) {
         self.state.me.store(id, Ordering::Release);
+        self.state.zmq.set_node_id(id);
     }
 
     fn connect(&self, id: NodeId, host: &str, port: u16) -> Result<()> {

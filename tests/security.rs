@@ -1,0 +1,244 @@
+//! Issue 14: only members talk to the cluster. Real processes on loopback (`pslite-launch
+//! local`, which draws a token per run, or is given one), attacked with a stock ZMQ client.
+
+mod common;
+
+use common::launched::Launched;
+use pslite::auth::{Identity, Token};
+use pslite::wire::{encode_meta, Command, Control, Message, Meta, SCHEDULER};
+use std::process::Command as Process;
+use std::time::Duration;
+
+const TOKEN: &str = "the test cluster's token, 0123456789";
+
+/// A TERMINATE for the scheduler, written as if the scheduler sent it to itself.
+fn terminate(sender: i32) -> Vec<u8> {
+    let mut msg = Message::new(Meta {
+        sender,
+        ..Meta::for_control(
+            SCHEDULER,
+            Control {
+                cmd: Some(Command::Terminate),
+                ..Control::default()
+            },
+        )
+    });
+    encode_meta(&mut msg).expect("encode").to_vec()
+}
+
+/// Connects a DEALER to 127.0.0.1:`port` (with a PLAIN credential when given), sends
+/// `frame` `times` times, and lingers so that it leaves.
+fn attack(port: u16, credential: Option<(String, String)>, frame: &[u8], times: usize) {
+    let ctx = zmq::Context::new();
+    let sock = ctx.socket(zmq::DEALER).expect("socket");
+    if let Some((user, password)) = credential {
+        sock.set_plain_username(Some(&user)).expect("user");
+        sock.set_plain_password(Some(&password)).expect("password");
+    }
+    sock.set_linger(1000).expect("linger");
+    sock.connect(&format!("tcp://127.0.0.1:{port}"))
+        .expect("connect");
+    for _ in 0..times {
+        sock.send(frame, zmq::DONTWAIT).ok();
+    }
+    std::thread::sleep(Duration::from_millis(500));
+}
+
+/// kv-app with 2 servers and 2 workers, long enough to be attacked meanwhile; `env` for the
+/// launcher (and so every node).
+fn kv_app(port: u16, env: &[(&str, &str)]) -> Launched {
+    let port = port.to_string();
+    Launched::start(
+        &[
+            "--servers",
+            "2",
+            "--workers",
+            "2",
+            "--port",
+            &port,
+            "--",
+            "kv-app",
+            "--repeat",
+            "400",
+        ],
+        env,
+    )
+}
+
+fn assert_exact(code: Option<i32>, out: &str) {
+    assert_eq!(code, Some(0), "{out}");
+    assert_eq!(out.matches("error: 0, 0").count(), 2, "{out}");
+}
+
+#[test]
+fn strangers_cannot_stop_the_cluster_and_are_named_in_a_warning() {
+    let port = pslite::free_port().expect("port");
+    let run = kv_app(port, &[("PS_VERBOSE", "0")]);
+    run.wait_line("started worker 1");
+    std::thread::sleep(Duration::from_millis(300));
+    // A stock client without authentication, many times; then one that guesses a password
+    // for the scheduler's own identity, and one with another cluster's token.
+    attack(port, None, &terminate(SCHEDULER), 100);
+    let guess = ("node:1".to_string(), "00".repeat(32));
+    attack(port, Some(guess), &terminate(SCHEDULER), 10);
+    let other = Token::new("another cluster's token, 0123456789").expect("token");
+    attack(
+        port,
+        Some(other.credential(Identity::Node(1))),
+        &terminate(1),
+        10,
+    );
+    let (code, out) = run.finish(Duration::from_secs(120));
+    assert_exact(code, &out);
+    let refused: Vec<&str> = out
+        .lines()
+        .filter(|l| l.contains("refused a connection from 127.0.0.1"))
+        .collect();
+    assert!(
+        refused
+            .iter()
+            .any(|l| l.contains("its proof of PS_AUTH_TOKEN as node:1 does not match")),
+        "{out}"
+    );
+    // Rate-limited: libzmq retries a refused connection, the warnings do not follow it.
+    assert!(refused.len() <= 4, "{}", refused.join("\n"));
+    assert!(!out.contains(TOKEN), "{out}");
+}
+
+#[test]
+fn a_member_cannot_speak_for_another_node() {
+    let port = pslite::free_port().expect("port");
+    let run = kv_app(port, &[("PS_AUTH_TOKEN", TOKEN)]);
+    run.wait_line("started worker 1");
+    std::thread::sleep(Duration::from_millis(300));
+    // Knows the token, proves to be node 11 (a worker), and claims to be the scheduler; then
+    // a joiner (no id yet) that sends a TERMINATE.
+    let token = Token::new(TOKEN).expect("token");
+    attack(
+        port,
+        Some(token.credential(Identity::Node(11))),
+        &terminate(SCHEDULER),
+        3,
+    );
+    attack(
+        port,
+        Some(token.credential(Identity::Joiner)),
+        &terminate(-1),
+        3,
+    );
+    let (code, out) = run.finish(Duration::from_secs(120));
+    assert_exact(code, &out);
+    assert!(
+        out.contains(
+            "dropped a message from 127.0.0.1"
+        ) && out.contains("a Terminate answer from worker rank 1 (id 11) that claims to come from scheduler (id 1)"),
+        "{out}"
+    );
+    assert!(
+        out.contains(
+            "a Terminate answer from a node that has not joined (only ADD_NODE is accepted before)"
+        ),
+        "{out}"
+    );
+}
+
+#[test]
+fn a_node_with_another_token_is_refused_with_the_reason() {
+    let port = pslite::free_port().expect("port").to_string();
+    let node = |exe: &str, token: &str| {
+        Process::new(exe)
+            .envs([
+                ("DMLC_PS_ROOT_URI", "127.0.0.1"),
+                ("DMLC_PS_ROOT_PORT", port.as_str()),
+                ("DMLC_NUM_SERVER", "1"),
+                ("DMLC_NUM_WORKER", "1"),
+                ("PS_TIMEOUT", "20"),
+                ("PS_AUTH_TOKEN", token),
+            ])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn")
+    };
+    let mut scheduler = node(env!("CARGO_BIN_EXE_pslite-scheduler"), TOKEN);
+    std::thread::sleep(Duration::from_millis(300));
+    let wrong = "not the cluster's token, 0123456789";
+    let server = node(env!("CARGO_BIN_EXE_pslite-server"), wrong);
+    let t0 = std::time::Instant::now();
+    let o = server.wait_with_output().expect("server");
+    let _ = scheduler.kill();
+    let out = format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(!o.status.success(), "{out}");
+    assert!(t0.elapsed() < Duration::from_secs(15), "{out}");
+    assert!(
+        out.contains("refused this node's proof of PS_AUTH_TOKEN")
+            && out.contains("this node's token differs from the scheduler's"),
+        "{out}"
+    );
+    assert!(!out.contains(wrong) && !out.contains(TOKEN), "{out}");
+    let _ = scheduler.wait();
+}
+
+#[test]
+fn a_node_without_a_token_refuses_a_scheduler_off_loopback() {
+    // 198.18.0.1 is never reached: the configuration is refused first.
+    let o = Process::new(env!("CARGO_BIN_EXE_pslite-server"))
+        .envs([
+            ("DMLC_PS_ROOT_URI", "198.18.0.1"),
+            ("DMLC_PS_ROOT_PORT", "9"),
+            ("DMLC_NUM_SERVER", "1"),
+            ("DMLC_NUM_WORKER", "1"),
+        ])
+        .env_remove("PS_AUTH_TOKEN")
+        .env_remove("PS_AUTH_TOKEN_FILE")
+        .env_remove("PS_AUTH")
+        .output()
+        .expect("run");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "{err}");
+    assert!(
+        err.contains("no PS_AUTH_TOKEN: the scheduler (198.18.0.1:9) is not on loopback")
+            && err.contains("PS_AUTH=none"),
+        "{err}"
+    );
+}
+
+#[test]
+fn an_in_process_cluster_with_a_token_pushes_and_pulls_exact_sums() {
+    let c = common::cluster_cfg(
+        2,
+        2,
+        20.0,
+        |c| c.auth = Some(Token::new("the in-process test token, 0123").expect("token")),
+        common::serve_default::<f32>,
+    );
+    let keys = [5, u64::MAX / 2 + 3];
+    for po in &c.workers {
+        let kv = pslite::KVWorker::<f32>::new(po, 0, 0).expect("worker");
+        kv.wait(kv.push(&keys, &[1.0, 2.0], None).expect("push"))
+            .expect("wait");
+    }
+    po_barrier(&c);
+    let kv = pslite::KVWorker::<f32>::new(&c.workers[0], 0, 0).expect("worker");
+    let ts = kv.pull(&keys).expect("pull");
+    assert_eq!(kv.take_pulled(ts).expect("pulled").vals, vec![2.0, 4.0]);
+    drop(kv);
+    c.finish();
+}
+
+/// Every worker passes a barrier of the workers (their pushes were all answered before).
+fn po_barrier(c: &common::Cluster) {
+    let waits: Vec<_> = c
+        .workers
+        .iter()
+        .cloned()
+        .map(|po| std::thread::spawn(move || po.barrier(pslite::postoffice::WORKER_GROUP)))
+        .collect();
+    for w in waits {
+        w.join().expect("no panic").expect("barrier");
+    }
+}
