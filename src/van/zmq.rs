@@ -72,6 +72,9 @@ fn send_frame(
 pub struct ZmqVan {
     ctx: zmq::Context,
     receiver: Mutex<Option<zmq::Socket>>,
+    /// Set first by `stop`: `recv` then returns [`Error::Stopped`] instead of polling again,
+    /// so `stop` gets the receiver's lock, which a polling thread holds nearly all the time.
+    stopping: std::sync::atomic::AtomicBool,
     senders: RwLock<HashMap<NodeId, Arc<Mutex<zmq::Socket>>>>,
     send_timeout: Duration,
     /// This node's id once known (-1 before): the identity its connections claim.
@@ -118,6 +121,7 @@ impl ZmqVan {
         Ok(ZmqVan {
             ctx,
             receiver: Mutex::new(None),
+            stopping: std::sync::atomic::AtomicBool::new(false),
             senders: RwLock::new(HashMap::new()),
             send_timeout,
             me: AtomicI32::new(-1),
@@ -156,7 +160,10 @@ impl ZmqVan {
     /// Watches the handshakes of `sock` (the connection to the scheduler before this node has
     /// an id) for a refusal, reported by [`recv`](Van::recv).
     fn watch(&self, sock: &zmq::Socket) -> Result<()> {
-        let endpoint = format!("inproc://ps-monitor-{:p}", sock as *const _);
+        // A name of its own for each watched socket (a socket's address can be reused).
+        static WATCHED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = WATCHED.fetch_add(1, Ordering::Relaxed);
+        let endpoint = format!("inproc://ps-monitor-{n}");
         // Not HANDSHAKE_FAILED_NO_DETAIL: a connection reset or a handshake timeout, which
         // libzmq retries; PS_TIMEOUT ends the start if it never succeeds.
         let events = zmq::SocketEvent::HANDSHAKE_FAILED_AUTH as i32
@@ -172,6 +179,16 @@ impl ZmqVan {
             .map_err(zerr(format!("cannot watch {endpoint}")))?;
         *crate::sync::lock(&self.monitor) = Some(watcher);
         Ok(())
+    }
+
+    /// Puts the monitor `w` that [`recv`](Van::recv) polled back in its slot, unless this node
+    /// has its id by now (then nothing is watched any more) or a newer one took the slot.
+    fn rewatch(&self, w: zmq::Socket) {
+        let mut slot = crate::sync::lock(&self.monitor);
+        // `set_node_id` stores the id before it empties the slot, under the same lock.
+        if slot.is_none() && self.me.load(Ordering::Acquire) < 0 {
+            *slot = Some(w);
+        }
     }
 
     /// A handshake event of the watched connection: the refusal it means.
@@ -316,25 +333,35 @@ impl Van for ZmqVan {
     }
 
     fn recv(&self, timeout: Duration) -> Result<Option<VanEvent>> {
+        if self.stopping.load(Ordering::Acquire) {
+            return Err(Error::Stopped);
+        }
         let guard = self.receiver.lock().map_err(|_| Error::Stopped)?;
         let sock = guard.as_ref().ok_or(Error::Stopped)?;
         let ms = timeout.as_millis().min(i64::MAX as u128) as i64;
-        {
-            let watcher = crate::sync::lock(&self.monitor);
-            if let Some(w) = watcher.as_ref() {
-                let mut items = [sock.as_poll_item(zmq::POLLIN), w.as_poll_item(zmq::POLLIN)];
-                zmq::poll(&mut items, ms).map_err(zerr("poll".into()))?;
-                if items[1].is_readable() {
-                    if let Some(e) = ZmqVan::refusal_event(w) {
-                        return Ok(Some(VanEvent::Refused(e)));
-                    }
-                }
-                if !items[0].is_readable() {
-                    return Ok(None);
-                }
-            } else if sock.poll(zmq::POLLIN, ms).map_err(zerr("poll".into()))? == 0 {
+        // The watched joining connection's monitor is taken out of its slot for the poll, not
+        // polled under the slot's lock: a thread that waits for that lock (`watch`,
+        // `set_node_id`) would otherwise starve while the RDMA van's bootstrap thread polls in a
+        // loop (std's Mutex is not fair; a Soft-RoCE guest's start hung there).
+        let watcher = crate::sync::lock(&self.monitor).take();
+        if let Some(w) = watcher {
+            let mut items = [sock.as_poll_item(zmq::POLLIN), w.as_poll_item(zmq::POLLIN)];
+            zmq::poll(&mut items, ms).map_err(zerr("poll".into()))?;
+            let (refusal, readable) = (items[1].is_readable(), items[0].is_readable());
+            let refused = if refusal {
+                ZmqVan::refusal_event(&w)
+            } else {
+                None
+            };
+            self.rewatch(w);
+            if let Some(e) = refused {
+                return Ok(Some(VanEvent::Refused(e)));
+            }
+            if !readable {
                 return Ok(None);
             }
+        } else if sock.poll(zmq::POLLIN, ms).map_err(zerr("poll".into()))? == 0 {
+            return Ok(None);
         }
         let mut frames = Vec::with_capacity(4);
         // What the connection proved (with a token), read off its first frame after the
@@ -390,6 +417,7 @@ impl Van for ZmqVan {
     }
 
     fn stop(&self) {
+        self.stopping.store(true, Ordering::Release);
         if let Ok(mut r) = self.receiver.lock() {
             r.take();
         }
