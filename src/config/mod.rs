@@ -28,6 +28,8 @@
 //! | `PS_AUTH_TOKEN` | the cluster's secret: every connection proves it ([`crate::auth`]); the same on every node | text, ≥ 16 bytes | required unless the scheduler is on loopback (`pslite-launch` draws one per run) |
 //! | `PS_AUTH_TOKEN_FILE` | instead of `PS_AUTH_TOKEN`: a file holding it | file path | — |
 //! | `PS_AUTH` | `none` runs without authentication where a token would be required (warns) | `none` | — |
+//! | `PS_MAX_INFLIGHT_BYTES` | a worker's requests sent and not yet answered, in bytes (payload + 1 KiB each); beyond it a push/pull blocks until earlier ones complete (at most `PS_TIMEOUT`). A server parks at most this much per worker and takes no larger frame ([`Bounds`]); the same on every node | bytes, 2²⁰–2⁴⁰ | 268435456 |
+//! | `PS_MAX_CONNECTIONS` | connections a node accepts at a time; more are closed at once | whole number ≥ 1 | 2 × (nodes) + 32 |
 //! | `PSLITE_RANK` | rank this server/worker asks for (the launcher sets it) | whole number ≥ 0 | registration order |
 //!
 //! The listening address is `DMLC_NODE_HOST` if set, else the IPv4 address of `DMLC_INTERFACE`,
@@ -39,11 +41,13 @@
 //! the expected form.
 
 mod auth;
+pub mod bounds;
 pub mod checkpoint;
 pub(crate) mod vars;
 
 use crate::error::{Error, Result};
 use crate::wire::Role;
+pub use bounds::Bounds;
 pub use checkpoint::Checkpoint;
 use std::time::Duration;
 use vars::Vars;
@@ -109,6 +113,8 @@ pub struct Config {
     /// The cluster's secret (`PS_AUTH_TOKEN`, `PS_AUTH_TOKEN_FILE`); `None`: no
     /// authentication (a scheduler on loopback, or `PS_AUTH=none`).
     pub auth: Option<crate::auth::Token>,
+    /// Memory bounds (`PS_MAX_INFLIGHT_BYTES`, `PS_MAX_CONNECTIONS`).
+    pub bounds: Bounds,
 }
 
 /// Values given as flags; each one, when `Some`, replaces its environment variable.
@@ -209,8 +215,10 @@ impl Config {
             checkpoint: checkpoint::checkpoint(&vars)?,
             node_host: node_host(&vars, &root_uri)?,
             auth: None,
+            bounds: Bounds::default_for(1, 1),
         })
         .and_then(|mut c| {
+            c.bounds = bounds::bounds(&vars, c.num_servers, c.num_workers)?;
             // Whether a token is needed depends on where this node listens.
             c.auth = auth::auth(&vars, (&root_uri, root_port), &c.node_host)?;
             Ok(c)
@@ -383,6 +391,7 @@ impl Config {
             drop_msg_percent: 0,
             checkpoint: None,
             auth: None,
+            bounds: Bounds::default_for(num_servers, num_workers),
         }
     }
 }

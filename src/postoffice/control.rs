@@ -78,7 +78,18 @@ impl Postoffice {
                 if !msg.meta.request {
                     self.answered(&msg.meta);
                 }
-                lock(&self.routes).deliver(msg, Instant::now());
+                let over = lock(&self.routes).deliver(msg, Instant::now());
+                if let Some(o) = over {
+                    if let Some(n) = o.warn {
+                        tracing::warn!(
+                            "refused a request from {}: {}{}",
+                            Node::describe(o.msg.meta.sender),
+                            o.why,
+                            crate::auth::limit::more(n)
+                        );
+                    }
+                    self.refuse_request(&o.msg.meta, o.why);
+                }
             }
             return;
         };
@@ -162,33 +173,39 @@ impl Postoffice {
         };
         let expired = lock(&self.routes).expire(Instant::now(), park);
         for e in expired {
-            let m = &e.msg.meta;
-            if m.rendezvous.is_some() {
-                // A zero-copy pull: its requester gives up at its own deadline (PS_TIMEOUT).
-                tracing::warn!(
-                    "dropped a zero-copy pull request from {}: no KVServer for app {} with values \
-                     of type {} here",
-                    Node::describe(m.sender),
-                    m.app_id,
-                    m.dtype
-                );
-                continue;
-            }
-            let mut meta = reply_meta(m);
-            meta.error = Some(format!(
-                "no KVServer for app {} with values of type {} on {} (it serves: {})",
-                m.app_id,
-                m.dtype,
-                Node::describe(self.my_id()),
+            let why = format!(
+                "it serves: {}",
                 if e.served.is_empty() {
                     "nothing".to_string()
                 } else {
                     e.served.join(", ")
                 }
-            ));
-            if let Err(err) = self.send(Message::new(meta)) {
-                tracing::warn!("could not answer {}: {err}", Node::describe(m.sender));
-            }
+            );
+            self.refuse_request(&e.msg.meta, why);
+        }
+    }
+
+    /// Answers request `m`, for an application not served here, with an error (`why`: more
+    /// about it); a zero-copy pull is dropped with a warning (its requester gives up at its
+    /// own deadline, `PS_TIMEOUT`).
+    fn refuse_request(&self, m: &Meta, why: String) {
+        let what = format!(
+            "no KVServer for app {} with values of type {} on {}",
+            m.app_id,
+            m.dtype,
+            Node::describe(self.my_id())
+        );
+        if m.rendezvous.is_some() {
+            tracing::warn!(
+                "dropped a zero-copy pull request from {}: {what} ({why})",
+                Node::describe(m.sender)
+            );
+            return;
+        }
+        let mut meta = reply_meta(m);
+        meta.error = Some(format!("{what} ({why})"));
+        if let Err(err) = self.send(Message::new(meta)) {
+            tracing::warn!("could not answer {}: {err}", Node::describe(m.sender));
         }
     }
 
@@ -246,23 +263,21 @@ impl Postoffice {
         tracing::info!("all {} nodes registered", table.len() - 1);
     }
 
-    /// Tells nodes that are not (or no longer) admitted why, through a temporary connection.
+    /// Tells nodes that are not (or no longer) admitted why, over the connection each one
+    /// registered on: the scheduler never connects to an address a refused node named (issue
+    /// 14).
     pub(super) fn refuse_all(&self, nodes: &[Node], why: &str) {
-        for (i, n) in nodes.iter().enumerate() {
-            let tmp = -1000 - i as NodeId;
+        for n in nodes {
             let control = Control {
                 cmd: Some(Command::AddNode),
                 ..Control::default()
             };
-            let meta = Meta {
+            let mut meta = Meta {
                 error: Some(why.to_string()),
-                ..Meta::for_control(tmp, control)
+                ..Meta::for_control(-1, control)
             };
-            if let Err(e) = self
-                .van
-                .connect(tmp, &n.host, n.port)
-                .and_then(|_| self.send(Message::new(meta)))
-            {
+            meta.sender = self.my_id();
+            if let Err(e) = self.van.answer_joiner(&n.host, n.port, Message::new(meta)) {
                 tracing::warn!("cannot tell {}:{} it was refused: {e}", n.host, n.port);
             }
         }

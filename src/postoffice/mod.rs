@@ -20,6 +20,7 @@
 //! `scheduler` and `resend` are sans-IO state.
 
 pub mod barrier;
+pub mod budget;
 mod control;
 mod customer;
 mod failure;
@@ -40,7 +41,8 @@ pub use range::Range;
 use crate::config::{Config, VanType};
 use crate::error::{Error, Result};
 use crate::sync::lock;
-use crate::van::{zmq::ZmqVan, Van, VanEvent};
+use crate::van::zmq::{ZmqOptions, ZmqVan};
+use crate::van::{Van, VanEvent};
 use crate::wire::{Command, Control, Message, Meta, Node, Role};
 use crossbeam_channel::Sender;
 use memory::Memory;
@@ -116,6 +118,8 @@ pub struct Postoffice {
     /// The scheduler's state; `None` on servers and workers.
     scheduler: Option<Mutex<Scheduler>>,
     routes: Mutex<Routes>,
+    /// This process's requests in flight (`PS_MAX_INFLIGHT_BYTES`), for its `KVWorker`s.
+    budget: Arc<budget::Budget>,
     stopped: AtomicBool,
     threads: Mutex<Vec<JoinHandle<()>>>,
     ranges: Vec<Range>,
@@ -177,8 +181,8 @@ impl Postoffice {
     /// nodes do not all register) within `PS_TIMEOUT`, naming who is missing.
     pub fn start(cfg: Config) -> Result<Arc<Postoffice>> {
         let van: Arc<dyn Van> = match cfg.van {
-            VanType::Zmq => Arc::new(ZmqVan::new(cfg.timeout, cfg.auth.clone())?),
-            VanType::Rdma => crate::van::rdma::create(cfg.timeout, cfg.auth.clone())?,
+            VanType::Zmq => Arc::new(ZmqVan::new(ZmqOptions::of(&cfg))?),
+            VanType::Rdma => crate::van::rdma::create(ZmqOptions::of(&cfg))?,
         };
         Postoffice::start_with_van(cfg, van)
     }
@@ -186,6 +190,8 @@ impl Postoffice {
     /// As [`Postoffice::start`] over a given van.
     pub fn start_with_van(cfg: Config, van: Arc<dyn Van>) -> Result<Arc<Postoffice>> {
         let is_scheduler = cfg.role == Role::Scheduler;
+        let parked = cfg.bounds.parked_bytes(cfg.num_workers);
+        let inflight = cfg.bounds.max_inflight_bytes;
         let (host, port) = if is_scheduler {
             (cfg.root_uri.clone(), cfg.root_port)
         } else {
@@ -224,7 +230,8 @@ impl Postoffice {
             }),
             cv: Condvar::new(),
             scheduler,
-            routes: Mutex::new(Routes::default()),
+            routes: Mutex::new(Routes::new(parked)),
+            budget: Arc::new(budget::Budget::new(inflight)),
             stopped: AtomicBool::new(false),
             threads: Mutex::new(Vec::new()),
             barrier_lock: Mutex::new(()),
@@ -304,7 +311,13 @@ impl Postoffice {
         self.cfg.role
     }
 
-    /// The configuration it was started with.
+    /// This process's requests in flight, bounded by `PS_MAX_INFLIGHT_BYTES` (its
+    /// `KVWorker`s take from it; [`budget`]).
+    pub fn budget(&self) -> &Arc<budget::Budget> {
+        &self.budget
+    }
+
+    /// The configuration this node was started with.
     pub fn config(&self) -> &Config {
         &self.cfg
     }

@@ -1,8 +1,12 @@
 //! The route table: which customer thread gets the data messages of each [`Route`], and the
 //! requests parked while their route does not exist yet (ps-lite's `Customer` registry and its
-//! 5-second wait for a server's app). Expired requests are handed back to be refused.
+//! 5-second wait for a server's app). Expired requests are handed back to be refused, and so
+//! is a request that would pass the parked bytes' cap (issue 14: every worker's
+//! `PS_MAX_INFLIGHT_BYTES`, [`crate::config::Bounds::parked_bytes`]).
 
 use super::customer::Route;
+use crate::auth::limit::RateLimited;
+use crate::config::bounds::REQUEST_OVERHEAD_BYTES;
 use crate::error::{Error, Result};
 use crate::van::VanEvent;
 use crate::wire::{Message, Node};
@@ -15,10 +19,31 @@ use std::time::{Duration, Instant};
 pub const PARK: Duration = Duration::from_secs(5);
 
 /// Open routes and parked requests.
-#[derive(Default)]
 pub struct Routes {
     open: HashMap<Route, Sender<VanEvent>>,
     parked: Vec<(Instant, Route, Message)>,
+    /// What the parked requests count ([`parked_cost`]), and the most they may.
+    parked_bytes: u64,
+    cap: u64,
+    /// Warnings about requests refused for the cap, per sender.
+    warned: RateLimited,
+}
+
+/// What a parked request counts against the cap: its payload and
+/// [`REQUEST_OVERHEAD_BYTES`], as in a worker's in-flight bytes.
+pub fn parked_cost(msg: &Message) -> u64 {
+    msg.data_bytes() as u64 + REQUEST_OVERHEAD_BYTES
+}
+
+/// A request refused because the parked ones reached the cap: the text of its refusal.
+pub struct OverCap {
+    /// The request.
+    pub msg: Message,
+    /// How many requests are parked, what they count, and the cap, in words.
+    pub why: String,
+    /// `Some(n)` when the server should warn now (`n` refusals from the same sender since
+    /// its last warning), `None` to stay quiet: rate-limited per sender.
+    pub warn: Option<u64>,
 }
 
 /// A parked request that waited [`PARK`] in vain, and the value types its application is served
@@ -31,6 +56,18 @@ pub struct Expired {
 }
 
 impl Routes {
+    /// No route open, nothing parked; requests are parked while they count at most `cap`
+    /// bytes ([`parked_cost`]).
+    pub fn new(cap: u64) -> Routes {
+        Routes {
+            open: HashMap::new(),
+            parked: Vec::new(),
+            parked_bytes: 0,
+            cap,
+            warned: RateLimited::default(),
+        }
+    }
+
     /// Opens `route`, handing it what was parked for it, in arrival order.
     ///
     /// # Errors
@@ -44,6 +81,7 @@ impl Routes {
         let parked = std::mem::take(&mut self.parked);
         for (at, r, msg) in parked {
             if r == route {
+                self.parked_bytes -= parked_cost(&msg);
                 let _ = tx.send(VanEvent::Message(msg));
             } else {
                 self.parked.push((at, r, msg));
@@ -71,9 +109,9 @@ impl Routes {
     }
 
     /// Hands a data message to its route: requests by (app, value type), answers by (app,
-    /// customer). A request for a route not open yet is parked at `now`; an answer for an
-    /// unknown route is dropped.
-    pub fn deliver(&mut self, msg: Message, now: Instant) {
+    /// customer). A request for a route not open yet is parked at `now`, or handed back when
+    /// parking it would pass the cap; an answer for an unknown route is dropped.
+    pub fn deliver(&mut self, msg: Message, now: Instant) -> Option<OverCap> {
         let m = &msg.meta;
         let route = if m.request {
             Route::Server {
@@ -92,12 +130,29 @@ impl Routes {
                     tracing::debug!("customer of {route:?} has gone; message dropped");
                 }
             }
-            None if m.request => self.parked.push((now, route, msg)),
+            None if m.request => {
+                let cost = parked_cost(&msg);
+                if self.parked_bytes + cost > self.cap {
+                    let why = format!(
+                        "{} requests for applications not served here yet already wait, {} \
+                         bytes with this one, more than the {} bytes parked at most \
+                         (PS_MAX_INFLIGHT_BYTES × DMLC_NUM_WORKER)",
+                        self.parked.len(),
+                        self.parked_bytes + cost,
+                        self.cap
+                    );
+                    let warn = self.warned.admit(&Node::describe(m.sender), now);
+                    return Some(OverCap { msg, why, warn });
+                }
+                self.parked_bytes += cost;
+                self.parked.push((now, route, msg));
+            }
             None => tracing::warn!(
                 "dropped an answer from {} for unknown {route:?}",
                 Node::describe(m.sender)
             ),
         }
+        None
     }
 
     /// Whether any request is parked.
@@ -115,6 +170,7 @@ impl Routes {
             .into_iter()
             .partition(|(at, _, _)| now.duration_since(*at) >= park);
         self.parked = keep;
+        self.parked_bytes -= old.iter().map(|(_, _, m)| parked_cost(m)).sum::<u64>();
         old.into_iter()
             .map(|(_, _, msg)| {
                 let served = self
@@ -149,10 +205,10 @@ mod tests {
 
     #[test]
     fn parked_requests_go_to_their_route_when_it_opens_or_expire() {
-        let mut r = Routes::default();
+        let mut r = Routes::new(u64::MAX);
         let t0 = Instant::now();
-        r.deliver(request(1, DType::F32), t0);
-        r.deliver(request(2, DType::F64), t0);
+        assert!(r.deliver(request(1, DType::F32), t0).is_none());
+        assert!(r.deliver(request(2, DType::F64), t0).is_none());
         let (tx, rx) = crossbeam_channel::unbounded();
         let f32s = Route::Server {
             app_id: 1,
@@ -172,5 +228,45 @@ mod tests {
         assert_eq!(expired.len(), 1);
         assert_eq!(expired[0].msg.meta.app_id, 2);
         assert_eq!(expired[0].served, vec!["u8".to_string()]);
+    }
+
+    proptest::proptest! {
+        /// Whatever arrives, opens and expires, the parked requests never count more than the
+        /// cap, the count kept equals theirs, and a request is refused only when it would
+        /// pass the cap.
+        #[test]
+        fn parked_bytes_stay_under_the_cap(
+            cap in 0u64..20_000,
+            steps in proptest::collection::vec((0u8..3, 0i32..3, 0usize..3000), 0..80),
+        ) {
+            let mut r = Routes::new(cap);
+            let mut open = std::collections::HashSet::new();
+            let t0 = Instant::now();
+            for (i, (what, app, len)) in steps.into_iter().enumerate() {
+                let now = t0 + Duration::from_millis(i as u64 * 500);
+                match what {
+                    0 => {
+                        let mut msg = request(app, DType::U8);
+                        msg.data = vec![bytes::Bytes::from(vec![0u8; len])];
+                        let before = r.parked_bytes;
+                        let cost = parked_cost(&msg);
+                        let refused = r.deliver(msg, now);
+                        let parks = !open.contains(&app);
+                        proptest::prop_assert_eq!(refused.is_some(), parks && before + cost > cap);
+                    }
+                    1 => {
+                        let (tx, _rx) = crossbeam_channel::unbounded();
+                        let _ = r.open(Route::Server { app_id: app, dtype: DType::U8 }, tx);
+                        open.insert(app);
+                    }
+                    _ => {
+                        r.expire(now, PARK);
+                    }
+                }
+                let counted: u64 = r.parked.iter().map(|(_, _, m)| parked_cost(m)).sum();
+                proptest::prop_assert_eq!(r.parked_bytes, counted);
+                proptest::prop_assert!(r.parked_bytes <= cap);
+            }
+        }
     }
 }

@@ -57,6 +57,14 @@ pub trait Van: Send + Sync {
     /// Closes every socket; pending sends are given a short linger.
     fn stop(&self);
 
+    /// (Scheduler) Sends `msg` to the node without an id that registered announcing
+    /// `host:port`, over the connection its registration came on: a refusal is never sent by
+    /// connecting to an address the refused node named (issue 14).
+    ///
+    /// # Errors
+    /// [`crate::Error::Van`] when no registration from that address is known.
+    fn answer_joiner(&self, host: &str, port: u16, msg: Message) -> Result<()>;
+
     /// Tells the van this node's id once the scheduler assigned it (before any `connect` to a
     /// peer). Vans that set up per-peer state (QPs) need it for their bootstrap messages.
     fn set_node_id(&self, _id: NodeId) {}

@@ -3,6 +3,7 @@
 //! `DefaultSlicer`; the key ranges are cut by [`crate::kv::slicer`]), and the parts the servers
 //! answer merged back in key order (ps-lite's `KVWorker::RunCallback` merge).
 
+use crate::config::bounds::REQUEST_OVERHEAD_BYTES;
 use crate::error::{Error, Result};
 use crate::kv::pairs::{check_shape, frame_of, view, KVPairs};
 use crate::kv::request::Op;
@@ -62,6 +63,23 @@ impl<V: Value> Call<'_, V> {
             )));
         }
         Ok(())
+    }
+
+    /// What the part of slice `s` holds of the in-flight budget (`PS_MAX_INFLIGHT_BYTES`): its
+    /// keys, values (a push's) and lens, and [`REQUEST_OVERHEAD_BYTES`].
+    pub(super) fn cost(&self, s: &Slice) -> u64 {
+        let keys = s.keys.len() * std::mem::size_of::<Key>();
+        let vals = if self.op.pushes() {
+            s.vals.len() * std::mem::size_of::<V>()
+        } else {
+            0
+        };
+        let lens = if self.lens.is_empty() {
+            0
+        } else {
+            s.keys.len() * std::mem::size_of::<u32>()
+        };
+        (keys + vals + lens) as u64 + REQUEST_OVERHEAD_BYTES
     }
 
     /// The request of timestamp `ts` to the server of slice `s`, from customer `customer_id`

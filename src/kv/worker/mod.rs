@@ -27,7 +27,7 @@ mod zpull;
 use super::pairs::KVPairs;
 use super::request::{Op, RequestOptions};
 use super::sarray::SArray;
-use super::slicer::slice;
+use super::slicer::{slice, Slice};
 use super::value::Value;
 use super::{Key, Timestamp};
 use crate::error::{Error, Result};
@@ -95,7 +95,11 @@ impl<V: Value> KVWorker<V> {
         };
         let imm_slot = po.register_imm_slot(route)?;
         let state = Arc::new(WorkerState {
-            requests: Tracker::new(po.num_servers(), po.config().key_cache_keys),
+            requests: Tracker::new(
+                po.num_servers(),
+                po.config().key_cache_keys,
+                po.budget().clone(),
+            ),
             zpulls: Mutex::new(ZPulls::new(po.config().data_validation, imm_slot)),
             po: po.clone(),
             app_id,
@@ -226,6 +230,7 @@ impl<V: Value> KVWorker<V> {
             call.vals.len(),
             call.lens,
         );
+        let costs = self.take_budget(&call, &slices)?;
         let ts = self.next_ts.fetch_add(1, Ordering::Relaxed);
         let label = format!(
             "timestamp {ts} ({} of {} keys)",
@@ -233,7 +238,11 @@ impl<V: Value> KVWorker<V> {
             call.keys.len()
         );
         let servers = slices.iter().map(|s| s.server).collect();
-        if !self.state.requests.open(ts, label, servers, callback) {
+        if !self
+            .state
+            .requests
+            .open(ts, label, servers, &costs, callback)
+        {
             return Ok(ts);
         }
         for s in &slices {
@@ -254,6 +263,36 @@ impl<V: Value> KVWorker<V> {
             }
         }
         Ok(ts)
+    }
+
+    /// Takes the bytes of `call`'s parts (one per slice, returned) from the process's
+    /// in-flight budget, waiting for earlier requests to complete while they do not fit
+    /// (issue 14); a customer thread (a callback) never waits, as it settles the answers that
+    /// free room.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a part larger than `PS_MAX_INFLIGHT_BYTES` (the server
+    /// would not take its frame); [`Error::Timeout`] when no room was freed within
+    /// `PS_TIMEOUT`.
+    fn take_budget(&self, call: &Call<'_, V>, slices: &[Slice]) -> Result<Vec<u64>> {
+        let budget = self.state.po.budget();
+        let costs: Vec<u64> = slices.iter().map(|s| call.cost(s)).collect();
+        if let Some((s, c)) = slices.iter().zip(&costs).find(|(_, &c)| c > budget.max()) {
+            return Err(Error::InvalidArgument(format!(
+                "the {} of {} keys would send {c} bytes to server rank {}, more than \
+                 PS_MAX_INFLIGHT_BYTES ({}), the largest request a server takes: split the \
+                 call, or raise PS_MAX_INFLIGHT_BYTES on every node",
+                call.op.name(),
+                call.keys.len(),
+                s.server,
+                budget.max()
+            )));
+        }
+        let on_customer = std::thread::current()
+            .name()
+            .is_some_and(|n| n.starts_with("customer-"));
+        budget.take(costs.iter().sum(), self.timeout(), !on_customer)?;
+        Ok(costs)
     }
 
     /// Blocks until request `ts` completed. Pulled values stay available to

@@ -10,7 +10,11 @@
 //! runs (with the parts merged, [`super::call::merge`]), or its waiters ([`Tracker::wait`],
 //! [`Tracker::take_parts`]) wake.
 //!
-//! **Lock order:** a server's mirror, then `pending`. A part is prepared and sent under its
+//! Each server's part holds its bytes of the process's in-flight budget
+//! ([`crate::postoffice::budget`], `PS_MAX_INFLIGHT_BYTES`) from before it is sent until it is
+//! answered, fails, or is given up; the caller took them before [`Tracker::open`].
+//!
+//! **Lock order:** a server's mirror, then `pending`, then the budget's. A part is prepared and sent under its
 //! server's mirror, so each server sees requests in the order its mirror recorded them;
 //! `pending` is taken inside (to record what was asked) and alone everywhere else. No callback
 //! runs under either lock.
@@ -22,12 +26,13 @@ use crate::kv::pairs::{view, KVPairs};
 use crate::kv::request::Callback;
 use crate::kv::value::Value;
 use crate::kv::{Key, Timestamp};
+use crate::postoffice::budget::Budget;
 use crate::postoffice::Postoffice;
 use crate::sync::lock;
 use crate::wire::{KeyRef, Message, Node};
 use bytes::Bytes;
 use std::collections::HashMap;
-use std::sync::{Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 /// What was asked of one server: the keys (for the answer, which carries none when they are
@@ -36,6 +41,8 @@ use std::time::{Duration, Instant};
 struct Asked {
     keys: Bytes,
     resend: Option<Message>,
+    /// Its bytes of the in-flight budget, until it is answered (then 0).
+    cost: u64,
 }
 
 /// A request waiting for its servers' answers.
@@ -81,40 +88,54 @@ pub(super) struct Tracker<V> {
     pending: Mutex<HashMap<Timestamp, Pending<V>>>,
     /// Notified whenever a server's answer was settled.
     settled: Condvar,
+    /// The process's bytes in flight: each part's are given back once it is answered.
+    budget: Arc<Budget>,
 }
 
 impl<V: Value> Tracker<V> {
     /// No request pending; `servers` mirrors holding at most `cache_keys` keys each
-    /// (`PS_KEY_CACHE_KEYS`).
-    pub(super) fn new(servers: usize, cache_keys: usize) -> Tracker<V> {
+    /// (`PS_KEY_CACHE_KEYS`); parts give their bytes back to `budget`.
+    pub(super) fn new(servers: usize, cache_keys: usize, budget: Arc<Budget>) -> Tracker<V> {
         Tracker {
             mirrors: (0..servers)
                 .map(|_| Mutex::new(Mirror::new(cache_keys)))
                 .collect(),
             pending: Mutex::new(HashMap::new()),
             settled: Condvar::new(),
+            budget,
         }
     }
 
-    /// Starts tracking request `ts` to the servers of rank `servers`, named `label`. Returns
-    /// whether it waits for answers: a request to no server completes at once (its callback
-    /// runs now, on this thread, with empty pairs; without one, `wait` returns at once).
+    /// Gives back the budget of every part of `p` not answered yet.
+    fn release_unanswered(&self, p: &mut Pending<V>) {
+        for (answered, asked) in p.answered.iter().zip(&mut p.asked) {
+            if !answered {
+                self.budget.give(std::mem::take(&mut asked.cost));
+            }
+        }
+    }
+
+    /// Starts tracking request `ts` to the servers of rank `servers`, named `label`, each
+    /// part holding `costs[i]` bytes of the budget (taken by the caller). Returns whether it
+    /// waits for answers: a request to no server completes at once (its callback runs now, on
+    /// this thread, with empty pairs; without one, `wait` returns at once).
     pub(super) fn open(
         &self,
         ts: Timestamp,
         label: String,
         servers: Vec<usize>,
+        costs: &[u64],
         callback: Option<Callback<V>>,
     ) -> bool {
         let pending = Pending {
             label,
             answered: vec![false; servers.len()],
             // Filled in as each server's request is prepared, before it is sent.
-            asked: servers
-                .iter()
-                .map(|_| Asked {
+            asked: (0..servers.len())
+                .map(|i| Asked {
                     keys: Bytes::new(),
                     resend: None,
+                    cost: costs.get(i).copied().unwrap_or(0),
                 })
                 .collect(),
             servers,
@@ -138,7 +159,11 @@ impl<V: Value> Tracker<V> {
     /// False when it had already ended (a lost peer failed it, its callback ran): then the
     /// callback has reported the failure.
     pub(super) fn abandon(&self, ts: Timestamp) -> bool {
-        lock(&self.pending).remove(&ts).is_some()
+        let Some(mut p) = lock(&self.pending).remove(&ts) else {
+            return false;
+        };
+        self.release_unanswered(&mut p);
+        true
     }
 
     /// Sends `part` (a request's meta and its values and lens frames, frames 1 and 2) to server
@@ -182,13 +207,11 @@ impl<V: Value> Tracker<V> {
                 data.get(2).cloned().unwrap_or_default(),
             ],
         };
-        let asked = Asked {
-            keys: p.keys,
-            resend: (!p.send).then(|| msg.clone()),
-        };
+        let resend = (!p.send).then(|| msg.clone());
         if let Some(pd) = lock(&self.pending).get_mut(&msg.meta.timestamp) {
             if let Some(slot) = pd.servers.iter().position(|&s| s == server) {
-                pd.asked[slot] = asked;
+                let asked = &mut pd.asked[slot];
+                (asked.keys, asked.resend) = (p.keys, resend);
             }
         }
         po.send(msg).map(|_| ()).inspect_err(|_| {
@@ -294,6 +317,7 @@ impl<V: Value> Tracker<V> {
             }
             p.answered[slot] = true;
             p.asked[slot].resend = None;
+            self.budget.give(std::mem::take(&mut p.asked[slot].cost));
             match outcome {
                 Outcome::Failed(e) => {
                     p.error.get_or_insert(e);
@@ -338,6 +362,7 @@ impl<V: Value> Tracker<V> {
                 if p.complete() {
                     continue;
                 }
+                self.release_unanswered(p);
                 for (answered, asked) in p.answered.iter_mut().zip(&mut p.asked) {
                     *answered = true;
                     asked.resend = None;
@@ -425,7 +450,9 @@ impl<V: Value> Tracker<V> {
                     timeout.as_secs_f64(),
                     missing.join(", ")
                 );
-                map.remove(&ts);
+                if let Some(mut p) = map.remove(&ts) {
+                    self.release_unanswered(&mut p);
+                }
                 return Err(Error::Timeout(msg));
             }
             map = self

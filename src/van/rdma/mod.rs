@@ -101,26 +101,23 @@ pub use van::RdmaVan;
 
 use crate::error::{Error, Result};
 use std::sync::Arc;
-use std::time::Duration;
 
-/// Creates the RDMA van, or says clearly why it cannot be had.
+/// Creates the RDMA van (its bootstrap's ZMQ van made with `zmq`), or says clearly why it
+/// cannot be had.
 ///
 /// # Errors
 /// [`Error::Config`] when this build has no RDMA van, libibverbs cannot be loaded, there is no
 /// usable device, or an `RDMA_*` variable is wrong — each naming the ZMQ van as the alternative.
-pub fn create(
-    send_timeout: Duration,
-    token: Option<crate::auth::Token>,
-) -> Result<Arc<dyn super::Van>> {
+pub fn create(zmq: super::zmq::ZmqOptions) -> Result<Arc<dyn super::Van>> {
     let cfg = RdmaConfig::from_env()?;
     #[cfg(feature = "rdma")]
     {
-        let van = RdmaVan::new(cfg, send_timeout, token)?;
+        let van = RdmaVan::new(cfg, zmq)?;
         Ok(Arc::new(van))
     }
     #[cfg(not(feature = "rdma"))]
     {
-        let _ = (cfg, send_timeout, token);
+        let _ = (cfg, zmq);
         Err(Error::Config(
             "DMLC_PS_VAN_TYPE=rdma: this build has no RDMA van (build with `cargo build --features rdma`); \
              use the ZMQ van (DMLC_PS_VAN_TYPE=zmq or --van zmq)"

@@ -10,7 +10,8 @@ use super::poller::Poller;
 use super::RdmaConfig;
 use crate::error::{Error, Result};
 use crate::sync::lock;
-use crate::van::{zmq::ZmqVan, Registration, Van, VanEvent, WriteSource};
+use crate::van::zmq::{ZmqOptions, ZmqVan};
+use crate::van::{Registration, Van, VanEvent, WriteSource};
 use crate::wire::{Message, NodeId};
 use crossbeam_channel::{Receiver, Sender};
 use sideway::ibverbs::memory_region::MemoryRegion;
@@ -51,23 +52,20 @@ pub struct RdmaVan {
 
 impl RdmaVan {
     /// Opens the device of `cfg` and starts the poller thread. Each send waits at most
-    /// `send_timeout` for credits and send-queue room. The bootstrap's ZMQ van authenticates
-    /// with `token` ([`crate::auth`]).
+    /// `zmq.send_timeout` for credits and send-queue room. The bootstrap's ZMQ van is made
+    /// with `zmq` (its token: [`crate::auth`]).
     ///
     /// # Errors
     /// [`Error::Config`] naming what is missing (library, device, port, GID) and the ZMQ van as
     /// the alternative; [`Error::Van`] when the CQs, the PD, the ZMQ van or the thread cannot
     /// be made.
-    pub fn new(
-        cfg: RdmaConfig,
-        send_timeout: Duration,
-        token: Option<crate::auth::Token>,
-    ) -> Result<RdmaVan> {
+    pub fn new(cfg: RdmaConfig, zmq: ZmqOptions) -> Result<RdmaVan> {
+        let send_timeout = zmq.send_timeout;
         let dev = Device::open(cfg)?;
         let (events, rx) = crossbeam_channel::unbounded();
         let state = Arc::new(VanState {
             channels: Channels::default(),
-            zmq: Arc::new(ZmqVan::new(send_timeout, token)?),
+            zmq: Arc::new(ZmqVan::new(zmq)?),
             mrs: Mutex::new(Vec::new()),
             dev,
             me: AtomicI32::new(-1),
@@ -113,6 +111,10 @@ impl Van for RdmaVan {
 
     fn connect(&self, id: NodeId, host: &str, port: u16) -> Result<()> {
         self.state.connect(id, host, port)
+    }
+
+    fn answer_joiner(&self, host: &str, port: u16, msg: Message) -> Result<()> {
+        self.state.zmq.answer_joiner(host, port, msg)
     }
 
     fn replace_peer(&self, id: NodeId, host: &str, port: u16) -> Result<()> {

@@ -3,20 +3,59 @@
 //! payloads move without a user-space copy in either direction (`zmq_msg_init_data` over the
 //! frame's `Bytes` on send, the received `zmq_msg_t` kept as the frame's storage on receive).
 
+mod accepted;
+mod joining;
+
+pub use accepted::Accepted;
+
 use super::{Van, VanEvent};
 use crate::auth::limit::{more, RateLimited};
 use crate::auth::zap::ZapHandler;
 use crate::auth::{Identity, Token, ZAP_DOMAIN};
+use crate::config::Config;
 use crate::error::{Error, Result};
-use crate::wire::{decode_frames, encode_meta, Message, Node, NodeId, SCHEDULER};
+use crate::wire::{decode_frames, encode_meta, Message, Node, NodeId};
+use accepted::ConnectionCap;
 use bytes::Bytes;
+use joining::Joining;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 /// Pending messages are given this long to leave when the van stops.
 const LINGER_MS: i32 = 2000;
+
+/// How long a connection to a node may take to authenticate before libzmq closes it
+/// (`ZMQ_HANDSHAKE_IVL`; libzmq's default is 30 s): a stranger's open connection does not
+/// hold one of `PS_MAX_CONNECTIONS` for long.
+const HANDSHAKE_MS: i32 = 10_000;
+
+/// What a ZMQ van is made with.
+#[derive(Clone, Debug)]
+pub struct ZmqOptions {
+    /// A send fails after this long if the peer does not take the message (`PS_TIMEOUT`).
+    pub send_timeout: Duration,
+    /// With a token, every connection to and from the van authenticates ([`crate::auth`]).
+    pub token: Option<Token>,
+    /// The largest frame accepted, in bytes (`ZMQ_MAXMSGSIZE`: a larger one closes its
+    /// connection); [`crate::config::Bounds::max_frame_bytes`].
+    pub max_frame_bytes: u64,
+    /// Connections accepted at a time (`PS_MAX_CONNECTIONS`); more are closed at once.
+    pub max_connections: usize,
+}
+
+impl ZmqOptions {
+    /// The options of a node configured by `cfg`.
+    pub fn of(cfg: &Config) -> ZmqOptions {
+        ZmqOptions {
+            send_timeout: cfg.timeout,
+            token: cfg.auth.clone(),
+            max_frame_bytes: cfg.bounds.max_frame_bytes(cfg.role),
+            max_connections: cfg.bounds.max_connections,
+        }
+    }
+}
 
 /// A received ZMQ frame, kept as the storage of a [`Bytes`] (no copy).
 struct ZmqFrame(zmq::Message);
@@ -74,21 +113,22 @@ pub struct ZmqVan {
     receiver: Mutex<Option<zmq::Socket>>,
     /// Set first by `stop`: `recv` then returns [`Error::Stopped`] instead of polling again,
     /// so `stop` gets the receiver's lock, which a polling thread holds nearly all the time.
-    stopping: std::sync::atomic::AtomicBool,
+    stopping: AtomicBool,
     senders: RwLock<HashMap<NodeId, Arc<Mutex<zmq::Socket>>>>,
-    send_timeout: Duration,
+    opts: ZmqOptions,
     /// This node's id once known (-1 before): the identity its connections claim.
     me: AtomicI32,
     /// With a token: connections authenticate ([`crate::auth`]).
     token: Option<Token>,
-    /// Connections opened before this node had an id (as `join`), to open again as
-    /// `node:ID` once it has one: peer and address.
-    as_joiner: Mutex<Vec<(NodeId, String, u16)>>,
+    /// Connections to open again once this node has an id; registrations to answer.
+    joining: Mutex<Joining>,
     /// Handshake events of the connection to the scheduler made before this node had an id:
     /// a refusal there fails the start with the reason.
     monitor: Mutex<Option<zmq::Socket>>,
     /// Warnings about dropped messages, per address.
     refused: Mutex<RateLimited>,
+    /// Closes connections beyond `PS_MAX_CONNECTIONS` (from `bind` on).
+    cap: Mutex<Option<ConnectionCap>>,
     /// Answers libzmq's authentication requests; declared after the sockets, so dropped after
     /// them.
     _zap: Option<ZapHandler>,
@@ -107,112 +147,32 @@ fn zerr(what: String) -> impl FnOnce(zmq::Error) -> Error {
 }
 
 impl ZmqVan {
-    /// A van whose sends fail after `send_timeout` if the peer does not take the message. With
-    /// `token`, every connection to and from it authenticates ([`crate::auth`]).
+    /// A van with `opts`: sends fail after `opts.send_timeout` if the peer does not take the
+    /// message; with `opts.token`, every connection to and from it authenticates
+    /// ([`crate::auth`]).
     ///
     /// # Errors
     /// [`Error::Van`] when the ZAP handler cannot start.
-    pub fn new(send_timeout: Duration, token: Option<Token>) -> Result<ZmqVan> {
+    pub fn new(opts: ZmqOptions) -> Result<ZmqVan> {
         let ctx = zmq::Context::new();
-        let zap = match &token {
+        let zap = match &opts.token {
             Some(t) => Some(ZapHandler::start(&ctx, t.clone()).map_err(Error::Van)?),
             None => None,
         };
         Ok(ZmqVan {
             ctx,
             receiver: Mutex::new(None),
-            stopping: std::sync::atomic::AtomicBool::new(false),
+            stopping: AtomicBool::new(false),
             senders: RwLock::new(HashMap::new()),
-            send_timeout,
             me: AtomicI32::new(-1),
-            token,
-            as_joiner: Mutex::new(Vec::new()),
+            token: opts.token.clone(),
+            opts,
+            joining: Mutex::new(Joining::default()),
             monitor: Mutex::new(None),
             refused: Mutex::new(RateLimited::default()),
+            cap: Mutex::new(None),
             _zap: zap,
         })
-    }
-
-    /// Has the connection `sock` to `peer` authenticate as this node (or as a joiner, before
-    /// it has an id; the connection to the scheduler is then watched for a refusal).
-    fn authenticate(&self, sock: &zmq::Socket, peer: NodeId, host: &str, port: u16) -> Result<()> {
-        let me = self.me.load(Ordering::Acquire);
-        let who = if me >= 0 {
-            Identity::Node(me)
-        } else {
-            Identity::Joiner
-        };
-        if let Some(t) = &self.token {
-            let (user, password) = t.credential(who);
-            sock.set_plain_username(Some(&user))
-                .and_then(|_| sock.set_plain_password(Some(&password)))
-                .map_err(zerr("PLAIN credentials".into()))?;
-            if who == Identity::Joiner {
-                crate::sync::lock(&self.as_joiner).push((peer, host.to_string(), port));
-            }
-        }
-        if who == Identity::Joiner && peer == SCHEDULER {
-            self.watch(sock)?;
-        }
-        Ok(())
-    }
-
-    /// Watches the handshakes of `sock` (the connection to the scheduler before this node has
-    /// an id) for a refusal, reported by [`recv`](Van::recv).
-    fn watch(&self, sock: &zmq::Socket) -> Result<()> {
-        // A name of its own for each watched socket (a socket's address can be reused).
-        static WATCHED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-        let n = WATCHED.fetch_add(1, Ordering::Relaxed);
-        let endpoint = format!("inproc://ps-monitor-{n}");
-        // Not HANDSHAKE_FAILED_NO_DETAIL: a connection reset or a handshake timeout, which
-        // libzmq retries; PS_TIMEOUT ends the start if it never succeeds.
-        let events = zmq::SocketEvent::HANDSHAKE_FAILED_AUTH as i32
-            | zmq::SocketEvent::HANDSHAKE_FAILED_PROTOCOL as i32;
-        sock.monitor(&endpoint, events)
-            .map_err(zerr("monitor".into()))?;
-        let watcher = self
-            .ctx
-            .socket(zmq::PAIR)
-            .map_err(zerr("monitor socket".into()))?;
-        watcher
-            .connect(&endpoint)
-            .map_err(zerr(format!("cannot watch {endpoint}")))?;
-        *crate::sync::lock(&self.monitor) = Some(watcher);
-        Ok(())
-    }
-
-    /// Puts the monitor `w` that [`recv`](Van::recv) polled back in its slot, unless this node
-    /// has its id by now (then nothing is watched any more) or a newer one took the slot.
-    fn rewatch(&self, w: zmq::Socket) {
-        let mut slot = crate::sync::lock(&self.monitor);
-        // `set_node_id` stores the id before it empties the slot, under the same lock.
-        if slot.is_none() && self.me.load(Ordering::Acquire) < 0 {
-            *slot = Some(w);
-        }
-    }
-
-    /// A handshake event of the watched connection: the refusal it means.
-    fn refusal_event(watcher: &zmq::Socket) -> Option<Error> {
-        let frames = watcher.recv_multipart(zmq::DONTWAIT).ok()?;
-        let head = frames.first().filter(|f| f.len() >= 6)?;
-        let event = u16::from_le_bytes([head[0], head[1]]);
-        let value = u32::from_le_bytes([head[2], head[3], head[4], head[5]]);
-        let at = frames
-            .get(1)
-            .map(|e| String::from_utf8_lossy(e).into_owned())
-            .unwrap_or_default();
-        let why = match zmq::SocketEvent::from_raw(event) {
-            zmq::SocketEvent::HANDSHAKE_FAILED_AUTH => format!(
-                "the scheduler at {at} refused this node's proof of PS_AUTH_TOKEN (ZAP status \
-                 {value}): this node's token differs from the scheduler's"
-            ),
-            _ => format!(
-                "the scheduler at {at} did not complete the handshake (ZMTP error {value:#x}): \
-                 one of the two authenticates with PS_AUTH_TOKEN and the other does not; give \
-                 every node the same PS_AUTH_TOKEN (or PS_AUTH=none to every node)"
-            ),
-        };
-        Some(Error::Config(why))
     }
 
     /// Whether a received message may be acted on: its connection proved `who`, and its header
@@ -255,6 +215,11 @@ impl Van for ZmqVan {
             .map_err(zerr("ipv6".into()))?;
         sock.set_linger(0).map_err(zerr("linger".into()))?;
         sock.set_rcvhwm(0).map_err(zerr("rcvhwm".into()))?;
+        // A frame over the bound closes its connection before it is read whole (issue 14).
+        let max = self.opts.max_frame_bytes.min(i64::MAX as u64) as i64;
+        sock.set_maxmsgsize(max)
+            .and_then(|_| sock.set_handshake_ivl(HANDSHAKE_MS))
+            .map_err(zerr("frame limit".into()))?;
         if self.token.is_some() {
             sock.set_plain_server(true)
                 .and_then(|_| sock.set_zap_domain(ZAP_DOMAIN))
@@ -281,6 +246,8 @@ impl Van for ZmqVan {
             .ok_or_else(|| {
                 Error::Van(format!("cannot read the port bound at {addr} ({last:?})"))
             })?;
+        let cap = ConnectionCap::start(&self.ctx, &sock, bound, self.opts.max_connections)?;
+        *crate::sync::lock(&self.cap) = Some(cap);
         *self.receiver.lock().map_err(|_| Error::Stopped)? = Some(sock);
         Ok(bound)
     }
@@ -294,7 +261,7 @@ impl Van for ZmqVan {
             .map_err(zerr("ipv6".into()))?;
         sock.set_linger(LINGER_MS).map_err(zerr("linger".into()))?;
         sock.set_sndhwm(0).map_err(zerr("sndhwm".into()))?;
-        let ms = self.send_timeout.as_millis().min(i32::MAX as u128) as i32;
+        let ms = self.opts.send_timeout.as_millis().min(i32::MAX as u128) as i32;
         sock.set_sndtimeo(ms).map_err(zerr("sndtimeo".into()))?;
         self.authenticate(&sock, id, host, port)?;
         let addr = endpoint(host, &port.to_string());
@@ -321,7 +288,7 @@ impl Van for ZmqVan {
             zmq::Error::EAGAIN => Error::Van(format!(
                 "{} did not take a message within {:.0} s (PS_TIMEOUT)",
                 Node::describe(recver),
-                self.send_timeout.as_secs_f64()
+                self.opts.send_timeout.as_secs_f64()
             )),
             e => Error::Van(format!("send to {} failed: {e}", Node::describe(recver))),
         };
@@ -339,29 +306,11 @@ impl Van for ZmqVan {
         let guard = self.receiver.lock().map_err(|_| Error::Stopped)?;
         let sock = guard.as_ref().ok_or(Error::Stopped)?;
         let ms = timeout.as_millis().min(i64::MAX as u128) as i64;
-        // The watched joining connection's monitor is taken out of its slot for the poll, not
-        // polled under the slot's lock: a thread that waits for that lock (`watch`,
-        // `set_node_id`) would otherwise starve while the RDMA van's bootstrap thread polls in a
-        // loop (std's Mutex is not fair; a Soft-RoCE guest's start hung there).
-        let watcher = crate::sync::lock(&self.monitor).take();
-        if let Some(w) = watcher {
-            let mut items = [sock.as_poll_item(zmq::POLLIN), w.as_poll_item(zmq::POLLIN)];
-            zmq::poll(&mut items, ms).map_err(zerr("poll".into()))?;
-            let (refusal, readable) = (items[1].is_readable(), items[0].is_readable());
-            let refused = if refusal {
-                ZmqVan::refusal_event(&w)
-            } else {
-                None
-            };
-            self.rewatch(w);
-            if let Some(e) = refused {
-                return Ok(Some(VanEvent::Refused(e)));
-            }
-            if !readable {
-                return Ok(None);
-            }
-        } else if sock.poll(zmq::POLLIN, ms).map_err(zerr("poll".into()))? == 0 {
-            return Ok(None);
+        self.send_answers(sock);
+        match self.poll(sock, ms)? {
+            Err(refusal) => return Ok(Some(VanEvent::Refused(refusal))),
+            Ok(false) => return self.scheduler_answer().transpose(),
+            Ok(true) => {}
         }
         let mut frames = Vec::with_capacity(4);
         // What the connection proved (with a token), read off its first frame after the
@@ -381,28 +330,24 @@ impl Van for ZmqVan {
                 break;
             }
         }
-        // Frame 0 is the ROUTER's peer identity.
-        frames.remove(0);
+        // Frame 0 is the ROUTER's routing id of the connection.
+        let routing_id = frames.remove(0);
         let msg = decode_frames(frames)?;
         if let Some((who, address)) = origin {
             if !self.admitted(who, &address, &msg) {
                 return Ok(None);
             }
         }
+        self.note_registration(&routing_id, &msg);
         Ok(Some(VanEvent::Message(msg)))
     }
 
     fn set_node_id(&self, id: NodeId) {
-        self.me.store(id, Ordering::Release);
-        // Connections opened as a joiner are opened again as this node; the scheduler
-        // accepts no more than ADD_NODE from a joiner.
-        let again = std::mem::take(&mut *crate::sync::lock(&self.as_joiner));
-        for (peer, host, port) in again {
-            if let Err(e) = self.connect(peer, &host, port) {
-                tracing::warn!("cannot connect to {} again: {e}", Node::describe(peer));
-            }
-        }
-        crate::sync::lock(&self.monitor).take();
+        self.joined(id);
+    }
+
+    fn answer_joiner(&self, host: &str, port: u16, msg: Message) -> Result<()> {
+        self.queue_answer(host, port, msg)
     }
 
     fn abort(&self) {
@@ -419,8 +364,13 @@ impl Van for ZmqVan {
     fn stop(&self) {
         self.stopping.store(true, Ordering::Release);
         if let Ok(mut r) = self.receiver.lock() {
-            r.take();
+            if let Some(sock) = r.take() {
+                // Refusals queued since the receiving thread's last turn still leave.
+                let _ = sock.set_linger(LINGER_MS);
+                self.send_answers(&sock);
+            }
         }
+        crate::sync::lock(&self.cap).take();
         if let Ok(mut s) = self.senders.write() {
             s.clear();
         }

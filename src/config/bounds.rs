@@ -1,0 +1,124 @@
+//! Memory bounds (issue 14): how much a worker keeps in flight, how much a server parks for
+//! applications it does not serve yet, the largest frame a node takes, and how many
+//! connections it accepts. With them no peer, member or not, makes a node hold memory without
+//! bound: a worker's loop that never waits blocks instead, and a server holds at most what
+//! every worker may have in flight.
+
+use super::vars::Vars;
+use crate::error::Result;
+use crate::wire::{Role, MAX_FRAME_BYTES, MAX_META_BYTES};
+
+/// Default of `PS_MAX_INFLIGHT_BYTES`: 256 MiB per worker.
+pub const DEFAULT_MAX_INFLIGHT_BYTES: u64 = 256 << 20;
+
+/// Smallest `PS_MAX_INFLIGHT_BYTES`: a request's header alone may take 1 MiB.
+pub const MIN_INFLIGHT_BYTES: u64 = MAX_META_BYTES as u64;
+
+/// What a request counts beside its payload in a worker's in-flight bytes and a server's
+/// parked bytes: about what its header and bookkeeping hold in memory, so that many small
+/// requests are bounded as well as a few large ones.
+pub const REQUEST_OVERHEAD_BYTES: u64 = 1024;
+
+/// The bounds of one node (`PS_MAX_INFLIGHT_BYTES`, `PS_MAX_CONNECTIONS`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Bounds {
+    /// `PS_MAX_INFLIGHT_BYTES`: the bytes of a worker's requests sent and not yet answered
+    /// (payload — keys, values, lengths — plus [`REQUEST_OVERHEAD_BYTES`] per server part).
+    /// A push or pull that would pass it blocks until earlier requests complete, for at most
+    /// `PS_TIMEOUT`; one request part larger than it is refused. The same on every node: a
+    /// server parks at most this much per worker, and takes no larger frame.
+    pub max_inflight_bytes: u64,
+    /// `PS_MAX_CONNECTIONS`: connections a node's van accepts at a time; one more is closed
+    /// at once.
+    pub max_connections: usize,
+}
+
+impl Bounds {
+    /// The default for a cluster of `servers` and `workers`: [`DEFAULT_MAX_INFLIGHT_BYTES`],
+    /// and twice the connections the cluster opens to one node (one from each other node, and
+    /// a node's replacement or second connection while its first closes) plus 32.
+    pub fn default_for(servers: usize, workers: usize) -> Bounds {
+        Bounds {
+            max_inflight_bytes: DEFAULT_MAX_INFLIGHT_BYTES,
+            max_connections: 2 * (1 + servers + workers) + 32,
+        }
+    }
+
+    /// Bytes (payload plus [`REQUEST_OVERHEAD_BYTES`] each) a server keeps parked for
+    /// applications it does not serve yet (a `KVServer` registers a moment after the start,
+    /// or a replacement is restoring): what `workers` workers may have in flight.
+    pub fn parked_bytes(&self, workers: usize) -> u64 {
+        self.max_inflight_bytes.saturating_mul(workers as u64)
+    }
+
+    /// The largest frame a node of `role` accepts (`ZMQ_MAXMSGSIZE`; a larger one closes its
+    /// connection): the scheduler gets headers only ([`MAX_META_BYTES`]), a server request
+    /// parts (at most `max_inflight_bytes`), a worker answers of any size ([`MAX_FRAME_BYTES`]:
+    /// what it pulls is its own choice).
+    pub fn max_frame_bytes(&self, role: Role) -> u64 {
+        match role {
+            Role::Scheduler => MAX_META_BYTES as u64,
+            Role::Server => self
+                .max_inflight_bytes
+                .clamp(MAX_META_BYTES as u64, MAX_FRAME_BYTES),
+            Role::Worker => MAX_FRAME_BYTES,
+        }
+    }
+}
+
+/// `PS_MAX_INFLIGHT_BYTES` and `PS_MAX_CONNECTIONS` for a cluster of `servers` and
+/// `workers`.
+pub(super) fn bounds<F: Fn(&str) -> Option<String>>(
+    vars: &Vars<'_, F>,
+    servers: usize,
+    workers: usize,
+) -> Result<Bounds> {
+    let default = Bounds::default_for(servers, workers);
+    Ok(Bounds {
+        max_inflight_bytes: vars
+            .ranged("PS_MAX_INFLIGHT_BYTES", MIN_INFLIGHT_BYTES, 1 << 40)?
+            .unwrap_or(default.max_inflight_bytes),
+        max_connections: vars
+            .ranged("PS_MAX_CONNECTIONS", 1usize, 1 << 20)?
+            .unwrap_or(default.max_connections),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn read(pairs: &[(&str, &str)]) -> Result<Bounds> {
+        let map: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        bounds(&Vars::new(|k: &str| map.get(k).cloned()), 2, 4)
+    }
+
+    #[test]
+    fn defaults_follow_the_cluster_and_variables_replace_them() {
+        let b = read(&[]).expect("defaults");
+        assert_eq!(b, Bounds::default_for(2, 4));
+        assert_eq!(b.max_connections, 2 * 7 + 32);
+        assert_eq!(b.parked_bytes(4), 4 * DEFAULT_MAX_INFLIGHT_BYTES);
+        let b = read(&[
+            ("PS_MAX_INFLIGHT_BYTES", "33554432"),
+            ("PS_MAX_CONNECTIONS", " 9 "),
+        ])
+        .expect("set");
+        assert_eq!((b.max_inflight_bytes, b.max_connections), (32 << 20, 9));
+        assert_eq!(b.max_frame_bytes(Role::Server), 32 << 20);
+        assert_eq!(b.max_frame_bytes(Role::Scheduler), MAX_META_BYTES as u64);
+        assert_eq!(b.max_frame_bytes(Role::Worker), MAX_FRAME_BYTES);
+    }
+
+    #[test]
+    fn bad_values_name_the_variable() {
+        let e = read(&[("PS_MAX_INFLIGHT_BYTES", "1000")]).expect_err("too small");
+        assert!(e.to_string().contains("PS_MAX_INFLIGHT_BYTES"), "{e}");
+        let e = read(&[("PS_MAX_CONNECTIONS", "0")]).expect_err("zero");
+        assert!(e.to_string().contains("PS_MAX_CONNECTIONS"), "{e}");
+    }
+}

@@ -1,0 +1,145 @@
+//! A worker process's bytes in flight (issue 14, `PS_MAX_INFLIGHT_BYTES`): requests sent and
+//! not yet answered, shared by every `KVWorker` of the process. A request that does not fit
+//! waits until earlier ones complete, for at most `PS_TIMEOUT`, so a loop that never waits
+//! keeps bounded memory on this node and on the servers (whose receive queues and parked
+//! requests hold what the workers have in flight).
+//!
+//! The rule ([`fits`]) has no IO; [`Budget`] adds the waiting.
+
+use crate::error::{Error, Result};
+use crate::sync::lock;
+use std::sync::{Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+/// Whether `n` more bytes may be taken with `used` of `max` taken: when they fit, or when
+/// nothing is taken (a request larger than the budget alone still goes, or it never could).
+pub fn fits(used: u64, n: u64, max: u64) -> bool {
+    used == 0 || used.saturating_add(n) <= max
+}
+
+/// The bytes in flight of one process, at most `max` (but for one request alone).
+pub struct Budget {
+    max: u64,
+    /// Bytes taken, and how many requests wait for room (`give` wakes only when some do).
+    used: Mutex<(u64, usize)>,
+    freed: Condvar,
+}
+
+impl Budget {
+    /// Nothing in flight; at most `max` bytes.
+    pub fn new(max: u64) -> Budget {
+        Budget {
+            max,
+            used: Mutex::new((0, 0)),
+            freed: Condvar::new(),
+        }
+    }
+
+    /// The most bytes in flight (`PS_MAX_INFLIGHT_BYTES`).
+    pub fn max(&self) -> u64 {
+        self.max
+    }
+
+    /// Bytes in flight now.
+    pub fn used(&self) -> u64 {
+        lock(&self.used).0
+    }
+
+    /// Takes `n` bytes for a request, waiting until they [`fit`](fits) for at most `timeout`;
+    /// with `may_wait` false (a customer thread, which settles the answers that free room)
+    /// takes them at once.
+    ///
+    /// # Errors
+    /// [`Error::Timeout`] when no room was freed within `timeout`, naming the bytes in flight
+    /// and `PS_MAX_INFLIGHT_BYTES`.
+    pub fn take(&self, n: u64, timeout: Duration, may_wait: bool) -> Result<()> {
+        let deadline = Instant::now() + timeout;
+        let mut used = lock(&self.used);
+        while may_wait && !fits(used.0, n, self.max) {
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(Error::Timeout(format!(
+                    "a request of {n} bytes waited {:.0} s (PS_TIMEOUT) for room: this \
+                     worker's requests in flight hold {} bytes, and PS_MAX_INFLIGHT_BYTES is {}; \
+                     none of them completed meanwhile (is every server answering?)",
+                    timeout.as_secs_f64(),
+                    used.0,
+                    self.max
+                )));
+            }
+            used.1 += 1;
+            used = self
+                .freed
+                .wait_timeout(used, deadline - now)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+            used.1 -= 1;
+        }
+        used.0 += n;
+        Ok(())
+    }
+
+    /// Gives back `n` bytes of a request that completed, failed or was given up.
+    pub fn give(&self, n: u64) {
+        if n == 0 {
+            return;
+        }
+        let mut used = lock(&self.used);
+        used.0 = used.0.saturating_sub(n);
+        let waiting = used.1 > 0;
+        drop(used);
+        if waiting {
+            self.freed.notify_all();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use std::sync::Arc;
+
+    proptest! {
+        /// Taking only what fits, bytes in flight pass the budget only with one request
+        /// alone, and every request can go once nothing else is in flight.
+        #[test]
+        fn the_rule_bounds_what_is_in_flight(max in 1u64..1000, sizes in prop::collection::vec(1u64..1500, 1..50)) {
+            let mut used = 0u64;
+            let mut taken: Vec<u64> = Vec::new();
+            for n in sizes {
+                while !fits(used, n, max) {
+                    used -= taken.remove(0); // the oldest completes
+                }
+                prop_assert!(fits(0, n, max));
+                used += n;
+                taken.push(n);
+                prop_assert!(used <= max || taken.len() == 1);
+            }
+        }
+    }
+
+    #[test]
+    fn a_request_waits_for_room_and_gives_up_at_its_deadline_naming_the_variable() {
+        let b = Arc::new(Budget::new(100));
+        b.take(80, Duration::ZERO, true).expect("fits");
+        let e = b
+            .take(30, Duration::from_millis(50), true)
+            .expect_err("no room");
+        let text = e.to_string();
+        assert!(text.contains("hold 80 bytes"), "{text}");
+        assert!(text.contains("PS_MAX_INFLIGHT_BYTES is 100"), "{text}");
+        let waiter = {
+            let b = b.clone();
+            std::thread::spawn(move || b.take(30, Duration::from_secs(20), true))
+        };
+        std::thread::sleep(Duration::from_millis(50));
+        assert_eq!(b.used(), 80, "the second request waits");
+        b.give(80);
+        waiter.join().expect("no panic").expect("room freed");
+        assert_eq!(b.used(), 30);
+        b.take(500, Duration::ZERO, false)
+            .expect("a customer thread never waits");
+        assert_eq!(b.used(), 530);
+    }
+}
