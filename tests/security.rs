@@ -3,51 +3,21 @@
 
 mod common;
 
+use common::attack::{attack, terminate};
 use common::launched::Launched;
 use pslite::auth::{Identity, Token};
-use pslite::wire::{encode_meta, Command, Control, Message, Meta, SCHEDULER};
+use pslite::wire::SCHEDULER;
 use std::process::Command as Process;
 use std::time::Duration;
 
 const TOKEN: &str = "the test cluster's token, 0123456789";
 
-/// A TERMINATE for the scheduler, written as if the scheduler sent it to itself.
-fn terminate(sender: i32) -> Vec<u8> {
-    let mut msg = Message::new(Meta {
-        sender,
-        ..Meta::for_control(
-            SCHEDULER,
-            Control {
-                cmd: Some(Command::Terminate),
-                ..Control::default()
-            },
-        )
-    });
-    encode_meta(&mut msg).expect("encode").to_vec()
-}
-
-/// Connects a DEALER to 127.0.0.1:`port` (with a PLAIN credential when given), sends
-/// `frame` `times` times, and lingers so that it leaves.
-fn attack(port: u16, credential: Option<(String, String)>, frame: &[u8], times: usize) {
-    let ctx = zmq::Context::new();
-    let sock = ctx.socket(zmq::DEALER).expect("socket");
-    if let Some((user, password)) = credential {
-        sock.set_plain_username(Some(&user)).expect("user");
-        sock.set_plain_password(Some(&password)).expect("password");
-    }
-    sock.set_linger(1000).expect("linger");
-    sock.connect(&format!("tcp://127.0.0.1:{port}"))
-        .expect("connect");
-    for _ in 0..times {
-        sock.send(frame, zmq::DONTWAIT).ok();
-    }
-    std::thread::sleep(Duration::from_millis(500));
-}
-
-/// kv-app with 2 servers and 2 workers, long enough to be attacked meanwhile; `env` for the
-/// launcher (and so every node).
-fn kv_app(port: u16, env: &[(&str, &str)]) -> Launched {
+/// kv-app with 2 servers and 2 workers, `repeat` rounds (long enough to be attacked
+/// meanwhile: a test checks with [`still_running`]); `env` for the launcher (and so every
+/// node).
+fn kv_app(port: u16, repeat: u32, env: &[(&str, &str)]) -> Launched {
     let port = port.to_string();
+    let repeat = repeat.to_string();
     Launched::start(
         &[
             "--servers",
@@ -59,10 +29,19 @@ fn kv_app(port: u16, env: &[(&str, &str)]) -> Launched {
             "--",
             "kv-app",
             "--repeat",
-            "400",
+            &repeat,
         ],
         env,
     )
+}
+
+/// The attacks came while the cluster ran: no worker has finished yet.
+fn still_running(run: &Launched) {
+    let out = run.text();
+    assert!(
+        !out.contains("error: "),
+        "the run ended before the attacks did: give kv-app more rounds\n{out}"
+    );
 }
 
 fn assert_exact(code: Option<i32>, out: &str) {
@@ -73,7 +52,7 @@ fn assert_exact(code: Option<i32>, out: &str) {
 #[test]
 fn strangers_cannot_stop_the_cluster_and_are_named_in_a_warning() {
     let port = pslite::free_port().expect("port");
-    let run = kv_app(port, &[("PS_VERBOSE", "0")]);
+    let run = kv_app(port, 2000, &[("PS_VERBOSE", "0")]);
     run.wait_line("started worker 1");
     std::thread::sleep(Duration::from_millis(300));
     // A stock client without authentication, many times; then one that guesses a password
@@ -88,6 +67,7 @@ fn strangers_cannot_stop_the_cluster_and_are_named_in_a_warning() {
         &terminate(1),
         10,
     );
+    still_running(&run);
     let (code, out) = run.finish(Duration::from_secs(120));
     assert_exact(code, &out);
     let refused: Vec<&str> = out
@@ -108,7 +88,7 @@ fn strangers_cannot_stop_the_cluster_and_are_named_in_a_warning() {
 #[test]
 fn a_member_cannot_speak_for_another_node() {
     let port = pslite::free_port().expect("port");
-    let run = kv_app(port, &[("PS_AUTH_TOKEN", TOKEN)]);
+    let run = kv_app(port, 2000, &[("PS_AUTH_TOKEN", TOKEN)]);
     run.wait_line("started worker 1");
     std::thread::sleep(Duration::from_millis(300));
     // Knows the token, proves to be node 11 (a worker), and claims to be the scheduler; then
@@ -126,6 +106,7 @@ fn a_member_cannot_speak_for_another_node() {
         &terminate(-1),
         3,
     );
+    still_running(&run);
     let (code, out) = run.finish(Duration::from_secs(120));
     assert_exact(code, &out);
     assert!(
@@ -241,4 +222,106 @@ fn po_barrier(c: &common::Cluster) {
     for w in waits {
         w.join().expect("no panic").expect("barrier");
     }
+}
+
+/// A heartbeat request to the scheduler, written as if `sender` sent it.
+fn heartbeat(sender: i32) -> Vec<u8> {
+    let mut msg = pslite::wire::Message::new(pslite::wire::Meta {
+        sender,
+        request: true,
+        ..pslite::wire::Meta::for_control(
+            SCHEDULER,
+            pslite::wire::Control {
+                cmd: Some(pslite::wire::Command::Heartbeat),
+                ..pslite::wire::Control::default()
+            },
+        )
+    });
+    pslite::wire::encode_meta(&mut msg)
+        .expect("encode")
+        .to_vec()
+}
+
+#[test]
+fn forged_heartbeats_do_not_keep_a_killed_worker_alive() {
+    // Started by hand (the launcher would stop every node once a worker died): a scheduler,
+    // a server and two workers running kv-app, with a 2 s heartbeat timeout.
+    let port = pslite::free_port().expect("port").to_string();
+    let start = |exe: &str, args: &[&str], rank: &str| {
+        Process::new(exe)
+            .args(args)
+            .envs([
+                ("DMLC_PS_ROOT_URI", "127.0.0.1"),
+                ("DMLC_PS_ROOT_PORT", port.as_str()),
+                ("DMLC_NUM_SERVER", "1"),
+                ("DMLC_NUM_WORKER", "2"),
+                ("PS_TIMEOUT", "30"),
+                ("PS_HEARTBEAT_TIMEOUT", "2"),
+                ("PS_AUTH_TOKEN", TOKEN),
+                ("PSLITE_RANK", rank),
+            ])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn")
+    };
+    let mut scheduler = start(env!("CARGO_BIN_EXE_pslite-scheduler"), &[], "0");
+    let mut others = vec![start(env!("CARGO_BIN_EXE_pslite-server"), &[], "0")];
+    let kv_app = ["kv-app", "--repeat", "100000"];
+    for rank in ["0", "1"] {
+        others.push(start(env!("CARGO_BIN_EXE_pslite-worker"), &kv_app, rank));
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    others[2].kill().expect("kill worker rank 1");
+    let t0 = std::time::Instant::now();
+    // Worker 1's heartbeats, every 100 ms until the scheduler gives up on it (at most 20 s):
+    // from a stranger, from another cluster's node 11, and from a member that proves to be
+    // worker 0. Had one been taken, the scheduler would wait as long as they come.
+    let other = Token::new("another cluster's token, 0123456789").expect("token");
+    let member = Token::new(TOKEN).expect("token");
+    let ctx = zmq::Context::new();
+    let forgers = [
+        common::attack::dealer(&ctx, port.parse().expect("port"), None),
+        common::attack::dealer(
+            &ctx,
+            port.parse().expect("port"),
+            Some(other.credential(Identity::Node(11))),
+        ),
+        common::attack::dealer(
+            &ctx,
+            port.parse().expect("port"),
+            Some(member.credential(Identity::Node(9))),
+        ),
+    ];
+    while t0.elapsed() < Duration::from_secs(20) {
+        if scheduler.try_wait().expect("try_wait").is_some() {
+            break;
+        }
+        for f in &forgers {
+            f.send(heartbeat(11), zmq::DONTWAIT).ok();
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let took = t0.elapsed();
+    let _ = scheduler.kill();
+    let out = scheduler.wait_with_output().expect("the scheduler ends");
+    for mut o in others {
+        let _ = o.kill();
+        let _ = o.wait();
+    }
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("worker rank 1 (id 11)") && err.contains("no heartbeat for"),
+        "{err}"
+    );
+    assert!(
+        err.contains("a Heartbeat request from worker rank 0 (id 9) that claims to come from worker rank 1 (id 11)"),
+        "{err}"
+    );
+    assert!(
+        took < Duration::from_secs(15),
+        "the scheduler still waited for worker 1 after {took:?}: {err}"
+    );
 }

@@ -70,8 +70,8 @@ impl Launched {
         }
     }
 
-    /// SIGKILLs the process the launcher started as `node` ("server 0") most recently.
-    pub fn kill(&self, node: &str) {
+    /// The pid of the process the launcher started as `node` ("server 0") most recently.
+    pub fn pid(&self, node: &str) -> i32 {
         let started = format!("started {node} (pid ");
         let text = self.text();
         let line = text
@@ -79,11 +79,15 @@ impl Launched {
             .rev()
             .find(|l| l.contains(&started))
             .expect("the node started");
-        let pid: i32 = line
-            .rsplit("(pid ")
+        line.rsplit("(pid ")
             .next()
             .and_then(|p| p.trim_end_matches(')').parse().ok())
-            .expect("a pid");
+            .expect("a pid")
+    }
+
+    /// SIGKILLs the process the launcher started as `node` ("server 0") most recently.
+    pub fn kill(&self, node: &str) {
+        let pid = self.pid(node);
         // SAFETY: kill(2) on a process the launcher started (its pid from the launcher).
         assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0, "kill {node}");
     }

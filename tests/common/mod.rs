@@ -1,6 +1,7 @@
 //! Helpers: a cluster as threads of the test process, on loopback.
 #![allow(dead_code)]
 
+pub mod attack;
 pub mod launched;
 pub mod procs;
 pub mod roles;

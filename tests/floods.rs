@@ -1,0 +1,225 @@
+//! Issue 14's bounds: no peer, member or stranger, makes a node hold memory without bound, and
+//! the scheduler never connects to an address a refused node named. Real processes on
+//! loopback (`pslite-launch local`) running kv-app while a stock ZMQ client (or plain TCP)
+//! floods them; each attacked node's peak memory (`VmHWM`) is checked against a stated bound.
+
+mod common;
+
+use bytes::Bytes;
+use common::attack::{dealer, peak_rss_mib, port_of};
+use common::launched::Launched;
+use pslite::auth::{Identity, Token};
+use pslite::wire::{decode_frames, encode_meta, Command, Control, DType, Message, Meta, Node};
+use std::io::Read;
+use std::net::{TcpListener, TcpStream};
+use std::time::{Duration, Instant};
+
+const TOKEN: &str = "the flood test cluster's token, 0123";
+
+/// kv-app S2W2 with `env`, long enough to be flooded meanwhile; every node logs at info.
+fn kv_app(port: u16, env: &[(&str, &str)]) -> Launched {
+    let mut env = env.to_vec();
+    env.push(("PS_VERBOSE", "1"));
+    Launched::start(
+        &[
+            "--servers",
+            "2",
+            "--workers",
+            "2",
+            "--port",
+            &port.to_string(),
+            "--",
+            "kv-app",
+            "--repeat",
+            "2000",
+        ],
+        &env,
+    )
+}
+
+/// Ends the run and checks both workers summed exactly; returns the output.
+fn exact(run: Launched) -> String {
+    let (code, out) = run.finish(Duration::from_secs(180));
+    let shown: String = out
+        .lines()
+        .filter(|l| !l.contains(" INFO "))
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert_eq!(code, Some(0), "{shown}");
+    assert_eq!(out.matches("error: 0, 0").count(), 2, "{shown}");
+    out
+}
+
+/// A push of `len` bytes into key 1 of application `app`, as worker 0 (id 9) would send it.
+fn push(app: i32, len: usize) -> Vec<Vec<u8>> {
+    let mut msg = Message {
+        meta: Meta {
+            sender: 9,
+            recver: 8,
+            app_id: app,
+            request: true,
+            push: true,
+            dtype: DType::U8,
+            timestamp: 1,
+            ..Meta::default()
+        },
+        data: vec![
+            Bytes::copy_from_slice(&1u64.to_le_bytes()),
+            Bytes::from(vec![1u8; len]),
+            Bytes::new(),
+        ],
+    };
+    let head = encode_meta(&mut msg).expect("encode").to_vec();
+    let mut frames = vec![head];
+    frames.extend(msg.data.iter().map(|f| f.to_vec()));
+    frames
+}
+
+#[test]
+fn a_member_cannot_make_a_node_hold_memory_without_bound() {
+    // PS_MAX_INFLIGHT_BYTES 16 MiB: a server parks at most 2 × 16 MiB and takes no frame over
+    // 16 MiB; the scheduler no frame over 1 MiB.
+    let port = pslite::free_port().expect("port");
+    let run = kv_app(
+        port,
+        &[
+            ("PS_AUTH_TOKEN", TOKEN),
+            ("PS_MAX_INFLIGHT_BYTES", "16777216"),
+        ],
+    );
+    let server = port_of(&run.wait_line("server rank 0 (id 8) started: "), "(id 8)");
+    run.wait_line("worker rank 1 (id 11) started: ");
+    let token = Token::new(TOKEN).expect("token");
+    let ctx = zmq::Context::new();
+    // 400 pushes of 1 MiB for an application nobody serves: without the cap they would all
+    // wait 5 s at server 0 (400 MiB).
+    let member = dealer(&ctx, server, Some(token.credential(Identity::Node(9))));
+    let frames = push(77, 1 << 20);
+    for _ in 0..400 {
+        member.send_multipart(frames.iter(), 0).expect("send");
+    }
+    // A 64 MiB frame to server 0 and one to the scheduler.
+    member
+        .send_multipart(push(78, 64 << 20).iter(), 0)
+        .expect("send");
+    let at_scheduler = dealer(&ctx, port, Some(token.credential(Identity::Node(9))));
+    at_scheduler
+        .send_multipart(push(79, 64 << 20).iter(), 0)
+        .expect("send");
+    std::thread::sleep(Duration::from_secs(2));
+    let (server_peak, scheduler_peak) = (
+        peak_rss_mib(run.pid("server 0")),
+        peak_rss_mib(run.pid("scheduler")),
+    );
+    let log = run.text();
+    assert!(
+        !log.contains("error: "),
+        "the run ended before the floods did:\n{log}"
+    );
+    drop((member, at_scheduler));
+    let out = exact(run);
+    eprintln!("peak memory: server 0 {server_peak:.0} MiB, scheduler {scheduler_peak:.0} MiB");
+    assert!(server_peak < 100.0, "server 0 held {server_peak:.0} MiB");
+    assert!(
+        scheduler_peak < 40.0,
+        "the scheduler held {scheduler_peak:.0} MiB"
+    );
+    assert!(
+        out.contains("refused a request from worker rank 0 (id 9): ")
+            && out.contains("requests for applications not served here yet already wait")
+            && out.contains("more than the 33554432 bytes parked at most"),
+        "{out}"
+    );
+}
+
+#[test]
+fn a_flood_of_connections_is_cut_at_the_cap() {
+    let port = pslite::free_port().expect("port");
+    let run = kv_app(port, &[("PS_MAX_CONNECTIONS", "20")]);
+    run.wait_line("worker rank 1 (id 11) started: ");
+    // 300 TCP connections to the scheduler that never say a word.
+    let flood: Vec<TcpStream> = (0..300)
+        .filter_map(|_| TcpStream::connect(("127.0.0.1", port)).ok())
+        .collect();
+    let t0 = Instant::now();
+    let mut closed = 0;
+    for mut c in flood {
+        let left = Duration::from_secs(5).saturating_sub(t0.elapsed());
+        c.set_read_timeout(Some(left.max(Duration::from_millis(1))))
+            .expect("timeout");
+        let mut b = [0u8; 64];
+        // libzmq greets a connection it keeps; one cut at the cap ends (EOF or a reset).
+        loop {
+            match c.read(&mut b) {
+                Ok(0) => {
+                    closed += 1;
+                    break;
+                }
+                Ok(_) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {
+                    closed += 1;
+                    break;
+                }
+                Err(_) => break,
+            }
+        }
+    }
+    let peak = peak_rss_mib(run.pid("scheduler"));
+    let out = exact(run);
+    // The scheduler holds 4 members' connections (and at most 20 in all).
+    assert!(closed >= 280, "{closed} of 300 were closed");
+    assert!(
+        out.contains("closed a connection from 127.0.0.1:")
+            && out.contains("the most PS_MAX_CONNECTIONS allows"),
+        "{out}"
+    );
+    assert!(peak < 40.0, "the scheduler held {peak:.0} MiB");
+}
+
+#[test]
+fn the_scheduler_answers_a_refused_node_over_its_connection_and_never_connects_to_it() {
+    // No token (PS_AUTH=none): anyone who reaches the port can register.
+    let port = pslite::free_port().expect("port");
+    let run = kv_app(port, &[("PS_AUTH", "none")]);
+    run.wait_line("worker rank 1 (id 11) started: ");
+    // A stranger registers as a third server, announcing an address the test listens on.
+    let listener = TcpListener::bind("127.0.0.1:0").expect("listen");
+    listener.set_nonblocking(true).expect("nonblocking");
+    let named = listener.local_addr().expect("addr").port();
+    let ctx = zmq::Context::new();
+    let stranger = dealer(&ctx, port, None);
+    let mut add = Message::new(Meta {
+        sender: -1,
+        request: true,
+        ..Meta::for_control(
+            1,
+            Control {
+                cmd: Some(Command::AddNode),
+                nodes: vec![Node {
+                    role: pslite::Role::Server,
+                    id: -1,
+                    host: "127.0.0.1".into(),
+                    port: named,
+                    requested_rank: None,
+                }],
+                ..Control::default()
+            },
+        )
+    });
+    let head = encode_meta(&mut add).expect("encode").to_vec();
+    stranger.send(head, 0).expect("send");
+    stranger.set_rcvtimeo(10_000).expect("rcvtimeo");
+    let answer = stranger.recv_multipart(0).expect("the refusal came back");
+    let answer = decode_frames(answer.into_iter().map(Bytes::from).collect()).expect("decodes");
+    let why = answer.meta.error.unwrap_or_default();
+    assert!(
+        why.contains("the cluster already has its 2 servers (DMLC_NUM_SERVER)"),
+        "{why}"
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        listener.accept().is_err(),
+        "the scheduler connected to the address the refused node named"
+    );
+    exact(run);
+}
