@@ -19,7 +19,7 @@ fn a_loop_that_never_waits_keeps_its_bytes_in_flight_bounded_and_sums_exactly() 
     let c = cluster_cfg(1, 1, 30.0, one_mib, serve_default::<f32>);
     let po = &c.workers[0];
     let kv = KVWorker::<f32>::new(po, 0, 0).expect("worker");
-    // 64 pushes of 64K values (256 KiB each) without waiting: at most 4 fit in 1 MiB.
+    // 64 pushes of 64K values (256 KiB each) without waiting: at most 3 fit in 1 MiB.
     let keys: Vec<u64> = (0..16).collect();
     let vals = vec![1.0f32; 16 * 4096];
     let mut most = 0;
@@ -63,8 +63,8 @@ fn a_request_larger_than_the_bound_is_refused_naming_it() {
 
 #[test]
 fn a_push_that_finds_no_room_fails_at_ps_timeout_naming_the_variable() {
-    // No KVServer: the server parks the first push (5 s); PS_TIMEOUT is 2 s.
-    let c = cluster_cfg(1, 1, 2.0, one_mib, |_| Ok(Box::new(())));
+    // No KVServer: the server parks the first push (5 s); PS_TIMEOUT is 4 s.
+    let c = cluster_cfg(1, 1, 4.0, one_mib, |_| Ok(Box::new(())));
     let kv = KVWorker::<u8>::new(&c.workers[0], 0, 0).expect("worker");
     let big = vec![1u8; (MAX / 2) as usize];
     let first = kv.push(&[1], &big, None).expect("fits");
@@ -74,17 +74,38 @@ fn a_push_that_finds_no_room_fails_at_ps_timeout_naming_the_variable() {
     let text = e.to_string();
     assert!(matches!(e, Error::Timeout(_)), "{text}");
     assert!(
-        text.contains("waited 2 s (PS_TIMEOUT) for room")
+        text.contains("waited 4 s (PS_TIMEOUT) for room")
             && text.contains(&format!("PS_MAX_INFLIGHT_BYTES is {MAX}")),
         "{text}"
     );
-    assert!(took >= Duration::from_secs(2), "{took:?}");
-    assert!(took < Duration::from_secs(4), "{took:?}");
-    // The first one is not answered in time either (parked for 5 s); given up, its bytes
-    // come back.
+    assert!(took >= Duration::from_secs(4), "{took:?}");
+    assert!(took < Duration::from_secs(5), "{took:?}");
+    // The first one is refused when its park ends (or, on a slow machine, given up at its
+    // own deadline): either way its bytes come back.
     let e = kv.wait(first).expect_err("parked");
-    assert!(matches!(e, Error::Timeout(_)), "{e}");
+    let text = e.to_string();
+    assert!(
+        text.contains("no KVServer for app 0") || matches!(e, Error::Timeout(_)),
+        "{text}"
+    );
     assert_eq!(c.workers[0].budget().used(), 0);
     drop(kv);
+    c.finish();
+}
+
+#[test]
+fn a_worker_dropped_with_requests_out_gives_their_bytes_back() {
+    // No KVServer: the pushes stay parked (5 s) while the worker is dropped.
+    let c = cluster_cfg(1, 1, 30.0, one_mib, |_| Ok(Box::new(())));
+    let kv = KVWorker::<u8>::new(&c.workers[0], 0, 0).expect("worker");
+    for k in 0..3u64 {
+        kv.push(&[k], &[1u8; 1000], None).expect("fits");
+    }
+    assert_eq!(
+        c.workers[0].budget().used(),
+        3 * (1000 + 8 + REQUEST_OVERHEAD_BYTES)
+    );
+    drop(kv);
+    assert_eq!(c.workers[0].budget().used(), 0);
     c.finish();
 }

@@ -39,7 +39,7 @@ fn kv_app(port: u16, repeat: u32, env: &[(&str, &str)]) -> Launched {
 fn still_running(run: &Launched) {
     let out = run.text();
     assert!(
-        !out.contains("error: "),
+        !out.contains("worker 0: error: ") && !out.contains("worker 1: error: "),
         "the run ended before the attacks did: give kv-app more rounds\n{out}"
     );
 }
@@ -247,7 +247,13 @@ fn forged_heartbeats_do_not_keep_a_killed_worker_alive() {
     // Started by hand (the launcher would stop every node once a worker died): a scheduler,
     // a server and two workers running kv-app, with a 2 s heartbeat timeout.
     let port = pslite::free_port().expect("port").to_string();
+    // Only the scheduler's log is read (at info, for its registration line).
     let start = |exe: &str, args: &[&str], rank: &str| {
+        let scheduler = exe.ends_with("pslite-scheduler");
+        let err = || match scheduler {
+            true => std::process::Stdio::piped(),
+            false => std::process::Stdio::null(),
+        };
         Process::new(exe)
             .args(args)
             .envs([
@@ -257,12 +263,13 @@ fn forged_heartbeats_do_not_keep_a_killed_worker_alive() {
                 ("DMLC_NUM_WORKER", "2"),
                 ("PS_TIMEOUT", "30"),
                 ("PS_HEARTBEAT_TIMEOUT", "2"),
+                ("PS_VERBOSE", if scheduler { "1" } else { "0" }),
                 ("PS_AUTH_TOKEN", TOKEN),
                 ("PSLITE_RANK", rank),
             ])
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::piped())
+            .stderr(err())
             .spawn()
             .expect("spawn")
     };
@@ -272,7 +279,26 @@ fn forged_heartbeats_do_not_keep_a_killed_worker_alive() {
     for rank in ["0", "1"] {
         others.push(start(env!("CARGO_BIN_EXE_pslite-worker"), &kv_app, rank));
     }
-    std::thread::sleep(Duration::from_secs(2));
+    // The scheduler's log, read as it comes; worker 1 is killed once everyone registered.
+    let log = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let reader = {
+        use std::io::BufRead;
+        let (log, err) = (log.clone(), scheduler.stderr.take().expect("stderr"));
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(err).lines().map_while(Result::ok) {
+                let mut l = log.lock().unwrap_or_else(|p| p.into_inner());
+                l.push_str(&line);
+                l.push('\n');
+            }
+        })
+    };
+    let text = || log.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    let t0 = std::time::Instant::now();
+    while !text().contains("all 3 nodes registered") {
+        assert!(t0.elapsed() < Duration::from_secs(60), "{}", text());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(500));
     others[2].kill().expect("kill worker rank 1");
     let t0 = std::time::Instant::now();
     // Worker 1's heartbeats, every 100 ms until the scheduler gives up on it (at most 20 s):
@@ -305,13 +331,14 @@ fn forged_heartbeats_do_not_keep_a_killed_worker_alive() {
     }
     let took = t0.elapsed();
     let _ = scheduler.kill();
-    let out = scheduler.wait_with_output().expect("the scheduler ends");
+    let status = scheduler.wait().expect("the scheduler ends");
+    let _ = reader.join();
     for mut o in others {
         let _ = o.kill();
         let _ = o.wait();
     }
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "{err}");
+    let err = text();
+    assert!(!status.success(), "{err}");
     assert!(
         err.contains("worker rank 1 (id 11)") && err.contains("no heartbeat for"),
         "{err}"

@@ -1,8 +1,11 @@
 //! Memory bounds (issue 14): how much a worker keeps in flight, how much a server parks for
 //! applications it does not serve yet, the largest frame a node takes, and how many
-//! connections it accepts. With them no peer, member or not, makes a node hold memory without
-//! bound: a worker's loop that never waits blocks instead, and a server holds at most what
-//! every worker may have in flight.
+//! connections it accepts. With them a worker's loop that never waits blocks instead of
+//! growing queues, a server parks at most what every worker may have in flight, and no peer,
+//! member or not, makes a node read a frame over its limit or hold more connections than the
+//! cap. What they do not bound: a hostile member (it holds the token) that ignores the budget
+//! and floods an application that *is* served fills that server's receive queue, as the
+//! queues between a ZMQ socket and its customer thread have no limit of their own.
 
 use super::vars::Vars;
 use crate::error::Result;

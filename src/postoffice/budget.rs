@@ -8,6 +8,7 @@
 
 use crate::error::{Error, Result};
 use crate::sync::lock;
+use std::collections::VecDeque;
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -17,12 +18,21 @@ pub fn fits(used: u64, n: u64, max: u64) -> bool {
     used == 0 || used.saturating_add(n) <= max
 }
 
-/// The bytes in flight of one process, at most `max` (but for one request alone).
+/// The bytes in flight of one process, at most `max` (but for one request alone). Requests
+/// that wait for room are served in arrival order, so a stream of small ones cannot keep a
+/// large one waiting past its deadline.
 pub struct Budget {
     max: u64,
-    /// Bytes taken, and how many requests wait for room (`give` wakes only when some do).
-    used: Mutex<(u64, usize)>,
+    state: Mutex<State>,
     freed: Condvar,
+}
+
+/// Bytes taken, and the tickets of the requests waiting for room, oldest first.
+#[derive(Default)]
+struct State {
+    used: u64,
+    queue: VecDeque<u64>,
+    next_ticket: u64,
 }
 
 impl Budget {
@@ -30,7 +40,7 @@ impl Budget {
     pub fn new(max: u64) -> Budget {
         Budget {
             max,
-            used: Mutex::new((0, 0)),
+            state: Mutex::new(State::default()),
             freed: Condvar::new(),
         }
     }
@@ -42,41 +52,56 @@ impl Budget {
 
     /// Bytes in flight now.
     pub fn used(&self) -> u64 {
-        lock(&self.used).0
+        lock(&self.state).used
     }
 
-    /// Takes `n` bytes for a request, waiting until they [`fit`](fits) for at most `timeout`;
-    /// with `may_wait` false (a customer thread, which settles the answers that free room)
-    /// takes them at once.
+    /// Takes `n` bytes for a request, waiting (behind the requests that waited first) until
+    /// they [`fit`](fits), for at most `timeout`; with `may_wait` false (a customer thread,
+    /// which settles the answers that free room) takes them at once.
     ///
     /// # Errors
-    /// [`Error::Timeout`] when no room was freed within `timeout`, naming the bytes in flight
-    /// and `PS_MAX_INFLIGHT_BYTES`.
+    /// [`Error::Timeout`] when no room was freed for it within `timeout`, naming the bytes in
+    /// flight and `PS_MAX_INFLIGHT_BYTES`.
     pub fn take(&self, n: u64, timeout: Duration, may_wait: bool) -> Result<()> {
+        let mut st = lock(&self.state);
+        if !may_wait || (st.queue.is_empty() && fits(st.used, n, self.max)) {
+            st.used += n;
+            return Ok(());
+        }
         let deadline = Instant::now() + timeout;
-        let mut used = lock(&self.used);
-        while may_wait && !fits(used.0, n, self.max) {
+        let ticket = st.next_ticket;
+        st.next_ticket += 1;
+        st.queue.push_back(ticket);
+        loop {
+            if st.queue.front() == Some(&ticket) && fits(st.used, n, self.max) {
+                st.queue.pop_front();
+                st.used += n;
+                drop(st);
+                // The next in line may fit too.
+                self.freed.notify_all();
+                return Ok(());
+            }
             let now = Instant::now();
             if now >= deadline {
+                st.queue.retain(|&t| t != ticket);
+                let used = st.used;
+                drop(st);
+                self.freed.notify_all();
                 return Err(Error::Timeout(format!(
                     "a request of {n} bytes waited {:.0} s (PS_TIMEOUT) for room: this \
-                     worker's requests in flight hold {} bytes, and PS_MAX_INFLIGHT_BYTES is {}; \
-                     none of them completed meanwhile (is every server answering?)",
+                     worker's requests in flight hold {used} bytes, and PS_MAX_INFLIGHT_BYTES \
+                     is {}; not enough of them completed meanwhile (is every server \
+                     answering?)",
                     timeout.as_secs_f64(),
-                    used.0,
                     self.max
                 )));
             }
-            used.1 += 1;
-            used = self
+            st = self
                 .freed
-                .wait_timeout(used, deadline - now)
+                .wait_timeout(st, deadline - now)
                 .unwrap_or_else(|p| p.into_inner())
                 .0;
-            used.1 -= 1;
         }
-        used.0 += n;
-        Ok(())
     }
 
     /// Gives back `n` bytes of a request that completed, failed or was given up.
@@ -84,10 +109,10 @@ impl Budget {
         if n == 0 {
             return;
         }
-        let mut used = lock(&self.used);
-        used.0 = used.0.saturating_sub(n);
-        let waiting = used.1 > 0;
-        drop(used);
+        let mut st = lock(&self.state);
+        st.used = st.used.saturating_sub(n);
+        let waiting = !st.queue.is_empty();
+        drop(st);
         if waiting {
             self.freed.notify_all();
         }
@@ -141,5 +166,27 @@ mod tests {
         b.take(500, Duration::ZERO, false)
             .expect("a customer thread never waits");
         assert_eq!(b.used(), 530);
+    }
+
+    #[test]
+    fn waiting_requests_are_served_in_arrival_order() {
+        let b = Arc::new(Budget::new(100));
+        b.take(90, Duration::ZERO, true).expect("fits");
+        // A large request waits first; then a small one that would fit now.
+        let large = {
+            let b = b.clone();
+            std::thread::spawn(move || b.take(60, Duration::from_secs(20), true))
+        };
+        std::thread::sleep(Duration::from_millis(50));
+        let small = {
+            let b = b.clone();
+            std::thread::spawn(move || b.take(5, Duration::from_secs(20), true))
+        };
+        std::thread::sleep(Duration::from_millis(50));
+        assert_eq!(b.used(), 90, "the small one waits behind the large one");
+        b.give(90);
+        large.join().expect("no panic").expect("large");
+        small.join().expect("no panic").expect("small");
+        assert_eq!(b.used(), 65);
     }
 }

@@ -230,6 +230,10 @@ impl<V: Value> KVWorker<V> {
             call.vals.len(),
             call.lens,
         );
+        // Requests long unanswered give their bytes back before this one takes some.
+        self.state
+            .requests
+            .expire(std::time::Instant::now(), self.timeout());
         let costs = self.take_budget(&call, &slices)?;
         let ts = self.next_ts.fetch_add(1, Ordering::Relaxed);
         let label = format!(

@@ -58,6 +58,9 @@ struct Pending<V> {
     /// The first failure of any server.
     error: Option<Error>,
     callback: Option<Callback<V>>,
+    /// When it was opened: one not answered within `PS_TIMEOUT` of it is ended by
+    /// [`Tracker::expire`].
+    opened: Instant,
 }
 
 impl<V> Pending<V> {
@@ -90,6 +93,23 @@ pub(super) struct Tracker<V> {
     settled: Condvar,
     /// The process's bytes in flight: each part's are given back once it is answered.
     budget: Arc<Budget>,
+    /// When [`expire`](Tracker::expire) last looked.
+    last_expiry: Mutex<Instant>,
+}
+
+impl<V> Drop for Tracker<V> {
+    /// A worker dropped with requests out gives their bytes back (their answers, if any,
+    /// find no customer).
+    fn drop(&mut self) {
+        let map = self.pending.get_mut().unwrap_or_else(|p| p.into_inner());
+        for p in map.values_mut() {
+            for (answered, asked) in p.answered.iter().zip(&mut p.asked) {
+                if !answered {
+                    self.budget.give(std::mem::take(&mut asked.cost));
+                }
+            }
+        }
+    }
 }
 
 impl<V: Value> Tracker<V> {
@@ -103,6 +123,7 @@ impl<V: Value> Tracker<V> {
             pending: Mutex::new(HashMap::new()),
             settled: Condvar::new(),
             budget,
+            last_expiry: Mutex::new(Instant::now()),
         }
     }
 
@@ -142,6 +163,7 @@ impl<V: Value> Tracker<V> {
             parts: Vec::new(),
             error: None,
             callback,
+            opened: Instant::now(),
         };
         if pending.servers.is_empty() {
             if let Some(cb) = pending.callback {
@@ -355,6 +377,46 @@ impl<V: Value> Tracker<V> {
     /// Ends every incomplete request with `error` (a peer is gone): each completes as if its
     /// silent servers had answered with it; waiters wake, callbacks run (after the lock).
     pub(super) fn fail_all(&self, error: &Error) {
+        self.end_incomplete(|_| Some(error.clone()));
+    }
+
+    /// Ends the requests opened more than `timeout` (`PS_TIMEOUT`) before `now` that are not
+    /// complete, as if their silent servers had answered with [`Error::Timeout`] naming them:
+    /// their bytes of the budget come back even when nobody waits for them (a callback's, a
+    /// push never waited for, an answer lost with a dropped connection). Runs at most once a
+    /// second; called before each request is sent.
+    pub(super) fn expire(&self, now: Instant, timeout: Duration) {
+        {
+            let mut last = lock(&self.last_expiry);
+            if now.saturating_duration_since(*last) < Duration::from_secs(1) {
+                return;
+            }
+            *last = now;
+        }
+        self.end_incomplete(|p| {
+            if now.saturating_duration_since(p.opened) <= timeout {
+                return None;
+            }
+            let silent: Vec<String> = p
+                .servers
+                .iter()
+                .zip(&p.answered)
+                .filter(|(_, &a)| !a)
+                .map(|(&s, _)| Node::describe(Node::server_id(s)))
+                .collect();
+            Some(Error::Timeout(format!(
+                "{}: no answer within {:.0} s (PS_TIMEOUT) from {}",
+                p.label,
+                timeout.as_secs_f64(),
+                silent.join(", ")
+            )))
+        });
+    }
+
+    /// Ends every incomplete request for which `why` gives an error: its unanswered parts
+    /// give their bytes back and count as answered with it; waiters wake, callbacks run
+    /// (after the lock).
+    fn end_incomplete(&self, why: impl Fn(&Pending<V>) -> Option<Error>) {
         let with_callback: Vec<Pending<V>> = {
             let mut map = lock(&self.pending);
             let mut ended = Vec::new();
@@ -362,12 +424,13 @@ impl<V: Value> Tracker<V> {
                 if p.complete() {
                     continue;
                 }
+                let Some(error) = why(p) else { continue };
                 self.release_unanswered(p);
                 for (answered, asked) in p.answered.iter_mut().zip(&mut p.asked) {
                     *answered = true;
                     asked.resend = None;
                 }
-                p.error.get_or_insert_with(|| error.clone());
+                p.error.get_or_insert(error);
                 if p.callback.is_some() {
                     ended.push(ts);
                 }
@@ -376,8 +439,8 @@ impl<V: Value> Tracker<V> {
         };
         self.settled.notify_all();
         for mut p in with_callback {
-            if let Some(cb) = p.callback.take() {
-                cb(Err(p.error.unwrap_or_else(|| error.clone())));
+            if let (Some(cb), Some(e)) = (p.callback.take(), p.error.take()) {
+                cb(Err(e));
             }
         }
     }

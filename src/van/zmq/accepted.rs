@@ -8,9 +8,16 @@
 //! ZMQ_EVENT_DISCONNECTED). A thread of the van (`ps-conns`) counts them ([`Accepted`], no
 //! IO) and shuts down (`shutdown(2)`, not `close`: the descriptor stays libzmq's) a connection
 //! accepted beyond the cap; libzmq then sees it end and closes it as if the peer had. Before
-//! it does, the descriptor is checked to be a TCP connection to this node's port, so that a
-//! descriptor libzmq closed and the system reused meanwhile is left alone. Each refusal is
-//! warned about with the peer's address, rate-limited.
+//! it does, the events queued after it are read for that connection's end, and the
+//! descriptor is checked to be a TCP connection to this node's port, so that a descriptor
+//! libzmq closed and the system reused meanwhile is left alone (libzmq reports a
+//! disconnection before it closes the descriptor). Each refusal is warned about with the
+//! peer's address, rate-limited.
+//!
+//! Connections that have not authenticated count as well: a flood of them keeps members'
+//! *new* connections out (a replacement node's, a reconnection) until libzmq's handshake
+//! interval (10 s) or the flood ends. The cap bounds memory; it does not keep a node
+//! reachable under a flood.
 
 use crate::auth::limit::{more, RateLimited};
 use crate::error::{Error, Result};
@@ -42,6 +49,9 @@ impl Accepted {
     /// A connection was accepted on `fd`: whether it may stay (false: it is over the cap and
     /// is not counted).
     pub fn accepted(&mut self, fd: i32) -> bool {
+        if self.open.contains(&fd) {
+            return true; // a stale entry (its end was missed): the descriptor is this one now
+        }
         if self.open.len() >= self.max {
             return false;
         }
@@ -114,32 +124,55 @@ impl Drop for ConnectionCap {
     }
 }
 
-/// Applies the monitor's events from `pair` to `conns` until `stop` or the monitor ends.
+/// Applies the monitor's events from `pair` to `conns` until `stop` or the context ends
+/// (the van stops the monitor before it stops this thread: libzmq must never be left sending
+/// events nobody reads).
 fn watch(pair: &zmq::Socket, port: u16, mut conns: Accepted, stop: &AtomicBool) {
     let mut warned = RateLimited::default();
     while !stop.load(Ordering::Acquire) {
         match pair.poll(zmq::POLLIN, 100) {
-            Ok(0) | Err(zmq::Error::EINTR) => continue,
+            Ok(0) => continue,
             Ok(_) => {}
-            Err(_) => return,
-        }
-        let Ok(frames) = pair.recv_multipart(zmq::DONTWAIT) else {
-            continue;
-        };
-        let Some(head) = frames.first().filter(|f| f.len() >= 6) else {
-            continue;
-        };
-        let event = zmq::SocketEvent::from_raw(u16::from_le_bytes([head[0], head[1]]));
-        let fd = i32::from_le_bytes([head[2], head[3], head[4], head[5]]);
-        match event {
-            zmq::SocketEvent::ACCEPTED if !conns.accepted(fd) => {
-                refuse(fd, port, conns.open(), &mut warned)
+            Err(zmq::Error::ETERM) => return,
+            Err(e) => {
+                if e != zmq::Error::EINTR {
+                    tracing::debug!("connection cap: {e}; trying again");
+                    std::thread::sleep(std::time::Duration::from_millis(100));
+                }
+                continue;
             }
-            zmq::SocketEvent::DISCONNECTED => conns.closed(fd),
-            zmq::SocketEvent::MONITOR_STOPPED => return,
-            _ => {}
+        }
+        // Everything queued, so that a connection's end is known before it is acted on.
+        let mut events = Vec::new();
+        while let Ok(frames) = pair.recv_multipart(zmq::DONTWAIT) {
+            if let Some(e) = frames.first().and_then(|h| event(h)) {
+                events.push(e);
+            }
+        }
+        for (i, &(ev, fd)) in events.iter().enumerate() {
+            match ev {
+                zmq::SocketEvent::ACCEPTED if !conns.accepted(fd) => {
+                    // Ended already (its descriptor may be another connection's by now).
+                    let ended = events[i + 1..]
+                        .iter()
+                        .any(|&(e, f)| e == zmq::SocketEvent::DISCONNECTED && f == fd);
+                    if !ended {
+                        refuse(fd, port, conns.open(), &mut warned);
+                    }
+                }
+                zmq::SocketEvent::DISCONNECTED => conns.closed(fd),
+                _ => {}
+            }
         }
     }
+}
+
+/// A monitor event's kind and value (a file descriptor for ACCEPTED and DISCONNECTED), from
+/// its first frame: 16-bit event, 32-bit value, little-endian.
+fn event(head: &[u8]) -> Option<(zmq::SocketEvent, i32)> {
+    let h = head.get(..6)?;
+    let ev = zmq::SocketEvent::from_raw(u16::from_le_bytes([h[0], h[1]]));
+    Some((ev, i32::from_le_bytes([h[2], h[3], h[4], h[5]])))
 }
 
 /// Shuts down the connection on `fd`, accepted beyond the cap of `open` connections, if it

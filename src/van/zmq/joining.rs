@@ -148,6 +148,16 @@ impl ZmqVan {
     /// (the scheduler accepts no more than ADD_NODE from a joiner), and the joining connection
     /// is no longer watched.
     pub(super) fn joined(&self, id: NodeId) {
+        // The watched connection stops reporting before its watcher can go (`rewatch` drops it
+        // once the id is stored).
+        let watched = self
+            .senders
+            .read()
+            .ok()
+            .and_then(|s| s.get(&SCHEDULER).cloned());
+        if let Some(sock) = watched {
+            super::unmonitor(&mut crate::sync::lock(&sock));
+        }
         self.me.store(id, Ordering::Release);
         let again = std::mem::take(&mut crate::sync::lock(&self.joining).as_joiner);
         for (peer, host, port) in again {

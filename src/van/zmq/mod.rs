@@ -263,6 +263,11 @@ impl Van for ZmqVan {
         sock.set_sndhwm(0).map_err(zerr("sndhwm".into()))?;
         let ms = self.opts.send_timeout.as_millis().min(i32::MAX as u128) as i32;
         sock.set_sndtimeo(ms).map_err(zerr("sndtimeo".into()))?;
+        // A socket this one replaces stops reporting before its watcher may be replaced.
+        let old = self.senders.read().ok().and_then(|s| s.get(&id).cloned());
+        if let Some(old) = old {
+            unmonitor(&mut crate::sync::lock(&old));
+        }
         self.authenticate(&sock, id, host, port)?;
         let addr = endpoint(host, &port.to_string());
         sock.connect(&addr).map_err(zerr(format!(
@@ -307,6 +312,10 @@ impl Van for ZmqVan {
         let sock = guard.as_ref().ok_or(Error::Stopped)?;
         let ms = timeout.as_millis().min(i64::MAX as u128) as i64;
         self.send_answers(sock);
+        // While joining: the scheduler's refusal first, whatever else keeps the ROUTER busy.
+        if let Some(answer) = self.scheduler_answer() {
+            return answer.map(Some);
+        }
         match self.poll(sock, ms)? {
             Err(refusal) => return Ok(Some(VanEvent::Refused(refusal))),
             Ok(false) => return self.scheduler_answer().transpose(),
@@ -364,7 +373,9 @@ impl Van for ZmqVan {
     fn stop(&self) {
         self.stopping.store(true, Ordering::Release);
         if let Ok(mut r) = self.receiver.lock() {
-            if let Some(sock) = r.take() {
+            if let Some(mut sock) = r.take() {
+                // Before the connection cap's thread (the monitor's reader) goes.
+                unmonitor(&mut sock);
                 // Refusals queued since the receiving thread's last turn still leave.
                 let _ = sock.set_linger(LINGER_MS);
                 self.send_answers(&sock);
@@ -372,7 +383,31 @@ impl Van for ZmqVan {
         }
         crate::sync::lock(&self.cap).take();
         if let Ok(mut s) = self.senders.write() {
+            for sock in s.values() {
+                unmonitor(&mut crate::sync::lock(sock));
+            }
             s.clear();
         }
+        crate::sync::lock(&self.monitor).take();
+    }
+}
+
+impl Drop for ZmqVan {
+    /// Stops monitoring before the monitors' readers go (see [`unmonitor`]).
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Stops libzmq's monitor of `sock`, if it has one. It must be stopped before the socket that
+/// reads its events is dropped: libzmq's IO thread sends each event blocking, and with no
+/// reader it would block for good, stalling every socket of the context (libzmq 4.3.4,
+/// `socket_base_t::monitor_event`). Dropping `sock` itself does not stop it: a closed socket
+/// lives on through its linger.
+pub(super) fn unmonitor(sock: &mut zmq::Socket) {
+    // SAFETY: a live socket we hold exclusively; a null endpoint deregisters the monitor
+    // (zmq_socket_monitor(3)), which libzmq guards with its own lock.
+    unsafe {
+        zmq_sys::zmq_socket_monitor(sock.as_mut_ptr(), std::ptr::null(), 0);
     }
 }
