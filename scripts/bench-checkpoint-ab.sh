@@ -20,26 +20,6 @@ cd "$(dirname "$0")/.."
 RUNS=${3:-6}
 . scripts/bench-lib.sh
 
-# The directory of the release binaries of $1 (a directory, or a commit built here).
-bins() {
-    if [ -x "$1/pslite-launch" ]; then
-        echo "$1"
-        return
-    fi
-    local rev dir src
-    rev=$(git rev-parse --short "$1^{commit}")
-    dir=$PWD/target/ab/bin-$rev src=$PWD/target/ab/src-$rev
-    if [ ! -x "$dir/pslite-launch" ]; then
-        echo "building $rev" >&2
-        git worktree add -f --detach "$src" "$rev" >/dev/null 2>&1
-        # One target directory for both commits: the second builds incrementally.
-        (cd "$src" && CARGO_TARGET_DIR=$PWD/../target cargo build --release --quiet --bins) >&2
-        mkdir -p "$dir"
-        cp "$PWD/target/ab/target/release/pslite-launch" "$dir/"
-        git worktree remove --force "$src"
-    fi
-    echo "$dir"
-}
 A=$(bins "$1")
 B=$(bins "$2")
 mkdir -p target
