@@ -7,7 +7,7 @@
 mod common;
 
 use bytes::Bytes;
-use common::attack::{dealer, peak_rss_mib, port_of};
+use common::attack::{dealer, peak_rss_mib, port_of, push_frames};
 use common::launched::Launched;
 use pslite::auth::{Identity, Token};
 use pslite::wire::{decode_frames, encode_meta, Command, Control, DType, Message, Meta, Node};
@@ -53,27 +53,7 @@ fn exact(run: Launched) -> String {
 
 /// A push of `len` bytes into key 1 of application `app`, as worker 0 (id 9) would send it.
 fn push(app: i32, len: usize) -> Vec<Vec<u8>> {
-    let mut msg = Message {
-        meta: Meta {
-            sender: 9,
-            recver: 8,
-            app_id: app,
-            request: true,
-            push: true,
-            dtype: DType::U8,
-            timestamp: 1,
-            ..Meta::default()
-        },
-        data: vec![
-            Bytes::copy_from_slice(&1u64.to_le_bytes()),
-            Bytes::from(vec![1u8; len]),
-            Bytes::new(),
-        ],
-    };
-    let head = encode_meta(&mut msg).expect("encode").to_vec();
-    let mut frames = vec![head];
-    frames.extend(msg.data.iter().map(|f| f.to_vec()));
-    frames
+    push_frames(9, 8, app, DType::U8, &[1], vec![1u8; len])
 }
 
 #[test]

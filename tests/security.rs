@@ -86,6 +86,97 @@ fn strangers_cannot_stop_the_cluster_and_are_named_in_a_warning() {
 }
 
 #[test]
+fn strangers_cannot_push_release_a_barrier_or_register() {
+    // Every node logs at info: the servers' ports are read from their "started" lines.
+    let port = pslite::free_port().expect("port");
+    let run = kv_app(port, 2000, &[("PS_AUTH_TOKEN", TOKEN), ("PS_VERBOSE", "1")]);
+    let other = Token::new("another cluster's token, 0123456789").expect("token");
+    // Registrations as a server while the real ones start: none may take a server's place.
+    run.wait_line("started scheduler");
+    let node = pslite::wire::Node {
+        role: pslite::Role::Server,
+        id: -1,
+        host: "127.0.0.1".into(),
+        port: 9,
+        requested_rank: None,
+    };
+    let mut add = pslite::wire::Message::new(pslite::wire::Meta {
+        sender: -1,
+        request: true,
+        ..pslite::wire::Meta::for_control(
+            SCHEDULER,
+            pslite::wire::Control {
+                cmd: Some(pslite::wire::Command::AddNode),
+                nodes: vec![node],
+                ..pslite::wire::Control::default()
+            },
+        )
+    });
+    let add = pslite::wire::encode_meta(&mut add)
+        .expect("encode")
+        .to_vec();
+    attack(port, None, &add, 20);
+    attack(port, Some(other.credential(Identity::Joiner)), &add, 20);
+    let server = |who: &str| {
+        let line = run.wait_line(&format!("{who} started: "));
+        common::attack::port_of(&line, who)
+    };
+    let (s0, s1) = (server("(id 8)"), server("(id 10)"));
+    run.wait_line("worker rank 1 (id 11) started: ");
+    // +1e6 into 10 of kv-app's keys on server 0, as worker 0; a barrier release to server 1.
+    let step = u64::MAX / 10000;
+    let keys: Vec<u64> = (0..10).map(|i| i * step).collect();
+    let vals: Vec<u8> = (0..10).flat_map(|_| 1e6f32.to_le_bytes()).collect();
+    let push = common::attack::push_frames(9, 8, 0, pslite::DType::F32, &keys, vals);
+    let release = {
+        let mut m = pslite::wire::Message::new(pslite::wire::Meta::for_control(
+            10,
+            pslite::wire::Control {
+                cmd: Some(pslite::wire::Command::Barrier),
+                barrier_group: pslite::postoffice::ALL_GROUP,
+                ..pslite::wire::Control::default()
+            },
+        ));
+        m.meta.sender = SCHEDULER;
+        pslite::wire::encode_meta(&mut m).expect("encode").to_vec()
+    };
+    let ctx = zmq::Context::new();
+    for credential in [None, Some(other.credential(Identity::Node(9)))] {
+        let to_s0 = common::attack::dealer(&ctx, s0, credential.clone());
+        for _ in 0..5 {
+            to_s0.send_multipart(push.iter(), zmq::DONTWAIT).ok();
+        }
+        let to_s1 = common::attack::dealer(
+            &ctx,
+            s1,
+            credential.map(|_| other.credential(Identity::Node(SCHEDULER))),
+        );
+        for _ in 0..5 {
+            to_s1.send(release.as_slice(), zmq::DONTWAIT).ok();
+        }
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    still_running(&run);
+    let (code, out) = run.finish(Duration::from_secs(120));
+    let shown: String = out
+        .lines()
+        .filter(|l| !l.contains(" INFO "))
+        .collect::<Vec<_>>()
+        .join("\n");
+    // Had the push been applied, both workers would count 10 errors; had the release been
+    // obeyed, server 1 would have left mid-run and the workers failed.
+    assert_exact(code, &shown);
+    for who in ["server rank 0 (id 8)", "server rank 1 (id 10)"] {
+        assert!(out.contains(&format!("{who} started: ")), "{shown}");
+    }
+    assert!(
+        shown.contains("its proof of PS_AUTH_TOKEN as join does not match")
+            && shown.contains("its proof of PS_AUTH_TOKEN as node:9 does not match"),
+        "{shown}"
+    );
+}
+
+#[test]
 fn a_member_cannot_speak_for_another_node() {
     let port = pslite::free_port().expect("port");
     let run = kv_app(port, 2000, &[("PS_AUTH_TOKEN", TOKEN)]);

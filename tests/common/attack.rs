@@ -63,3 +63,37 @@ pub fn port_of(log: &str, who: &str) -> u16 {
         .and_then(|p| p.trim().parse().ok())
         .unwrap_or_else(|| panic!("no {started:?} line:\n{log}"))
 }
+
+/// The frames of a push of `vals` (raw bytes of values of type `dtype`) into `keys` of
+/// application `app`, as node `sender` would send it to server `recver`.
+pub fn push_frames(
+    sender: i32,
+    recver: i32,
+    app: i32,
+    dtype: pslite::DType,
+    keys: &[u64],
+    vals: Vec<u8>,
+) -> Vec<Vec<u8>> {
+    let keys: Vec<u8> = keys.iter().flat_map(|k| k.to_le_bytes()).collect();
+    let mut msg = Message {
+        meta: Meta {
+            sender,
+            recver,
+            app_id: app,
+            request: true,
+            push: true,
+            dtype,
+            timestamp: 1,
+            ..Meta::default()
+        },
+        data: vec![
+            bytes::Bytes::from(keys),
+            bytes::Bytes::from(vals),
+            bytes::Bytes::new(),
+        ],
+    };
+    let head = encode_meta(&mut msg).expect("encode").to_vec();
+    let mut frames = vec![head];
+    frames.extend(msg.data.iter().map(|f| f.to_vec()));
+    frames
+}

@@ -36,6 +36,8 @@ pub(super) struct Joining {
     order: VecDeque<(String, u16)>,
     /// (Scheduler) answers to send on the ROUTER: routing id, then the message's frames.
     answers: Vec<Vec<Bytes>>,
+    /// The refusal of this node's joining handshake, once the watch reported it.
+    pub(super) refusal: Option<Error>,
 }
 
 impl Joining {
@@ -129,6 +131,9 @@ impl ZmqVan {
         let polled = zmq::poll(&mut items, ms).map_err(zerr("poll".into()));
         let (refusal, readable) = (items[1].is_readable(), items[0].is_readable());
         let refused = if refusal { refusal_event(&w) } else { None };
+        if let Some(e) = &refused {
+            crate::sync::lock(&self.joining).refusal = Some(e.clone());
+        }
         self.rewatch(w);
         polled?;
         Ok(refused.map_or(Ok(readable), Err))
@@ -166,6 +171,36 @@ impl ZmqVan {
             }
         }
         crate::sync::lock(&self.monitor).take();
+    }
+
+    /// Sends the first frame `head` (with `flags`) of a message to the scheduler while this
+    /// node has no id, on `sock`: without waiting, tried again every 10 ms, so that a
+    /// refused handshake (which leaves libzmq no connection to queue the message for) fails
+    /// the send with the refusal at once instead of after `PS_TIMEOUT`.
+    ///
+    /// # Errors
+    /// `Some(refusal)`; `None` when the send timeout passed (the caller names it).
+    pub(super) fn send_while_joining(
+        &self,
+        sock: &zmq::Socket,
+        head: &[u8],
+        flags: i32,
+    ) -> std::result::Result<(), Option<Error>> {
+        let deadline = std::time::Instant::now() + self.opts.send_timeout;
+        loop {
+            match sock.send(head, flags | zmq::DONTWAIT) {
+                Ok(()) => return Ok(()),
+                Err(zmq::Error::EAGAIN) => {}
+                Err(e) => return Err(Some(Error::Van(format!("send to the scheduler: {e}")))),
+            }
+            if let Some(e) = crate::sync::lock(&self.joining).refusal.clone() {
+                return Err(Some(e));
+            }
+            if std::time::Instant::now() >= deadline {
+                return Err(None);
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
     }
 
     /// (Scheduler, receiving thread) Remembers the connection of a registration: `msg` came

@@ -14,7 +14,7 @@ use crate::auth::zap::ZapHandler;
 use crate::auth::{Identity, Token, ZAP_DOMAIN};
 use crate::config::Config;
 use crate::error::{Error, Result};
-use crate::wire::{decode_frames, encode_meta, Message, Node, NodeId};
+use crate::wire::{decode_frames, encode_meta, Message, Node, NodeId, SCHEDULER};
 use accepted::ConnectionCap;
 use bytes::Bytes;
 use joining::Joining;
@@ -297,7 +297,13 @@ impl Van for ZmqVan {
             )),
             e => Error::Van(format!("send to {} failed: {e}", Node::describe(recver))),
         };
-        sock.send(zmq::Message::from(head), flag(0)).map_err(fail)?;
+        if recver == SCHEDULER && self.me.load(Ordering::Acquire) < 0 {
+            // Registering: a refused handshake leaves no connection to wait for.
+            self.send_while_joining(&sock, &head, flag(0))
+                .map_err(|e| e.unwrap_or_else(|| fail(zmq::Error::EAGAIN)))?;
+        } else {
+            sock.send(zmq::Message::from(head), flag(0)).map_err(fail)?;
+        }
         for (i, frame) in msg.data.into_iter().enumerate() {
             send_frame(&mut sock, frame, flag(i + 1)).map_err(fail)?;
         }
