@@ -397,19 +397,7 @@ impl<V: Value> Tracker<V> {
             if now.saturating_duration_since(p.opened) <= timeout {
                 return None;
             }
-            let silent: Vec<String> = p
-                .servers
-                .iter()
-                .zip(&p.answered)
-                .filter(|(_, &a)| !a)
-                .map(|(&s, _)| Node::describe(Node::server_id(s)))
-                .collect();
-            Some(Error::Timeout(format!(
-                "{}: no answer within {:.0} s (PS_TIMEOUT) from {}",
-                p.label,
-                timeout.as_secs_f64(),
-                silent.join(", ")
-            )))
+            Some(no_answer(p, timeout))
         });
     }
 
@@ -500,23 +488,11 @@ impl<V: Value> Tracker<V> {
             }
             let now = Instant::now();
             if now >= deadline {
-                let missing: Vec<String> = p
-                    .servers
-                    .iter()
-                    .zip(&p.answered)
-                    .filter(|(_, &a)| !a)
-                    .map(|(&s, _)| Node::describe(Node::server_id(s)))
-                    .collect();
-                let msg = format!(
-                    "{}: no answer within {:.0} s (PS_TIMEOUT) from {}",
-                    p.label,
-                    timeout.as_secs_f64(),
-                    missing.join(", ")
-                );
+                let e = no_answer(p, timeout);
                 if let Some(mut p) = map.remove(&ts) {
                     self.release_unanswered(&mut p);
                 }
-                return Err(Error::Timeout(msg));
+                return Err(e);
             }
             map = self
                 .settled
@@ -525,6 +501,24 @@ impl<V: Value> Tracker<V> {
                 .0;
         }
     }
+}
+
+/// The error for request `p`, not answered within `timeout` (`PS_TIMEOUT`): its label and
+/// the servers that stayed silent.
+fn no_answer<V>(p: &Pending<V>, timeout: Duration) -> Error {
+    let silent: Vec<String> = p
+        .servers
+        .iter()
+        .zip(&p.answered)
+        .filter(|(_, &a)| !a)
+        .map(|(&s, _)| Node::describe(Node::server_id(s)))
+        .collect();
+    Error::Timeout(format!(
+        "{}: no answer within {:.0} s (PS_TIMEOUT) from {}",
+        p.label,
+        timeout.as_secs_f64(),
+        silent.join(", ")
+    ))
 }
 
 /// The error for a timestamp nobody waits for.
