@@ -6,9 +6,8 @@
 
 use super::limit::{more, RateLimited};
 use super::proof::{Token, ZAP_DOMAIN};
+use crate::sync::StoppableThread;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::Instant;
 
 /// Where libzmq looks for the ZAP handler of a context.
@@ -19,8 +18,7 @@ const TICK_MS: i64 = 100;
 
 /// The running handler; stops (and closes its socket) when dropped.
 pub struct ZapHandler {
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
+    _thread: StoppableThread,
 }
 
 impl ZapHandler {
@@ -35,27 +33,9 @@ impl ZapHandler {
             .map_err(|e| format!("cannot create the ZAP socket: {e}"))?;
         sock.bind(ZAP_ENDPOINT)
             .map_err(|e| format!("cannot bind the ZAP handler at {ZAP_ENDPOINT}: {e}"))?;
-        let stop = Arc::new(AtomicBool::new(false));
-        let thread = {
-            let stop = stop.clone();
-            std::thread::Builder::new()
-                .name("ps-zap".into())
-                .spawn(move || serve(&sock, &token, &stop))
-                .map_err(|e| format!("cannot start the ZAP handler: {e}"))?
-        };
-        Ok(ZapHandler {
-            stop,
-            thread: Some(thread),
-        })
-    }
-}
-
-impl Drop for ZapHandler {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Release);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
+        let thread = StoppableThread::spawn("ps-zap", move |stop| serve(&sock, &token, stop))
+            .map_err(|e| format!("cannot start the ZAP handler: {e}"))?;
+        Ok(ZapHandler { _thread: thread })
     }
 }
 

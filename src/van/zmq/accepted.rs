@@ -21,13 +21,12 @@
 
 use crate::auth::limit::{more, RateLimited};
 use crate::error::{Error, Result};
+use crate::sync::StoppableThread;
 use std::collections::HashSet;
 use std::mem::ManuallyDrop;
 use std::net::TcpStream;
 use std::os::fd::FromRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::Instant;
 
 /// The open accepted connections, by file descriptor, and the cap.
@@ -72,8 +71,7 @@ impl Accepted {
 
 /// The `ps-conns` thread; stops when dropped.
 pub(super) struct ConnectionCap {
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
+    _thread: StoppableThread,
 }
 
 impl ConnectionCap {
@@ -88,39 +86,13 @@ impl ConnectionCap {
         port: u16,
         max: usize,
     ) -> Result<ConnectionCap> {
-        static WATCHED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-        let endpoint = format!(
-            "inproc://ps-accepted-{}",
-            WATCHED.fetch_add(1, Ordering::Relaxed)
-        );
         let events = zmq::SocketEvent::ACCEPTED as i32 | zmq::SocketEvent::DISCONNECTED as i32;
-        let fail = |what: &str, e: zmq::Error| Error::Van(format!("connection cap: {what}: {e}"));
-        router
-            .monitor(&endpoint, events)
-            .map_err(|e| fail("monitor", e))?;
-        let pair = ctx.socket(zmq::PAIR).map_err(|e| fail("socket", e))?;
-        pair.connect(&endpoint).map_err(|e| fail("connect", e))?;
-        let stop = Arc::new(AtomicBool::new(false));
-        let thread = {
-            let stop = stop.clone();
-            std::thread::Builder::new()
-                .name("ps-conns".into())
-                .spawn(move || watch(&pair, port, Accepted::new(max), &stop))
-                .map_err(|e| Error::Van(format!("cannot start the connection cap: {e}")))?
-        };
-        Ok(ConnectionCap {
-            stop,
-            thread: Some(thread),
-        })
-    }
-}
-
-impl Drop for ConnectionCap {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Release);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
+        let pair = super::monitor(ctx, router, events, "the connection cap")?;
+        let conns = Accepted::new(max);
+        let thread =
+            StoppableThread::spawn("ps-conns", move |stop| watch(&pair, port, conns, stop))
+                .map_err(|e| Error::Van(format!("cannot start the connection cap: {e}")))?;
+        Ok(ConnectionCap { _thread: thread })
     }
 }
 
@@ -145,8 +117,8 @@ fn watch(pair: &zmq::Socket, port: u16, mut conns: Accepted, stop: &AtomicBool) 
         // Everything queued, so that a connection's end is known before it is acted on.
         let mut events = Vec::new();
         while let Ok(frames) = pair.recv_multipart(zmq::DONTWAIT) {
-            if let Some(e) = frames.first().and_then(|h| event(h)) {
-                events.push(e);
+            if let Some((ev, fd)) = frames.first().and_then(|h| super::monitor_event(h)) {
+                events.push((ev, fd as i32));
             }
         }
         for (i, &(ev, fd)) in events.iter().enumerate() {
@@ -165,14 +137,6 @@ fn watch(pair: &zmq::Socket, port: u16, mut conns: Accepted, stop: &AtomicBool) 
             }
         }
     }
-}
-
-/// A monitor event's kind and value (a file descriptor for ACCEPTED and DISCONNECTED), from
-/// its first frame: 16-bit event, 32-bit value, little-endian.
-fn event(head: &[u8]) -> Option<(zmq::SocketEvent, i32)> {
-    let h = head.get(..6)?;
-    let ev = zmq::SocketEvent::from_raw(u16::from_le_bytes([h[0], h[1]]));
-    Some((ev, i32::from_le_bytes([h[2], h[3], h[4], h[5]])))
 }
 
 /// Shuts down the connection on `fd`, accepted beyond the cap of `open` connections, if it

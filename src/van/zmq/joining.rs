@@ -91,23 +91,11 @@ impl ZmqVan {
     /// Watches the handshakes of `sock` (the connection to the scheduler before this node has
     /// an id) for a refusal, reported by [`recv`](Van::recv).
     fn watch(&self, sock: &zmq::Socket) -> Result<()> {
-        // A name of its own for each watched socket (a socket's address can be reused).
-        static WATCHED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-        let n = WATCHED.fetch_add(1, Ordering::Relaxed);
-        let endpoint = format!("inproc://ps-monitor-{n}");
         // Not HANDSHAKE_FAILED_NO_DETAIL: a connection reset or a handshake timeout, which
         // libzmq retries; PS_TIMEOUT ends the start if it never succeeds.
         let events = zmq::SocketEvent::HANDSHAKE_FAILED_AUTH as i32
             | zmq::SocketEvent::HANDSHAKE_FAILED_PROTOCOL as i32;
-        sock.monitor(&endpoint, events)
-            .map_err(zerr("monitor".into()))?;
-        let watcher = self
-            .ctx
-            .socket(zmq::PAIR)
-            .map_err(zerr("monitor socket".into()))?;
-        watcher
-            .connect(&endpoint)
-            .map_err(zerr(format!("cannot watch {endpoint}")))?;
+        let watcher = super::monitor(&self.ctx, sock, events, "the joining connection's watch")?;
         *crate::sync::lock(&self.monitor) = Some(watcher);
         Ok(())
     }
@@ -237,12 +225,18 @@ impl ZmqVan {
         let mut frames = vec![routing_id, Bytes::from(head)];
         frames.extend(msg.data);
         joining.answers.push(frames);
+        drop(joining);
+        self.answers_queued.store(true, Ordering::Release);
         Ok(())
     }
 
     /// Sends the queued answers on the ROUTER `sock` (its receiving thread, or `stop`). A
     /// connection that is gone drops its answer (ROUTER sockets drop what they cannot route).
     pub(super) fn send_answers(&self, sock: &zmq::Socket) {
+        // Set after each answer is queued: receiving takes no lock while none is.
+        if !self.answers_queued.swap(false, Ordering::AcqRel) {
+            return;
+        }
         let answers = std::mem::take(&mut crate::sync::lock(&self.joining).answers);
         for frames in answers {
             let last = frames.len() - 1;
@@ -286,14 +280,12 @@ impl ZmqVan {
 /// A handshake event of the watched connection: the refusal it means.
 fn refusal_event(watcher: &zmq::Socket) -> Option<Error> {
     let frames = watcher.recv_multipart(zmq::DONTWAIT).ok()?;
-    let head = frames.first().filter(|f| f.len() >= 6)?;
-    let event = u16::from_le_bytes([head[0], head[1]]);
-    let value = u32::from_le_bytes([head[2], head[3], head[4], head[5]]);
+    let (event, value) = super::monitor_event(frames.first()?)?;
     let at = frames
         .get(1)
         .map(|e| String::from_utf8_lossy(e).into_owned())
         .unwrap_or_default();
-    let why = match zmq::SocketEvent::from_raw(event) {
+    let why = match event {
         zmq::SocketEvent::HANDSHAKE_FAILED_AUTH => format!(
             "the scheduler at {at} refused this node's proof of PS_AUTH_TOKEN (ZAP status \
              {value}): this node's token differs from the scheduler's"

@@ -122,6 +122,8 @@ pub struct ZmqVan {
     token: Option<Token>,
     /// Connections to open again once this node has an id; registrations to answer.
     joining: Mutex<Joining>,
+    /// Whether `joining` holds answers to send (checked on every receive without its lock).
+    answers_queued: AtomicBool,
     /// Handshake events of the connection to the scheduler made before this node had an id:
     /// a refusal there fails the start with the reason.
     monitor: Mutex<Option<zmq::Socket>>,
@@ -168,6 +170,7 @@ impl ZmqVan {
             token: opts.token.clone(),
             opts,
             joining: Mutex::new(Joining::default()),
+            answers_queued: AtomicBool::new(false),
             monitor: Mutex::new(None),
             refused: Mutex::new(RateLimited::default()),
             cap: Mutex::new(None),
@@ -403,6 +406,43 @@ impl Drop for ZmqVan {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+/// Starts libzmq's monitor of `sock` for `events` (ORed `zmq::SocketEvent`s) and returns the
+/// PAIR socket of `ctx` that reads them ([`monitor_event`]); `what` names it in errors. Stop
+/// it with [`unmonitor`] before that socket goes.
+///
+/// # Errors
+/// [`Error::Van`] when libzmq cannot set it up.
+pub(super) fn monitor(
+    ctx: &zmq::Context,
+    sock: &zmq::Socket,
+    events: i32,
+    what: &str,
+) -> Result<zmq::Socket> {
+    // A name of its own for each monitor (a socket's address can be reused).
+    static MONITORS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let endpoint = format!(
+        "inproc://ps-monitor-{}",
+        MONITORS.fetch_add(1, Ordering::Relaxed)
+    );
+    sock.monitor(&endpoint, events)
+        .map_err(zerr(format!("{what}: monitor")))?;
+    let reader = ctx
+        .socket(zmq::PAIR)
+        .map_err(zerr(format!("{what}: monitor socket")))?;
+    reader
+        .connect(&endpoint)
+        .map_err(zerr(format!("{what}: cannot read {endpoint}")))?;
+    Ok(reader)
+}
+
+/// A monitor event's kind and value (a file descriptor, an error or a status code, by kind)
+/// from its first frame: 16-bit event, 32-bit value, little-endian.
+pub(super) fn monitor_event(head: &[u8]) -> Option<(zmq::SocketEvent, u32)> {
+    let h = head.get(..6)?;
+    let event = zmq::SocketEvent::from_raw(u16::from_le_bytes([h[0], h[1]]));
+    Some((event, u32::from_le_bytes([h[2], h[3], h[4], h[5]])))
 }
 
 /// Stops libzmq's monitor of `sock`, if it has one. It must be stopped before the socket that
