@@ -32,6 +32,7 @@ use crate::sync::lock;
 use crate::wire::{KeyRef, Message, Node};
 use bytes::Bytes;
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -93,8 +94,10 @@ pub(super) struct Tracker<V> {
     settled: Condvar,
     /// The process's bytes in flight: each part's are given back once it is answered.
     budget: Arc<Budget>,
-    /// When [`expire`](Tracker::expire) last looked.
-    last_expiry: Mutex<Instant>,
+    /// When [`expire`](Tracker::expire) last looked: milliseconds after `born` (an atomic, so
+    /// the look on every send takes no lock).
+    last_expiry: AtomicU64,
+    born: Instant,
 }
 
 impl<V> Drop for Tracker<V> {
@@ -123,7 +126,8 @@ impl<V: Value> Tracker<V> {
             pending: Mutex::new(HashMap::new()),
             settled: Condvar::new(),
             budget,
-            last_expiry: Mutex::new(Instant::now()),
+            last_expiry: AtomicU64::new(0),
+            born: Instant::now(),
         }
     }
 
@@ -386,12 +390,15 @@ impl<V: Value> Tracker<V> {
     /// push never waited for, an answer lost with a dropped connection). Runs at most once a
     /// second; called before each request is sent.
     pub(super) fn expire(&self, now: Instant, timeout: Duration) {
+        let ms = now.saturating_duration_since(self.born).as_millis() as u64;
+        let last = self.last_expiry.load(Ordering::Relaxed);
+        if ms < last + 1000
+            || self
+                .last_expiry
+                .compare_exchange(last, ms, Ordering::Relaxed, Ordering::Relaxed)
+                .is_err()
         {
-            let mut last = lock(&self.last_expiry);
-            if now.saturating_duration_since(*last) < Duration::from_secs(1) {
-                return;
-            }
-            *last = now;
+            return; // looked within the last second, or another thread looks now
         }
         self.end_incomplete(|p| {
             if now.saturating_duration_since(p.opened) <= timeout {
