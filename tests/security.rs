@@ -4,7 +4,7 @@
 mod common;
 
 use common::attack::{attack, terminate};
-use common::launched::Launched;
+use common::launched::{without_info, Launched};
 use pslite::auth::{Identity, Token};
 use pslite::wire::SCHEDULER;
 use std::process::Command as Process;
@@ -12,47 +12,10 @@ use std::time::Duration;
 
 const TOKEN: &str = "the test cluster's token, 0123456789";
 
-/// kv-app with 2 servers and 2 workers, `repeat` rounds (long enough to be attacked
-/// meanwhile: a test checks with [`still_running`]); `env` for the launcher (and so every
-/// node).
-fn kv_app(port: u16, repeat: u32, env: &[(&str, &str)]) -> Launched {
-    let port = port.to_string();
-    let repeat = repeat.to_string();
-    Launched::start(
-        &[
-            "--servers",
-            "2",
-            "--workers",
-            "2",
-            "--port",
-            &port,
-            "--",
-            "kv-app",
-            "--repeat",
-            &repeat,
-        ],
-        env,
-    )
-}
-
-/// The attacks came while the cluster ran: no worker has finished yet.
-fn still_running(run: &Launched) {
-    let out = run.text();
-    assert!(
-        !out.contains("worker 0: error: ") && !out.contains("worker 1: error: "),
-        "the run ended before the attacks did: give kv-app more rounds\n{out}"
-    );
-}
-
-fn assert_exact(code: Option<i32>, out: &str) {
-    assert_eq!(code, Some(0), "{out}");
-    assert_eq!(out.matches("error: 0, 0").count(), 2, "{out}");
-}
-
 #[test]
 fn strangers_cannot_stop_the_cluster_and_are_named_in_a_warning() {
     let port = pslite::free_port().expect("port");
-    let run = kv_app(port, 2000, &[("PS_VERBOSE", "0")]);
+    let run = Launched::kv_app_s2w2(port, 2000, &[("PS_VERBOSE", "0")]);
     run.wait_line("started worker 1");
     std::thread::sleep(Duration::from_millis(300));
     // A stock client without authentication, many times; then one that guesses a password
@@ -67,9 +30,8 @@ fn strangers_cannot_stop_the_cluster_and_are_named_in_a_warning() {
         &terminate(1),
         10,
     );
-    still_running(&run);
-    let (code, out) = run.finish(Duration::from_secs(120));
-    assert_exact(code, &out);
+    run.assert_still_running();
+    let out = run.finish_exact(Duration::from_secs(120));
     let refused: Vec<&str> = out
         .lines()
         .filter(|l| l.contains("refused a connection from 127.0.0.1"))
@@ -89,7 +51,7 @@ fn strangers_cannot_stop_the_cluster_and_are_named_in_a_warning() {
 fn strangers_cannot_push_release_a_barrier_or_register() {
     // Every node logs at info: the servers' ports are read from their "started" lines.
     let port = pslite::free_port().expect("port");
-    let run = kv_app(port, 2000, &[("PS_AUTH_TOKEN", TOKEN), ("PS_VERBOSE", "1")]);
+    let run = Launched::kv_app_s2w2(port, 2000, &[("PS_AUTH_TOKEN", TOKEN), ("PS_VERBOSE", "1")]);
     let other = Token::new("another cluster's token, 0123456789").expect("token");
     // Registrations as a server while the real ones start: none may take a server's place.
     run.wait_line("started scheduler");
@@ -156,16 +118,11 @@ fn strangers_cannot_push_release_a_barrier_or_register() {
         }
     }
     std::thread::sleep(Duration::from_millis(500));
-    still_running(&run);
-    let (code, out) = run.finish(Duration::from_secs(120));
-    let shown: String = out
-        .lines()
-        .filter(|l| !l.contains(" INFO "))
-        .collect::<Vec<_>>()
-        .join("\n");
+    run.assert_still_running();
     // Had the push been applied, both workers would count 10 errors; had the release been
     // obeyed, server 1 would have left mid-run and the workers failed.
-    assert_exact(code, &shown);
+    let out = run.finish_exact(Duration::from_secs(120));
+    let shown = without_info(&out);
     for who in ["server rank 0 (id 8)", "server rank 1 (id 10)"] {
         assert!(out.contains(&format!("{who} started: ")), "{shown}");
     }
@@ -179,7 +136,7 @@ fn strangers_cannot_push_release_a_barrier_or_register() {
 #[test]
 fn a_member_cannot_speak_for_another_node() {
     let port = pslite::free_port().expect("port");
-    let run = kv_app(port, 2000, &[("PS_AUTH_TOKEN", TOKEN)]);
+    let run = Launched::kv_app_s2w2(port, 2000, &[("PS_AUTH_TOKEN", TOKEN)]);
     run.wait_line("started worker 1");
     std::thread::sleep(Duration::from_millis(300));
     // Knows the token, proves to be node 11 (a worker), and claims to be the scheduler; then
@@ -197,9 +154,8 @@ fn a_member_cannot_speak_for_another_node() {
         &terminate(-1),
         3,
     );
-    still_running(&run);
-    let (code, out) = run.finish(Duration::from_secs(120));
-    assert_exact(code, &out);
+    run.assert_still_running();
+    let out = run.finish_exact(Duration::from_secs(120));
     assert!(
         out.contains(
             "dropped a message from 127.0.0.1"

@@ -113,6 +113,58 @@ impl Launched {
     }
 }
 
+impl Launched {
+    /// `pslite-launch local --servers 2 --workers 2 --port PORT -- kv-app --repeat REPEAT`
+    /// with `env` (for every node): a run long enough to be attacked meanwhile, which a test
+    /// checks with [`assert_still_running`](Self::assert_still_running).
+    pub fn kv_app_s2w2(port: u16, repeat: u32, env: &[(&str, &str)]) -> Launched {
+        let (port, repeat) = (port.to_string(), repeat.to_string());
+        Launched::start(
+            &[
+                "--servers",
+                "2",
+                "--workers",
+                "2",
+                "--port",
+                &port,
+                "--",
+                "kv-app",
+                "--repeat",
+                &repeat,
+            ],
+            env,
+        )
+    }
+
+    /// The attacks came while the run went on: neither kv-app worker has finished yet.
+    pub fn assert_still_running(&self) {
+        let out = self.text();
+        assert!(
+            !out.contains("worker 0: error: ") && !out.contains("worker 1: error: "),
+            "the run ended before the attacks did: give kv-app more rounds\n{out}"
+        );
+    }
+
+    /// Waits (at most `limit`) for the end of a kv-app run of two workers and checks it ended
+    /// with status 0 and both workers exact (`error: 0, 0`); the assertions show the output
+    /// without its info lines. Returns the whole output.
+    pub fn finish_exact(self, limit: Duration) -> String {
+        let (code, out) = self.finish(limit);
+        let shown = without_info(&out);
+        assert_eq!(code, Some(0), "{shown}");
+        assert_eq!(out.matches("error: 0, 0").count(), 2, "{shown}");
+        out
+    }
+}
+
+/// `out` without its info lines (at `PS_VERBOSE=1` they are many).
+pub fn without_info(out: &str) -> String {
+    out.lines()
+        .filter(|l| !l.contains(" INFO "))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 impl Drop for Launched {
     fn drop(&mut self) {
         let _ = self.child.kill();
