@@ -7,8 +7,8 @@
 //! | `DMLC_PS_ROOT_PORT` | the scheduler's port | 1–65535 | required |
 //! | `DMLC_NUM_SERVER` | servers in the cluster | whole number ≥ 1 | required |
 //! | `DMLC_NUM_WORKER` | workers in the cluster | whole number ≥ 1 | required |
-//! | `DMLC_NODE_HOST` | address this node listens on | IP address or host name | see below |
-//! | `DMLC_INTERFACE` | network interface whose IPv4 address to listen on | interface name | — |
+//! | `DMLC_NODE_HOST` | address this node listens on and announces; must be this host's | IP address (IPv4 or IPv6) or host name | see below |
+//! | `DMLC_INTERFACE` | network interface whose address (of the scheduler's family) to listen on | interface name | — |
 //! | `DMLC_PS_VAN_TYPE` | the van | `zmq`, or `rdma` (also `ibverbs`) in a build with the cargo feature `rdma` (its `RDMA_*` variables: [`crate::van::rdma::RdmaConfig`]) | `zmq` |
 //! | `PS_VERBOSE` | log level | 0 (warnings), 1 (info), 2 (debug), 3 (trace) | 0 |
 //! | `PS_TIMEOUT` | deadline of every wait: start-up, barrier, `wait(ts)` | seconds, > 0 | 60 |
@@ -32,14 +32,16 @@
 //! | `PS_MAX_CONNECTIONS` | connections a node accepts at a time; more are closed at once | whole number ≥ 1 | 2 × (nodes) + 32 |
 //! | `PSLITE_RANK` | rank this server/worker asks for (the launcher sets it) | whole number ≥ 0 | registration order |
 //!
-//! The listening address is `DMLC_NODE_HOST` if set, else the IPv4 address of `DMLC_INTERFACE`,
-//! else 127.0.0.1 when the scheduler is on loopback, else the first non-loopback IPv4 address.
+//! The listening address is `DMLC_NODE_HOST` if set, else the address of `DMLC_INTERFACE` of the
+//! scheduler's family (IPv4 or IPv6), else loopback when the scheduler is on loopback, else the
+//! address this host's routing table uses to reach the scheduler ([`address`]).
 //!
 //! Numbers and choices are read trimmed. Flags: `--root-uri`, `--root-port`, `--num-servers`, `--num-workers`,
 //! `--node-host`, `--interface`, `--van`, `--verbose` and `--timeout` replace the variable on
 //! their row ([`Overrides`]). An error names the variable (and its flag), the value given and
 //! the expected form.
 
+pub mod address;
 mod auth;
 pub mod bounds;
 pub mod checkpoint;
@@ -213,7 +215,7 @@ impl Config {
             resend_timeout: resend_timeout(&vars)?,
             drop_msg_percent: vars.ranged("PS_DROP_MSG", 0, 99)?.unwrap_or(0),
             checkpoint: checkpoint::checkpoint(&vars)?,
-            node_host: node_host(&vars, &root_uri)?,
+            node_host: address::node_host(&vars, &root_uri)?,
             auth: None,
             bounds: Bounds::default_for(1, 1),
         })
@@ -320,52 +322,6 @@ fn resend_timeout<F: Fn(&str) -> Option<String>>(vars: &Vars<'_, F>) -> Result<O
     )?;
     let ms = vars.ranged("PS_RESEND_TIMEOUT", 1u64, 3_600_000)?;
     Ok((on == Some(true)).then(|| Duration::from_millis(ms.unwrap_or(1000))))
-}
-
-/// The address to listen on: `DMLC_NODE_HOST`, else `DMLC_INTERFACE`'s IPv4 address, else
-/// 127.0.0.1 for a scheduler on loopback, else the first non-loopback IPv4 address.
-fn node_host<F: Fn(&str) -> Option<String>>(vars: &Vars<'_, F>, root_uri: &str) -> Result<String> {
-    match vars.raw("DMLC_NODE_HOST") {
-        Some(h) if !h.trim().is_empty() => Ok(h.trim().to_string()),
-        _ => match vars.raw("DMLC_INTERFACE") {
-            Some(ifname) => interface_ipv4(vars, &ifname),
-            None if is_loopback(root_uri) => Ok("127.0.0.1".to_string()),
-            None => Ok(first_ipv4().unwrap_or_else(|| "127.0.0.1".to_string())),
-        },
-    }
-}
-
-fn is_loopback(host: &str) -> bool {
-    host == "localhost"
-        || host
-            .parse::<std::net::IpAddr>()
-            .map(|ip| ip.is_loopback())
-            .unwrap_or(false)
-}
-
-fn interface_ipv4<F: Fn(&str) -> Option<String>>(vars: &Vars<'_, F>, name: &str) -> Result<String> {
-    let addrs = if_addrs::get_if_addrs().map_err(|e| {
-        Error::Config(format!(
-            "DMLC_INTERFACE={name:?}: cannot list interfaces: {e}"
-        ))
-    })?;
-    addrs
-        .iter()
-        .find(|a| a.name == name && a.ip().is_ipv4())
-        .map(|a| a.ip().to_string())
-        .ok_or_else(|| {
-            let names: Vec<&str> = addrs.iter().map(|a| a.name.as_str()).collect();
-            let expected = format!("an interface with an IPv4 address, one of {names:?}");
-            vars.invalid("DMLC_INTERFACE", name, &expected)
-        })
-}
-
-fn first_ipv4() -> Option<String> {
-    if_addrs::get_if_addrs()
-        .ok()?
-        .into_iter()
-        .find(|a| !a.is_loopback() && a.ip().is_ipv4())
-        .map(|a| a.ip().to_string())
 }
 
 impl Config {

@@ -260,7 +260,21 @@ impl Postoffice {
                 );
             }
         }
-        tracing::info!("all {} nodes registered", table.len() - 1);
+        let at: Vec<String> = table[1..]
+            .iter()
+            .map(|n| {
+                format!(
+                    "{} at {}",
+                    Node::describe(n.id),
+                    crate::wire::place(&n.host, n.port)
+                )
+            })
+            .collect();
+        tracing::info!(
+            "all {} nodes registered: {}",
+            table.len() - 1,
+            at.join(", ")
+        );
     }
 
     /// Tells nodes that are not (or no longer) admitted why, over the connection each one

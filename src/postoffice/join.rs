@@ -62,12 +62,17 @@ impl Postoffice {
                 self.refuse_all(&joined, &why);
                 Err(Error::Timeout(why))
             }
-            None => Err(Error::Timeout(format!(
-                "start-up: no answer from the scheduler at {}:{} within {secs:.0} s \
-                 (PS_TIMEOUT); is it running, and are DMLC_PS_ROOT_URI and \
-                 DMLC_PS_ROOT_PORT right?",
-                self.cfg.root_uri, self.cfg.root_port
-            ))),
+            None => {
+                let me = self.me.read().map(|m| m.clone()).unwrap_or_default();
+                Err(Error::Timeout(format!(
+                    "start-up: no answer from the scheduler at {} within {secs:.0} s \
+                     (PS_TIMEOUT); is it running, are DMLC_PS_ROOT_URI and \
+                     DMLC_PS_ROOT_PORT right, and can it reach this node at {} \
+                     (DMLC_NODE_HOST, DMLC_INTERFACE)?",
+                    crate::wire::place(&self.cfg.root_uri, self.cfg.root_port),
+                    crate::wire::place(&me.host, me.port)
+                )))
+            }
         }
     }
 

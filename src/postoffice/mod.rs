@@ -197,7 +197,14 @@ impl Postoffice {
         } else {
             (cfg.node_host.clone(), 0)
         };
-        let port = van.bind(&host, port)?;
+        let port = van.bind(&host, port).map_err(|e| {
+            let var = if is_scheduler {
+                "DMLC_PS_ROOT_URI and DMLC_PS_ROOT_PORT (the scheduler listens there)"
+            } else {
+                "DMLC_NODE_HOST or DMLC_INTERFACE (this node listens there)"
+            };
+            Error::Config(format!("cannot listen at {host}: check {var}: {e}"))
+        })?;
         if is_scheduler {
             van.set_node_id(SCHEDULER);
         }
@@ -251,10 +258,9 @@ impl Postoffice {
         po.spawn("ps-receive", Postoffice::receive_loop)?;
         po.join_and_meet(&me)?;
         tracing::info!(
-            "{} started: {}:{}",
+            "{} started: {}",
             Node::describe(po.my_id()),
-            me.host,
-            me.port
+            crate::wire::place(&me.host, me.port)
         );
         Ok(po)
     }

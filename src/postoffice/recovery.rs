@@ -310,7 +310,7 @@ impl Postoffice {
             (st.replace_within, st.run_id)
         };
         self.set_holder(node.id, inherited.incarnation);
-        let place = format!("{}:{}", node.host, node.port);
+        let place = crate::wire::place(&node.host, node.port);
         tracing::warn!(
             "{} is taken over by a new {} at {place}",
             Node::describe(node.id),

@@ -61,6 +61,15 @@ impl Node {
     }
 }
 
+/// `host:port` as written in messages and logs: an IPv6 address in brackets (`[fd00::1]:9000`).
+pub fn place(host: &str, port: u16) -> String {
+    if host.contains(':') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -13,7 +13,7 @@ mod ids;
 mod meta;
 
 pub use codec::{decode_frames, encode_meta, WireError, MAX_FRAME_BYTES, MAX_META_BYTES};
-pub use ids::{NodeId, SCHEDULER};
+pub use ids::{place, NodeId, SCHEDULER};
 pub use meta::{BarrierFailure, Command, Control, DType, KeyRef, Meta, Node, Rendezvous, Role};
 
 use bytes::Bytes;

@@ -3,6 +3,7 @@
 
 pub mod attack;
 pub mod launched;
+pub mod netns;
 pub mod procs;
 pub mod roles;
 

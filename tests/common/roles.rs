@@ -103,10 +103,42 @@ impl Cluster {
         c
     }
 
+    /// A cluster with no process yet; [`Cluster::add_in`] starts them with `env`.
+    pub fn empty(env: &[(&str, &str)]) -> Cluster {
+        Cluster {
+            procs: Vec::new(),
+            env: env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        }
+    }
+
     /// Starts one more process `name` (role from the name: "server0b" is a server) running
     /// `exe` with rank `rank` and `args`, with the cluster's variables: a replacement, say.
     pub fn add(&mut self, name: &str, exe: &str, rank: Option<usize>, args: &[&str]) {
-        let mut cmd = Command::new(exe);
+        self.add_in(&[], name, exe, rank, args, &[]);
+    }
+
+    /// As [`Cluster::add`], run through `wrap` (e.g. `ip netns exec NS`), with `env` on top of
+    /// the cluster's variables.
+    pub fn add_in(
+        &mut self,
+        wrap: &[&str],
+        name: &str,
+        exe: &str,
+        rank: Option<usize>,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) {
+        let mut cmd = match wrap.split_first() {
+            Some((first, rest)) => {
+                let mut c = Command::new(first);
+                c.args(rest).arg(exe);
+                c
+            }
+            None => Command::new(exe),
+        };
         cmd.args(args);
         if let Some(r) = rank {
             cmd.env("PSLITE_RANK", r.to_string());
@@ -117,6 +149,7 @@ impl Cluster {
             .expect("a role's name");
         cmd.env("DMLC_ROLE", role)
             .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());

@@ -19,6 +19,7 @@ use accepted::ConnectionCap;
 use bytes::Bytes;
 use joining::Joining;
 use std::collections::HashMap;
+use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
@@ -136,12 +137,17 @@ pub struct ZmqVan {
     _zap: Option<ZapHandler>,
 }
 
-fn endpoint(host: &str, port: &str) -> String {
-    if host.contains(':') {
-        format!("tcp://[{host}]:{port}")
-    } else {
-        format!("tcp://{host}:{port}")
+fn endpoint(ip: IpAddr, port: &str) -> String {
+    match ip {
+        IpAddr::V6(_) => format!("tcp://[{ip}]:{port}"),
+        IpAddr::V4(_) => format!("tcp://{ip}:{port}"),
     }
+}
+
+/// The addresses of `host` (an IP address or a host name: libzmq resolves no names to bind).
+fn addresses(host: &str) -> Result<Vec<IpAddr>> {
+    crate::config::address::resolve(host)
+        .map_err(|e| Error::Van(format!("{host:?} does not resolve to an address: {e}")))
 }
 
 fn zerr(what: String) -> impl FnOnce(zmq::Error) -> Error {
@@ -193,6 +199,29 @@ impl ZmqVan {
         false
     }
 
+    /// A ROUTER socket for `ip`'s family with this van's options (frame limit, handshake
+    /// interval, PLAIN server with a token).
+    fn router(&self, ip: IpAddr) -> Result<zmq::Socket> {
+        let sock = self
+            .ctx
+            .socket(zmq::ROUTER)
+            .map_err(zerr("cannot create a ROUTER socket".into()))?;
+        sock.set_ipv6(ip.is_ipv6()).map_err(zerr("ipv6".into()))?;
+        sock.set_linger(0).map_err(zerr("linger".into()))?;
+        sock.set_rcvhwm(0).map_err(zerr("rcvhwm".into()))?;
+        // A frame over the bound closes its connection before it is read whole (issue 14).
+        let max = self.opts.max_frame_bytes.min(i64::MAX as u64) as i64;
+        sock.set_maxmsgsize(max)
+            .and_then(|_| sock.set_handshake_ivl(HANDSHAKE_MS))
+            .map_err(zerr("frame limit".into()))?;
+        if self.token.is_some() {
+            sock.set_plain_server(true)
+                .and_then(|_| sock.set_zap_domain(ZAP_DOMAIN))
+                .map_err(zerr("PLAIN server".into()))?;
+        }
+        Ok(sock)
+    }
+
     fn sender(&self, id: NodeId) -> Result<Arc<Mutex<zmq::Socket>>> {
         let senders = self.senders.read().map_err(|_| Error::Stopped)?;
         senders.get(&id).cloned().ok_or_else(|| {
@@ -210,34 +239,26 @@ impl Van for ZmqVan {
     }
 
     fn bind(&self, host: &str, port: u16) -> Result<u16> {
-        let sock = self
-            .ctx
-            .socket(zmq::ROUTER)
-            .map_err(zerr("cannot create a ROUTER socket".into()))?;
-        sock.set_ipv6(host.contains(':'))
-            .map_err(zerr("ipv6".into()))?;
-        sock.set_linger(0).map_err(zerr("linger".into()))?;
-        sock.set_rcvhwm(0).map_err(zerr("rcvhwm".into()))?;
-        // A frame over the bound closes its connection before it is read whole (issue 14).
-        let max = self.opts.max_frame_bytes.min(i64::MAX as u64) as i64;
-        sock.set_maxmsgsize(max)
-            .and_then(|_| sock.set_handshake_ivl(HANDSHAKE_MS))
-            .map_err(zerr("frame limit".into()))?;
-        if self.token.is_some() {
-            sock.set_plain_server(true)
-                .and_then(|_| sock.set_zap_domain(ZAP_DOMAIN))
-                .map_err(zerr("PLAIN server".into()))?;
-        }
-        let addr = endpoint(
-            host,
-            &if port == 0 {
-                "*".to_string()
-            } else {
-                port.to_string()
-            },
-        );
-        sock.bind(&addr)
-            .map_err(zerr(format!("cannot bind {addr}")))?;
+        let ips = addresses(host)?;
+        let mut tried = Vec::new();
+        let (sock, addr) = loop {
+            let Some(&ip) = ips.get(tried.len()) else {
+                return Err(Error::Van(format!("cannot bind {}", tried.join("; "))));
+            };
+            let sock = self.router(ip)?;
+            let addr = endpoint(
+                ip,
+                &if port == 0 {
+                    "*".into()
+                } else {
+                    port.to_string()
+                },
+            );
+            match sock.bind(&addr) {
+                Ok(()) => break (sock, addr),
+                Err(e) => tried.push(format!("{addr}: {e}")),
+            }
+        };
         let last = sock
             .get_last_endpoint()
             .map_err(zerr("last endpoint".into()))?
@@ -256,12 +277,12 @@ impl Van for ZmqVan {
     }
 
     fn connect(&self, id: NodeId, host: &str, port: u16) -> Result<()> {
+        let ip = addresses(host)?[0];
         let sock = self
             .ctx
             .socket(zmq::DEALER)
             .map_err(zerr("cannot create a DEALER socket".into()))?;
-        sock.set_ipv6(host.contains(':'))
-            .map_err(zerr("ipv6".into()))?;
+        sock.set_ipv6(ip.is_ipv6()).map_err(zerr("ipv6".into()))?;
         sock.set_linger(LINGER_MS).map_err(zerr("linger".into()))?;
         sock.set_sndhwm(0).map_err(zerr("sndhwm".into()))?;
         let ms = self.opts.send_timeout.as_millis().min(i32::MAX as u128) as i32;
@@ -272,7 +293,7 @@ impl Van for ZmqVan {
             unmonitor(&mut crate::sync::lock(&old));
         }
         self.authenticate(&sock, id, host, port)?;
-        let addr = endpoint(host, &port.to_string());
+        let addr = endpoint(ip, &port.to_string());
         sock.connect(&addr).map_err(zerr(format!(
             "cannot connect to {} at {addr}",
             Node::describe(id)
