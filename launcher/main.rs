@@ -17,9 +17,13 @@
 //! their checkpoint; without it (or that variable in the launcher's environment) the scheduler
 //! accepts no replacement, so `--restart` needs it.
 //!
+//! `pslite-launch task --servers S --workers W -- <pslite-worker args…>` is one task of a job
+//! another launcher started on many hosts (Slurm, Open MPI, PMI, Kubernetes): see [`task`].
+//!
 //! `pslite-launch inspect DIR` prints what a checkpoint directory holds, without changing it.
 
 mod procs;
+mod task;
 
 use clap::{Args, Parser, Subcommand};
 use procs::{kill_all, spawn, watch, Launch, Node, Proc, Restarts};
@@ -43,6 +47,10 @@ struct Cli {
 enum Cmd {
     /// Scheduler, servers and workers as processes on this machine (127.0.0.1).
     Local(Local),
+    /// One task of a job started by Slurm (srun), Open MPI (mpirun), an MPI with PMI, a
+    /// Kubernetes Indexed Job or anything setting PSLITE_TASK_RANK/PSLITE_TASK_COUNT: task 0
+    /// runs the scheduler, tasks 1…S the servers, the rest the workers.
+    Task(task::Task),
     /// Prints what a checkpoint directory (PS_CHECKPOINT_DIR) holds: per server and
     /// application the snapshot's generation and size, the requests logged since, and for the
     /// default handler the keys, their lengths and a sample of values (read-only).
@@ -102,6 +110,10 @@ fn main() {
             NodeCmd::Worker(c) => exit_with("pslite-worker", run_worker(&c)),
         },
         Cmd::Local(local) => local,
+        Cmd::Task(t) => {
+            eprintln!("pslite-launch task: error: {}", task::run(&t));
+            std::process::exit(1)
+        }
         Cmd::Inspect { dir } => match pslite::apps::inspect::inspect(&dir) {
             Ok(report) => {
                 print!("{report}");

@@ -1,0 +1,171 @@
+//! `pslite-launch task` under the launchers people run jobs with: its own variables, then Slurm
+//! (`srun`) and Open MPI (`mpirun`) for real, as `.ci/run` installs and starts them (issue 15).
+//! Where Slurm or Open MPI is missing a test says so and passes, unless
+//! `PSLITE_REQUIRE_LAUNCHERS=1` (set by `.ci/run`), where that fails it.
+
+mod common;
+
+use common::roles::{all_output, Cluster};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+const LAUNCH: &str = env!("CARGO_BIN_EXE_pslite-launch");
+const KV_APP: [&str; 5] = ["kv-app", "--keys", "1000", "--repeat", "10"];
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// Every worker of an S2W4 kv-app reported exact sums.
+fn assert_exact(out: &str) {
+    for r in 0..4 {
+        assert!(
+            out.contains(&format!("worker {r}: error: 0, 0")),
+            "worker {r}:\n{out}"
+        );
+    }
+}
+
+/// Whether `tool` is on this machine; if not, says so (or fails under
+/// `PSLITE_REQUIRE_LAUNCHERS=1`).
+fn have(tool: &str, probe: &[&str]) -> bool {
+    let ok = Command::new(tool)
+        .args(probe)
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ok {
+        let required = std::env::var("PSLITE_REQUIRE_LAUNCHERS").is_ok_and(|v| v == "1");
+        assert!(
+            !required,
+            "PSLITE_REQUIRE_LAUNCHERS=1 but `{tool} {probe:?}` fails"
+        );
+        eprintln!("SKIPPED: `{tool} {}` fails here (scripts/slurm-local.sh start; apt-get install openmpi-bin)", probe.join(" "));
+    }
+    ok
+}
+
+#[test]
+fn seven_tasks_with_pslite_task_variables_run_kv_app() {
+    let port = pslite::free_port().expect("port").to_string();
+    let mut c = Cluster::empty(&[("PSLITE_TASK_COUNT", "7")]);
+    let mut args = vec![
+        "task",
+        "--servers",
+        "2",
+        "--workers",
+        "4",
+        "--root-uri",
+        "127.0.0.1",
+        "--root-port",
+        &port,
+        "--",
+    ];
+    args.extend(KV_APP);
+    for (i, name) in [
+        "scheduler",
+        "server0",
+        "server1",
+        "worker0",
+        "worker1",
+        "worker2",
+        "worker3",
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let rank = i.to_string();
+        c.add_in(
+            &[],
+            name,
+            LAUNCH,
+            None,
+            &args,
+            &[("PSLITE_TASK_RANK", &rank)],
+        );
+    }
+    let ended = c.wait_all(Instant::now(), Duration::from_secs(120));
+    let all = all_output(&ended);
+    assert!(ended.iter().all(|e| e.code == Some(0)), "{all}");
+    assert_exact(&all);
+    assert!(
+        ended[2]
+            .output
+            .contains(&format!("pslite-launch task: task 2 (PSLITE_TASK_RANK) is server 1; scheduler at 127.0.0.1:{port}")),
+        "{all}"
+    );
+}
+
+#[test]
+fn a_task_count_that_does_not_match_is_named() {
+    let o = Command::new(LAUNCH)
+        .args(["task", "--servers", "2", "--workers", "4", "--", "kv-app"])
+        .env("SLURM_PROCID", "1")
+        .env("SLURM_NTASKS", "6")
+        .env_remove("PSLITE_TASK_RANK")
+        .env_remove("OMPI_COMM_WORLD_RANK")
+        .env_remove("PMI_RANK")
+        .output()
+        .expect("runs");
+    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(
+        String::from_utf8_lossy(&o.stderr).trim(),
+        "pslite-launch task: error: SLURM_NTASKS=6, but --servers 2 --workers 4 need 7 tasks (1 scheduler + 2 servers + 4 workers)"
+    );
+}
+
+/// `srun -n 7` on the one-node Slurm cluster of `scripts/slurm-local.sh`: the scheduler's host
+/// comes from Slurm's node list, its port from the job's id.
+#[test]
+fn srun_runs_kv_app_s2w4() {
+    if !have("sinfo", &["--noheader"]) {
+        return;
+    }
+    let o = Command::new("timeout")
+        .args(["180", "srun", "-n", "7", "--kill-on-bad-exit=1", "--time=3"])
+        .args([LAUNCH, "task", "--servers", "2", "--workers", "4", "--"])
+        .args(KV_APP)
+        .env("PS_AUTH_TOKEN", "launchers-test-token-0123456789")
+        .output()
+        .expect("srun runs");
+    let out = text(&o);
+    assert!(o.status.success(), "srun failed:\n{out}");
+    assert_exact(&out);
+    assert!(
+        out.contains("task 0 (SLURM_PROCID) is scheduler; scheduler at "),
+        "{out}"
+    );
+}
+
+/// `mpirun -n 7` (Open MPI): the scheduler's address is given, as Open MPI users do.
+#[test]
+fn mpirun_runs_kv_app_s2w4() {
+    if !have("mpirun", &["--version"]) {
+        return;
+    }
+    let port = pslite::free_port().expect("port").to_string();
+    let o = Command::new("timeout")
+        .args([
+            "180",
+            "mpirun",
+            "--allow-run-as-root",
+            "--oversubscribe",
+            "-n",
+            "7",
+        ])
+        .args([LAUNCH, "task", "--servers", "2", "--workers", "4"])
+        .args(["--root-uri", "127.0.0.1", "--root-port", &port, "--"])
+        .args(KV_APP)
+        .output()
+        .expect("mpirun runs");
+    let out = text(&o);
+    assert!(o.status.success(), "mpirun failed:\n{out}");
+    assert_exact(&out);
+    assert!(
+        out.contains("task 0 (OMPI_COMM_WORLD_RANK) is scheduler"),
+        "{out}"
+    );
+}
