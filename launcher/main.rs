@@ -23,10 +23,11 @@
 //! `pslite-launch inspect DIR` prints what a checkpoint directory holds, without changing it.
 
 mod procs;
+mod ssh;
 mod task;
 
 use clap::{Args, Parser, Subcommand};
-use procs::{kill_all, spawn, watch, Launch, Node, Proc, Restarts};
+use procs::{kill_all, spawn, watch, Launch, Node, Proc, Remote, Restarts};
 use pslite::apps::cli::{
     run_scheduler, run_server, run_worker, SchedulerCli, ServerCli, WorkerCli,
 };
@@ -51,6 +52,9 @@ enum Cmd {
     /// Kubernetes Indexed Job or anything setting PSLITE_TASK_RANK/PSLITE_TASK_COUNT: task 0
     /// runs the scheduler, tasks 1…S the servers, the rest the workers.
     Task(task::Task),
+    /// Scheduler, servers and workers on hosts reached by ssh (ps-lite tracker style): the
+    /// scheduler on the host file's first host, the others spread over the hosts in turn.
+    Ssh(ssh::Ssh),
     /// Prints what a checkpoint directory (PS_CHECKPOINT_DIR) holds: per server and
     /// application the snapshot's generation and size, the requests logged since, and for the
     /// default handler the keys, their lengths and a sample of values (read-only).
@@ -61,6 +65,10 @@ enum Cmd {
     /// Runs one node (what `local` starts for each process; same as the pslite-* binaries).
     #[command(subcommand, hide = true)]
     Node(Box<NodeCmd>),
+    /// A node started by `ssh`: its variables come on standard input, and it stops when
+    /// standard input closes.
+    #[command(subcommand, hide = true)]
+    Remote(Box<NodeCmd>),
 }
 
 /// The role of the node `pslite-launch node` runs.
@@ -104,12 +112,22 @@ struct Local {
 fn main() {
     let Cli { cmd } = Cli::parse();
     let local = match cmd {
-        Cmd::Node(node) => match *node {
-            NodeCmd::Scheduler(c) => exit_with("pslite-scheduler", run_scheduler(&c)),
-            NodeCmd::Server(c) => exit_with("pslite-server", run_server(&c)),
-            NodeCmd::Worker(c) => exit_with("pslite-worker", run_worker(&c)),
-        },
+        Cmd::Node(node) => run_node(*node),
+        Cmd::Remote(node) => {
+            if let Err(e) = ssh::take_env() {
+                eprintln!("pslite-launch remote: error: {e}");
+                std::process::exit(1)
+            }
+            run_node(*node)
+        }
         Cmd::Local(local) => local,
+        Cmd::Ssh(opts) => {
+            let code = run_ssh(&opts).unwrap_or_else(|e| {
+                eprintln!("pslite-launch: error: {e}");
+                1
+            });
+            std::process::exit(code)
+        }
         Cmd::Task(t) => {
             eprintln!("pslite-launch task: error: {}", task::run(&t));
             std::process::exit(1)
@@ -135,6 +153,105 @@ fn main() {
     std::process::exit(code)
 }
 
+/// Runs one node and exits with its status.
+fn run_node(node: NodeCmd) -> ! {
+    match node {
+        NodeCmd::Scheduler(c) => exit_with("pslite-scheduler", run_scheduler(&c)),
+        NodeCmd::Server(c) => exit_with("pslite-server", run_server(&c)),
+        NodeCmd::Worker(c) => exit_with("pslite-worker", run_worker(&c)),
+    }
+}
+
+/// The cluster's variables: scheduler, counts, van, and a fresh token unless one was given
+/// (the nodes inherit it) or authentication is off.
+fn cluster_env(
+    root: &str,
+    port: u16,
+    (servers, workers): (usize, usize),
+    van: &str,
+) -> Result<Vec<(&'static str, String)>, String> {
+    let mut env = vec![
+        ("DMLC_PS_ROOT_URI", root.to_string()),
+        ("DMLC_PS_ROOT_PORT", port.to_string()),
+        ("DMLC_NUM_SERVER", servers.to_string()),
+        ("DMLC_NUM_WORKER", workers.to_string()),
+        ("DMLC_PS_VAN_TYPE", van.to_string()),
+    ];
+    // Secure by default (issue 14).
+    let given = |var| std::env::var_os(var).is_some_and(|v| !v.is_empty());
+    let off = std::env::var("PS_AUTH").is_ok_and(|v| v.trim() == "none");
+    if !given("PS_AUTH_TOKEN") && !given("PS_AUTH_TOKEN_FILE") && !off {
+        let token = pslite::auth::Token::generate()?;
+        env.push(("PS_AUTH_TOKEN", token.expose().to_string()));
+    }
+    Ok(env)
+}
+
+/// Starts `nodes` in order and watches them ([`watch`]) until the run ends; returns its exit
+/// code.
+fn start_and_watch(launch: &Launch<'_>, nodes: Vec<Node>, restart: usize) -> Result<i32, String> {
+    let stop = Arc::new(AtomicBool::new(false));
+    {
+        let stop = stop.clone();
+        ctrlc::set_handler(move || stop.store(true, Ordering::SeqCst))
+            .map_err(|e| format!("cannot install the Ctrl-C handler: {e}"))?;
+    }
+    let mut procs: Vec<Proc> = Vec::new();
+    for node in nodes {
+        match spawn(launch, node) {
+            Ok(p) => procs.push(p),
+            Err(e) => {
+                kill_all(&mut procs);
+                return Err(e);
+            }
+        }
+    }
+    let mut restarts = Restarts {
+        limit: restart,
+        used: 0,
+    };
+    watch(launch, &mut procs, &stop, &mut restarts)
+}
+
+/// `pslite-launch ssh`: the cluster on the host file's hosts.
+fn run_ssh(opts: &ssh::Ssh) -> Result<i32, String> {
+    let (servers, workers) = (opts.servers, opts.workers);
+    if servers == 0 || workers == 0 {
+        return Err("--servers and --workers must be at least 1".into());
+    }
+    let text = std::fs::read_to_string(&opts.hostfile)
+        .map_err(|e| format!("cannot read {}: {e}", opts.hostfile.display()))?;
+    let hosts = ssh::hosts(&opts.hostfile, &text)?;
+    let exe = std::env::current_exe().map_err(|e| format!("cannot locate this program: {e}"))?;
+    let env = cluster_env(
+        ssh::address(&hosts[0]),
+        opts.port,
+        (servers, workers),
+        &opts.van,
+    )?;
+    let remote = Remote {
+        ssh: opts.ssh.split_whitespace().map(str::to_string).collect(),
+        exe: opts
+            .remote_exe
+            .clone()
+            .unwrap_or_else(|| exe.display().to_string()),
+        cwd: std::env::current_dir().map_or("/".into(), |d| d.display().to_string()),
+    };
+    if remote.ssh.is_empty() {
+        return Err("--ssh is empty".into());
+    }
+    let launch = Launch {
+        exe: &exe,
+        env: &env,
+        remote: Some(remote),
+    };
+    let mut all = nodes(servers, workers, &opts.worker_args);
+    for (k, n) in all.iter_mut().enumerate() {
+        n.host = Some(hosts[k % hosts.len()].clone());
+    }
+    start_and_watch(&launch, all, 0)
+}
+
 /// Runs the cluster until every process has exited or one has failed past the restart budget;
 /// returns the exit code.
 fn run(local: &Local) -> Result<i32, String> {
@@ -147,24 +264,10 @@ fn run(local: &Local) -> Result<i32, String> {
         Some(p) => p,
         None => pslite::free_port().map_err(|e| e.to_string())?,
     };
-    let mut env = vec![
-        ("DMLC_PS_ROOT_URI", "127.0.0.1".to_string()),
-        ("DMLC_PS_ROOT_PORT", port.to_string()),
-        ("DMLC_NUM_SERVER", servers.to_string()),
-        ("DMLC_NUM_WORKER", workers.to_string()),
-        ("DMLC_NODE_HOST", "127.0.0.1".to_string()),
-        ("DMLC_PS_VAN_TYPE", local.van.clone()),
-    ];
+    let mut env = cluster_env("127.0.0.1", port, (servers, workers), &local.van)?;
+    env.push(("DMLC_NODE_HOST", "127.0.0.1".to_string()));
     if let Some(dir) = &local.checkpoint_dir {
         env.push(("PS_CHECKPOINT_DIR", dir.clone()));
-    }
-    // Secure by default (issue 14): a fresh token for this run, unless one was given (the
-    // nodes inherit it) or authentication is turned off.
-    let given = |var| std::env::var_os(var).is_some_and(|v| !v.is_empty());
-    let off = std::env::var("PS_AUTH").is_ok_and(|v| v.trim() == "none");
-    if !given("PS_AUTH_TOKEN") && !given("PS_AUTH_TOKEN_FILE") && !off {
-        let token = pslite::auth::Token::generate()?;
-        env.push(("PS_AUTH_TOKEN", token.expose().to_string()));
     }
     let inherited = std::env::var_os("PS_CHECKPOINT_DIR").is_some_and(|d| !d.is_empty());
     if local.restart > 0 && local.checkpoint_dir.is_none() && !inherited {
@@ -174,36 +277,18 @@ fn run(local: &Local) -> Result<i32, String> {
                 .into(),
         );
     }
-    let stop = Arc::new(AtomicBool::new(false));
-    {
-        let stop = stop.clone();
-        ctrlc::set_handler(move || stop.store(true, Ordering::SeqCst))
-            .map_err(|e| format!("cannot install the Ctrl-C handler: {e}"))?;
-    }
     let launch = Launch {
         exe: &exe,
         env: &env,
+        remote: None,
     };
-    let mut procs: Vec<Proc> = Vec::new();
-    for node in nodes(local) {
-        match spawn(&launch, node) {
-            Ok(p) => procs.push(p),
-            Err(e) => {
-                kill_all(&mut procs);
-                return Err(e);
-            }
-        }
-    }
-    let mut restarts = Restarts {
-        limit: local.restart,
-        used: 0,
-    };
-    watch(&launch, &mut procs, &stop, &mut restarts)
+    let all = nodes(servers, workers, &local.worker_args);
+    start_and_watch(&launch, all, local.restart)
 }
 
 /// The cluster's nodes in start order: the scheduler, the servers, then the workers (which get
 /// the worker arguments).
-fn nodes(local: &Local) -> Vec<Node> {
+fn nodes(servers: usize, workers: usize, worker_args: &[String]) -> Vec<Node> {
     let node = |role: &'static str, rank: Option<usize>, args: &[String]| Node {
         name: match rank {
             Some(r) => format!("{role} {r}"),
@@ -212,9 +297,10 @@ fn nodes(local: &Local) -> Vec<Node> {
         role,
         rank,
         args: args.to_vec(),
+        host: None,
     };
     let mut all = vec![node("scheduler", None, &[])];
-    all.extend((0..local.servers).map(|r| node("server", Some(r), &[])));
-    all.extend((0..local.workers).map(|r| node("worker", Some(r), &local.worker_args)));
+    all.extend((0..servers).map(|r| node("server", Some(r), &[])));
+    all.extend((0..workers).map(|r| node("worker", Some(r), worker_args)));
     all
 }

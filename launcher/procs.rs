@@ -2,10 +2,11 @@
 //! restarting a failed server or worker while the run's restart budget lasts, and stopping
 //! them.
 
+use crate::ssh::{env_block, quote};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::process::CommandExt;
 use std::path::Path;
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -17,6 +18,18 @@ pub struct Launch<'a> {
     pub exe: &'a Path,
     /// Variables set in every child's environment, on top of the launcher's own.
     pub env: &'a [(&'a str, String)],
+    /// For nodes on other hosts: how they are reached ([`crate::ssh`]).
+    pub remote: Option<Remote>,
+}
+
+/// How `pslite-launch ssh` starts a node on a host.
+pub struct Remote {
+    /// The ssh program and its options.
+    pub ssh: Vec<String>,
+    /// pslite-launch on the hosts.
+    pub exe: String,
+    /// The directory the nodes start in (the launcher's, where it exists on the host).
+    pub cwd: String,
 }
 
 /// One node of the cluster: what is needed to start it, and to start it again.
@@ -30,6 +43,8 @@ pub struct Node {
     pub rank: Option<usize>,
     /// Arguments after `pslite-launch node <role>`.
     pub args: Vec<String>,
+    /// The host it runs on through ssh (`host` or `user@host`); none: this machine.
+    pub host: Option<String>,
 }
 
 impl Node {
@@ -48,6 +63,8 @@ pub struct Proc {
     /// Output copiers of this process and of those it replaced; joined by [`kill_all`].
     readers: Vec<JoinHandle<()>>,
     running: bool,
+    /// A remote node's standard input (its ssh's): the node stops when it closes.
+    _stdin: Option<ChildStdin>,
 }
 
 /// The run's restart budget: at most `limit` restarts over the whole run, all nodes together.
@@ -61,19 +78,37 @@ pub struct Restarts {
 /// Starts `node` with its role, rank and arguments, its output lines prefixed with
 /// `[<name>] `; prints its pid to stderr.
 pub fn spawn(launch: &Launch<'_>, node: Node) -> Result<Proc, String> {
-    let mut cmd = Command::new(launch.exe);
-    cmd.args(["node", node.role]);
+    let mut vars: Vec<(&str, String)> = launch.env.to_vec();
+    vars.push(("DMLC_ROLE", node.role.to_string()));
     if let Some(r) = node.rank {
-        cmd.env("PSLITE_RANK", r.to_string());
+        vars.push(("PSLITE_RANK", r.to_string()));
     }
-    cmd.args(&node.args)
-        .env("DMLC_ROLE", node.role)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    for (k, v) in launch.env {
-        cmd.env(k, v);
-    }
+    let (mut cmd, block) = match (&node.host, &launch.remote) {
+        (Some(host), Some(remote)) => {
+            let mut cmd = Command::new(&remote.ssh[0]);
+            let mut words = vec![quote(&remote.exe), "remote".into(), node.role.into()];
+            words.extend(node.args.iter().map(|a| quote(a)));
+            let line = format!(
+                "cd {} 2>/dev/null; exec {}",
+                quote(&remote.cwd),
+                words.join(" ")
+            );
+            cmd.args(&remote.ssh[1..])
+                .arg(host)
+                .arg(line)
+                .stdin(Stdio::piped());
+            (cmd, Some(env_block(std::env::vars(), &vars)?))
+        }
+        _ => {
+            let mut cmd = Command::new(launch.exe);
+            cmd.args(["node", node.role])
+                .args(&node.args)
+                .envs(vars.iter().map(|(k, v)| (k, v)))
+                .stdin(Stdio::null());
+            (cmd, None)
+        }
+    };
+    cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
     // SAFETY: prctl is async-signal-safe; it only asks the kernel to signal the child when the
     // launcher dies.
     unsafe {
@@ -86,7 +121,22 @@ pub fn spawn(launch: &Launch<'_>, node: Node) -> Result<Proc, String> {
         let exe = launch.exe.display();
         format!("cannot start {} ({exe}): {e}", node.name)
     })?;
-    eprintln!("pslite-launch: started {} (pid {})", node.name, child.id());
+    let stdin = match (block, child.stdin.take()) {
+        (Some(block), Some(mut stdin)) => {
+            // A node that cannot be told its variables fails on its own, naming why.
+            let _ = stdin.write_all(block.as_bytes());
+            Some(stdin)
+        }
+        _ => None,
+    };
+    match &node.host {
+        Some(h) => eprintln!(
+            "pslite-launch: started {} on {h} (ssh pid {})",
+            node.name,
+            child.id()
+        ),
+        None => eprintln!("pslite-launch: started {} (pid {})", node.name, child.id()),
+    }
     let prefix = format!("[{}] ", node.name);
     let mut readers = Vec::new();
     if let Some(out) = child.stdout.take() {
@@ -100,6 +150,7 @@ pub fn spawn(launch: &Launch<'_>, node: Node) -> Result<Proc, String> {
         child,
         readers,
         running: true,
+        _stdin: stdin,
     })
 }
 
@@ -227,6 +278,8 @@ fn exit_code(status: ExitStatus) -> i32 {
 /// Kills every process, waits for each and lets its last output lines out.
 pub fn kill_all(procs: &mut [Proc]) {
     for p in procs.iter_mut() {
+        // A remote node sees its input close and stops.
+        p._stdin = None;
         let _ = p.child.kill();
     }
     for p in procs.iter_mut() {

@@ -336,10 +336,7 @@ mod tests {
             (p.role, p.rank, p.task),
             ("worker", Some(0), (3, "SLURM_PROCID"))
         );
-        assert_eq!(
-            p.root,
-            ("gpu07".to_string(), 28640)
-        );
+        assert_eq!(p.root, ("gpu07".to_string(), 28640));
         let flags = place(&vars, (Some("10.0.0.1"), Some(5000))).expect("placed");
         assert_eq!(flags.root, ("10.0.0.1".to_string(), 5000));
     }
