@@ -3,6 +3,8 @@
 #   - bench push-pull goodput, 1 MB (1024000 B) values, S=2 W=2, summed over the workers:
 #     every node on its own host (a network namespace, scripts/netns.sh: veth pairs on a bridge)
 #     vs every node on 127.0.0.1;
+#   - the TCP reference: iperf3, one stream, 3 s, host 3 → host 1 vs 127.0.0.1 → 127.0.0.1
+#     (what the network path itself costs);
 #   - start-up of a 1 + 4 + 16 node cluster (scheduler, 4 servers, 16 workers): from starting
 #     the scheduler until every node has logged that it started (it is past the first barrier),
 #     on 21 hosts vs on loopback.
@@ -16,6 +18,8 @@ SECS=${2:-4}
 cargo build --release --quiet --bin pslite-launch
 L=$PWD/target/release/pslite-launch
 . scripts/bench-lib.sh
+. scripts/need-debs.sh
+need_debs iperf3
 NAME=bh$$
 trap 'scripts/netns.sh down $NAME; rm -rf "$tmp"' EXIT
 tmp=$(mktemp -d)
@@ -43,6 +47,16 @@ goodput() {
         | awk '{s += $1} END {if (NR != 2) exit 1; printf "%.2f", s}'
 }
 
+# iperf WHERE: one-stream TCP goodput, host 3 → host 1 or loopback (Gbit/s).
+iperf() {
+    local srv=() cli=() addr=127.0.0.1
+    if [[ $1 == hosts ]]; then srv=(ip netns exec $NAME-h1); cli=(ip netns exec $NAME-h3); addr=198.18.0.2; fi
+    timeout 30 "${srv[@]}" iperf3 -s -1 -B $addr -p 9300 >/dev/null 2>&1 &
+    sleep 0.5
+    timeout 30 "${cli[@]}" iperf3 -c $addr -p 9300 -t 3 -f g | awk '/receiver/ {print $7}'
+    wait
+}
+
 # startup WHERE: seconds from the scheduler's start until all 21 nodes logged "started".
 startup() {
     export DMLC_NUM_SERVER=4 DMLC_NUM_WORKER=16 PS_VERBOSE=1
@@ -61,13 +75,14 @@ startup() {
     wait
 }
 
-declare -A good up
+declare -A good up tcp
 for r in $(seq "$RUNS"); do
     order="hosts loopback"
     [ $((r % 2)) -eq 0 ] && order="loopback hosts"
     for w in $order; do
         good[$w]+="$(goodput $w) "
         rm -f "$tmp"/*
+        tcp[$w]+="$(iperf $w) "
         up[$w]+="$(startup $w) "
         rm -f "$tmp"/*
     done
@@ -76,13 +91,15 @@ done
 
 g0=$(median_of "${good[loopback]}") g1=$(median_of "${good[hosts]}")
 u0=$(median_of "${up[loopback]}") u1=$(median_of "${up[hosts]}")
+t0=$(median_of "${tcp[loopback]}") t1=$(median_of "${tcp[hosts]}")
 cat <<EOT
 ZMQ van, medians of $RUNS interleaved rounds; hosts: one network namespace per node (veth + bridge)
 
 | figure | loopback | own hosts | change |
 | --- | --- | --- | --- |
 | push-pull goodput, 1 MB values, S=2 W=2, ${SECS} s | $g0 Gbit/s | $g1 Gbit/s | $(pct "$g0" "$g1") |
+| TCP reference, iperf3 one stream, 3 s | $t0 Gbit/s | $t1 Gbit/s | $(pct "$t0" "$t1") |
 | start-up, 1 + 4 + 16 nodes (scheduler start → all past the first barrier) | $u0 s | $u1 s | $(pct "$u0" "$u1") |
 
-runs: goodput loopback ${good[loopback]}/ hosts ${good[hosts]}; start-up loopback ${up[loopback]}/ hosts ${up[hosts]}
+runs: goodput loopback ${good[loopback]}/ hosts ${good[hosts]}; iperf3 loopback ${tcp[loopback]}/ hosts ${tcp[hosts]}; start-up loopback ${up[loopback]}/ hosts ${up[hosts]}
 EOT
