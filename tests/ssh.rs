@@ -61,12 +61,19 @@ impl Sshd {
                 d = dir.display()
             );
             std::fs::write(&conf, text).expect("sshd config");
-            let child = hosts
-                .command(i, "/usr/sbin/sshd")
-                .arg("-D")
-                .arg("-e")
-                .arg("-f")
-                .arg(&conf)
+            // The remote shells must not run this machine's ~/.bashrc (bash sources it under
+            // sshd): here it runs `pyenv init`, whose lock, left behind by a session killed in
+            // the middle, made every later session hang. sshd gets a mount namespace where the
+            // file is empty.
+            let script = format!(
+                "home=$(getent passwd root | cut -d: -f6); \
+                 [ -f \"$home/.bashrc\" ] && mount --bind /dev/null \"$home/.bashrc\"; \
+                 exec ip netns exec {} /usr/sbin/sshd -D -e -f {}",
+                hosts.ns(i),
+                conf.display()
+            );
+            let child = Command::new("unshare")
+                .args(["-m", "--propagation", "private", "sh", "-c", &script])
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
                 .spawn()
