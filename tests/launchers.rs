@@ -159,6 +159,9 @@ fn mpirun_runs_kv_app_s2w4() {
         .args([LAUNCH, "task", "--servers", "2", "--workers", "4"])
         .args(["--root-uri", "127.0.0.1", "--root-port", &port, "--"])
         .args(KV_APP)
+        // Open MPI's own channels on loopback only (it would also announce other interfaces).
+        .env("OMPI_MCA_oob_tcp_if_include", "lo")
+        .env("OMPI_MCA_btl_tcp_if_include", "lo")
         .output()
         .expect("mpirun runs");
     let out = text(&o);
