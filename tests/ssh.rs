@@ -157,6 +157,21 @@ impl Sshd {
     }
 }
 
+impl Sshd {
+    /// Asserts that no node is left on hosts 1 and 2 within 10 s.
+    fn assert_all_stop(&self) {
+        let t0 = Instant::now();
+        while !self.remote_nodes().is_empty() {
+            assert!(
+                t0.elapsed() < Duration::from_secs(10),
+                "still running: {:?}",
+                self.remote_nodes()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
 impl Drop for Sshd {
     fn drop(&mut self) {
         for d in &mut self.daemons {
@@ -237,15 +252,7 @@ fn ctrl_c_stops_every_remote_node() {
         err.contains("pslite-launch: interrupted; stopping every process"),
         "{err}"
     );
-    let t1 = Instant::now();
-    while !sshd.remote_nodes().is_empty() {
-        assert!(
-            t1.elapsed() < Duration::from_secs(10),
-            "still running: {:?}",
-            sshd.remote_nodes()
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    sshd.assert_all_stop();
 }
 
 #[test]
@@ -268,13 +275,5 @@ fn a_failed_remote_node_stops_the_others() {
         out.contains("exited with exit status: 2; stopping the others"),
         "{out}"
     );
-    let t1 = Instant::now();
-    while !sshd.remote_nodes().is_empty() {
-        assert!(
-            t1.elapsed() < Duration::from_secs(10),
-            "still running: {:?}",
-            sshd.remote_nodes()
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    sshd.assert_all_stop();
 }
