@@ -118,7 +118,13 @@ fn kv_app_s2w4_with_each_node_on_its_own_host_over_ipv6() {
     let Some(hosts) = Hosts::up("six", 7, false) else {
         return;
     };
-    let ended = kv_app(&hosts, (2, 4), &Hosts::v6(0), &none);
+    // The servers choose by the route to the scheduler, the workers by DMLC_INTERFACE (eth0
+    // has an IPv4 address too: the scheduler's family decides).
+    let by_interface = |role: &str, _: usize, _: usize| match role {
+        "worker" => vec![("DMLC_INTERFACE".into(), "eth0".into())],
+        _ => Vec::new(),
+    };
+    let ended = kv_app(&hosts, (2, 4), &Hosts::v6(0), &by_interface);
     let t = table(&ended);
     for (who, host) in [("server rank 0 (id 8)", 1), ("worker rank 2 (id 13)", 5)] {
         assert!(
