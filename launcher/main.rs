@@ -17,6 +17,9 @@
 //! their checkpoint; without it (or that variable in the launcher's environment) the scheduler
 //! accepts no replacement, so `--restart` needs it.
 //!
+//! `pslite-launch ssh --hostfile FILE --servers S --workers W -- <pslite-worker args…>` runs
+//! the cluster on hosts reached by ssh, ps-lite tracker style: see [`ssh`].
+//!
 //! `pslite-launch task --servers S --workers W -- <pslite-worker args…>` is one task of a job
 //! another launcher started on many hosts (Slurm, Open MPI, PMI, Kubernetes): see [`task`].
 //!
@@ -223,12 +226,21 @@ fn run_ssh(opts: &ssh::Ssh) -> Result<i32, String> {
         .map_err(|e| format!("cannot read {}: {e}", opts.hostfile.display()))?;
     let hosts = ssh::hosts(&opts.hostfile, &text)?;
     let exe = std::env::current_exe().map_err(|e| format!("cannot locate this program: {e}"))?;
-    let env = cluster_env(
+    let mut env = cluster_env(
         ssh::address(&hosts[0]),
         opts.port,
         (servers, workers),
         &opts.van,
     )?;
+    // A token file's path means nothing on the hosts: its token travels instead (on stdin).
+    let given = |var| std::env::var_os(var).is_some_and(|v| !v.is_empty());
+    if let (false, Ok(path)) = (given("PS_AUTH_TOKEN"), std::env::var("PS_AUTH_TOKEN_FILE")) {
+        let text = std::fs::read_to_string(path.trim())
+            .map_err(|e| format!("PS_AUTH_TOKEN_FILE={path:?}: cannot read it: {e}"))?;
+        let token = pslite::auth::Token::new(&text)
+            .map_err(|why| format!("PS_AUTH_TOKEN_FILE={path:?}: the token is refused: {why}"))?;
+        env.push(("PS_AUTH_TOKEN", token.expose().to_string()));
+    }
     let remote = Remote {
         ssh: opts.ssh.split_whitespace().map(str::to_string).collect(),
         exe: opts

@@ -97,7 +97,7 @@ pub fn spawn(launch: &Launch<'_>, node: Node) -> Result<Proc, String> {
                 .arg(host)
                 .arg(line)
                 .stdin(Stdio::piped());
-            (cmd, Some(env_block(std::env::vars(), &vars)?))
+            (cmd, Some(env_block(std::env::vars_os(), &vars)?))
         }
         _ => {
             let mut cmd = Command::new(launch.exe);
@@ -118,8 +118,8 @@ pub fn spawn(launch: &Launch<'_>, node: Node) -> Result<Proc, String> {
         });
     }
     let mut child = cmd.spawn().map_err(|e| {
-        let exe = launch.exe.display();
-        format!("cannot start {} ({exe}): {e}", node.name)
+        let program = cmd.get_program().to_string_lossy();
+        format!("cannot start {} ({program}): {e}", node.name)
     })?;
     let stdin = match (block, child.stdin.take()) {
         (Some(block), Some(mut stdin)) => {

@@ -53,7 +53,7 @@ pub fn hosts(path: &std::path::Path, text: &str) -> Result<Vec<String>, String> 
         if line.is_empty() {
             continue;
         }
-        if line.split_whitespace().count() != 1 {
+        if line.split_whitespace().count() != 1 || line.starts_with('-') {
             return Err(format!(
                 "{}:{}: {line:?}: expected one host (`host` or `user@host`) per line",
                 path.display(),
@@ -78,21 +78,42 @@ pub fn quote(word: &str) -> String {
     format!("'{}'", word.replace('\'', r"'\''"))
 }
 
+/// Variables of the launcher's host that mean nothing on another: where this host listens,
+/// and a token file's path (the launcher sends the token itself).
+const LOCAL_ONLY: [&str; 4] = [
+    "DMLC_NODE_HOST",
+    "DMLC_ROLE",
+    "PSLITE_RANK",
+    "PS_AUTH_TOKEN_FILE",
+];
+
 /// The variables of the launcher's environment a node needs (`DMLC_*`, `PS_*`, `RDMA_*`,
-/// `PSLITE_*`), overlaid by `cluster`, as the block sent on a node's standard input.
+/// `PSLITE_*`, but not [`LOCAL_ONLY`]'s), overlaid by `cluster`, as the block sent on a node's
+/// standard input.
 ///
 /// # Errors
-/// A value holding a line break (it could not travel as one line).
+/// A wanted variable that is not UTF-8, or whose value holds a line break (it could not travel
+/// as one line).
 pub fn env_block(
-    inherited: impl Iterator<Item = (String, String)>,
+    inherited: impl Iterator<Item = (std::ffi::OsString, std::ffi::OsString)>,
     cluster: &[(&str, String)],
 ) -> Result<String, String> {
     let wanted = |k: &str| {
         ["DMLC_", "PS_", "RDMA_", "PSLITE_"]
             .iter()
             .any(|p| k.starts_with(p))
+            && !LOCAL_ONLY.contains(&k)
     };
-    let mut vars: Vec<(String, String)> = inherited.filter(|(k, _)| wanted(k)).collect();
+    let mut vars: Vec<(String, String)> = Vec::new();
+    for (k, v) in inherited {
+        let Some(k) = k.to_str().filter(|k| wanted(k)) else {
+            continue;
+        };
+        let v = v
+            .into_string()
+            .map_err(|_| format!("{k} is not UTF-8; it cannot be sent to the hosts"))?;
+        vars.push((k.to_string(), v));
+    }
     for (k, v) in cluster {
         vars.retain(|(n, _)| n != k);
         vars.push((k.to_string(), v.clone()));
@@ -130,6 +151,7 @@ pub fn take_env() -> Result<(), String> {
         }
         let (k, v) = line
             .split_once('=')
+            .filter(|(k, v)| !k.is_empty() && !k.contains('\0') && !v.contains('\0'))
             .ok_or_else(|| format!("{line:?}: expected NAME=VALUE"))?;
         // Edition 2021: setting variables is safe; no other thread runs yet.
         std::env::set_var(k, v);
@@ -169,6 +191,10 @@ mod tests {
             hosts(p, "h0\nh1 slots=2\n").unwrap_err(),
             "hosts:2: \"h1 slots=2\": expected one host (`host` or `user@host`) per line"
         );
+        assert_eq!(
+            hosts(p, "-oProxyCommand=x\n").unwrap_err(),
+            "hosts:1: \"-oProxyCommand=x\": expected one host (`host` or `user@host`) per line"
+        );
         assert_eq!(address("root@198.18.0.2"), "198.18.0.2");
         assert_eq!(address("h1"), "h1");
     }
@@ -186,14 +212,16 @@ mod tests {
             ("HOME", "/root"),
             ("DMLC_NUM_SERVER", "9"),
             ("RDMA_DEVICE", "rxe0"),
+            ("DMLC_NODE_HOST", "10.0.0.1"),
+            ("PS_AUTH_TOKEN_FILE", "/home/me/token"),
         ]
-        .map(|(k, v)| (k.to_string(), v.to_string()));
+        .map(|(k, v)| (k.into(), v.into()));
         let block = env_block(inherited.into_iter(), &[("DMLC_NUM_SERVER", "2".into())]).unwrap();
         assert_eq!(
             block,
             "PS_AUTH_TOKEN=t\nRDMA_DEVICE=rxe0\nDMLC_NUM_SERVER=2\n\n"
         );
-        let bad = [("PS_X".to_string(), "a\nb".to_string())];
+        let bad = [("PS_X".into(), "a\nb".into())];
         assert_eq!(
             env_block(bad.into_iter(), &[]).unwrap_err(),
             "PS_X holds a line break; it cannot be sent to the hosts"

@@ -132,11 +132,8 @@ pub fn placement(
         .or_else(|| get("DMLC_PS_ROOT_URI"))
     {
         Some(u) if !u.trim().is_empty() => u.trim().to_string(),
-        _ => match (
-            slurm,
-            get("SLURM_STEP_NODELIST").or_else(|| get("SLURM_JOB_NODELIST")),
-        ) {
-            (true, Some(list)) => first_host(&list)?,
+        _ => match (slurm, node_list(get)) {
+            (true, Some((var, list))) => first_host(var, &list)?,
             _ => {
                 return Err(format!(
                     "no scheduler address: {rank_var} gives no host list, so set --root-uri or \
@@ -180,10 +177,17 @@ fn slurm_port(get: &dyn Fn(&str) -> Option<String>) -> Result<u16, String> {
     Ok(20000 + ((job.wrapping_mul(7).wrapping_add(step)) % 10000) as u16)
 }
 
-/// The first host of a Slurm host list: `node[07-09,12],gpu3` → `node07`,
-/// `rack[1-2]-n[3-4]` → `rack1-n3`.
-pub fn first_host(list: &str) -> Result<String, String> {
-    let bad = || format!("SLURM_STEP_NODELIST={list:?}: cannot read its first host");
+/// The step's node list (`SLURM_STEP_NODELIST`, else the job's) and the variable it came from.
+fn node_list(get: &dyn Fn(&str) -> Option<String>) -> Option<(&'static str, String)> {
+    ["SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST"]
+        .into_iter()
+        .find_map(|var| get(var).map(|list| (var, list)))
+}
+
+/// The first host of a Slurm host list (`var`'s value, for the error): `node[07-09,12],gpu3`
+/// → `node07`, `rack[1-2]-n[3-4]` → `rack1-n3`.
+pub fn first_host(var: &str, list: &str) -> Result<String, String> {
+    let bad = || format!("{var}={list:?}: cannot read its first host");
     let mut out = String::new();
     let mut chars = list.trim().chars();
     while let Some(c) = chars.next() {
@@ -416,9 +420,16 @@ mod tests {
             ("rack[1-2]-n[3-4]", "rack1-n3"),
             ("n[5]", "n5"),
         ] {
-            assert_eq!(first_host(list).as_deref(), Ok(first), "{list}");
+            assert_eq!(
+                first_host("SLURM_JOB_NODELIST", list).as_deref(),
+                Ok(first),
+                "{list}"
+            );
         }
-        assert!(first_host("n[]").is_err());
-        assert!(first_host("").is_err());
+        assert_eq!(
+            first_host("SLURM_JOB_NODELIST", "n[]"),
+            Err("SLURM_JOB_NODELIST=\"n[]\": cannot read its first host".into())
+        );
+        assert!(first_host("SLURM_STEP_NODELIST", "").is_err());
     }
 }

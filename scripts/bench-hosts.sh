@@ -21,8 +21,8 @@ L=$PWD/target/release/pslite-launch
 . scripts/need-debs.sh
 need_debs iperf3
 NAME=bh$$
-trap 'scripts/netns.sh down $NAME; rm -rf "$tmp"' EXIT
 tmp=$(mktemp -d)
+trap 'scripts/netns.sh down $NAME; rm -rf "$tmp"' EXIT
 scripts/netns.sh up $NAME 21
 export PS_AUTH_TOKEN=bench-hosts-token-0123456789 PS_TIMEOUT=60 DMLC_PS_ROOT_PORT=9200
 

@@ -144,8 +144,9 @@ fn node_hosts_given_as_names_resolve_through_each_hosts_etc_hosts() {
         |_: &str, _: usize, host: usize| vec![("DMLC_NODE_HOST".into(), format!("h{host}"))];
     let ended = kv_app(&hosts, (1, 2), "h0", &named);
     let t = table(&ended);
-    assert!(t.contains("server rank 0 (id 8) at h1:"), "{t}");
-    assert!(t.contains("worker rank 1 (id 11) at h3:"), "{t}");
+    // Announced as the address the name resolved to, so every peer dials what is listened on.
+    assert!(t.contains("server rank 0 (id 8) at 198.18.0.2:"), "{t}");
+    assert!(t.contains("worker rank 1 (id 11) at 198.18.0.4:"), "{t}");
 }
 
 /// Hosts with two interfaces: mgmt0 (listed first, reaching no peer) and eth0 (the data

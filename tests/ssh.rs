@@ -10,6 +10,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 const LAUNCH: &str = env!("CARGO_BIN_EXE_pslite-launch");
+const SECRET: &str = "ssh-test-token-never-on-a-command-line";
 
 /// sshd on hosts 1 and 2, a client key they accept, and a host file naming them.
 struct Sshd {
@@ -219,7 +220,7 @@ fn ssh_launch_runs_kv_app_over_two_hosts() {
             "{out}"
         );
     }
-    assert!(sshd.remote_nodes().is_empty(), "{:?}", sshd.remote_nodes());
+    sshd.assert_all_stop();
 }
 
 #[test]
@@ -229,6 +230,7 @@ fn ctrl_c_stops_every_remote_node() {
     };
     let launcher = sshd
         .launcher(1, 2, &["kv-app", "--keys", "1000", "--repeat", "100000"])
+        .env("PS_AUTH_TOKEN", SECRET)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -243,6 +245,22 @@ fn ctrl_c_stops_every_remote_node() {
         std::thread::sleep(Duration::from_millis(100));
     }
     std::thread::sleep(Duration::from_secs(1));
+    // The token is on no command line of any process of the three hosts (ssh, the remote
+    // shells, the nodes): it travels on standard input.
+    for i in 0..3 {
+        let o = Command::new("ip")
+            .args(["netns", "pids", &sshd.hosts.ns(i)])
+            .output()
+            .expect("ip netns pids");
+        for pid in String::from_utf8_lossy(&o.stdout).split_whitespace() {
+            let argv = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            let argv = String::from_utf8_lossy(&argv).replace('\0', " ");
+            assert!(
+                !argv.contains(SECRET),
+                "the token is on pid {pid}'s command line: {argv}"
+            );
+        }
+    }
     // SAFETY: kill(2) on our own child.
     assert_eq!(unsafe { libc::kill(launcher.id() as i32, libc::SIGINT) }, 0);
     let o = launcher.wait_with_output().expect("launcher ends");

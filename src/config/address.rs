@@ -134,7 +134,9 @@ pub fn route_to(dest: IpAddr) -> Option<IpAddr> {
     (!ip.is_unspecified()).then_some(ip)
 }
 
-/// `DMLC_NODE_HOST` as given, once it is known to name an address of this host.
+/// The address of this host `DMLC_NODE_HOST` names (a host name's first one that is this
+/// host's): announced as an IP address, so that every peer dials the address listened on
+/// whatever its own resolver says.
 fn own_host(host: &str) -> Result<String> {
     let ips = resolve(host).map_err(|e| {
         Error::Config(format!(
@@ -143,11 +145,11 @@ fn own_host(host: &str) -> Result<String> {
         ))
     })?;
     let ifs = interfaces()?;
-    if ips.iter().any(|ip| ifs.iter().any(|(_, mine)| mine == ip)) {
-        return Ok(host
-            .trim_start_matches('[')
-            .trim_end_matches(']')
-            .to_string());
+    if let Some(ip) = ips
+        .iter()
+        .find(|ip| ifs.iter().any(|(_, mine)| mine == *ip))
+    {
+        return Ok(ip.to_string());
     }
     let shown: Vec<String> = ips.iter().map(|ip| ip.to_string()).collect();
     Err(Error::Config(format!(

@@ -292,7 +292,9 @@ fn scheduler_address<F: Fn(&str) -> Option<String>>(vars: &Vars<'_, F>) -> Resul
         "a port number 1–65535",
         |&p: &u16| p > 0,
     )?;
-    Ok((uri.trim().to_string(), port))
+    // `[fd00::1]` and `fd00::1` are one address; brackets are added where a port follows.
+    let uri = uri.trim().trim_start_matches('[').trim_end_matches(']');
+    Ok((uri.to_string(), port))
 }
 
 /// Keys kept per worker customer: `PS_KEY_CACHE_KEYS`, or 0 when `PS_KEY_CACHE` is 0.

@@ -171,6 +171,25 @@ pub fn reply_meta(req: &Meta) -> Meta {
     }
 }
 
+/// Warns when the scheduler's address is a host name (not `localhost`) that resolves to
+/// loopback here: Debian's /etc/hosts maps a host's own name to 127.0.1.1, and then no other
+/// host can reach the scheduler.
+fn warn_if_loopback_name(root_uri: &str) {
+    if root_uri == "localhost" || root_uri.parse::<std::net::IpAddr>().is_ok() {
+        return;
+    }
+    if let Ok(ips) = crate::config::address::resolve(root_uri) {
+        if ips.iter().all(|ip| ip.is_loopback()) {
+            tracing::warn!(
+                "DMLC_PS_ROOT_URI={root_uri:?} resolves to {} here, a loopback address: only \
+                 nodes on this host can reach the scheduler (/etc/hosts often maps a host's own \
+                 name to 127.0.1.1); give an address the other hosts reach",
+                ips[0]
+            );
+        }
+    }
+}
+
 impl Postoffice {
     /// Starts this node: binds the van, registers with the scheduler (or, on the scheduler,
     /// waits for every node), connects to the peers and passes the start-up barrier.
@@ -197,6 +216,7 @@ impl Postoffice {
         } else {
             (cfg.node_host.clone(), 0)
         };
+        warn_if_loopback_name(&cfg.root_uri);
         let port = van.bind(&host, port).map_err(|e| {
             let var = if is_scheduler {
                 "DMLC_PS_ROOT_URI and DMLC_PS_ROOT_PORT (the scheduler listens there)"

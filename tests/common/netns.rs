@@ -68,7 +68,7 @@ impl Hosts {
         format!("fd00:18::{}", i + 1)
     }
 
-    /// `exe args` run on host `i` with `env` (and nothing of the test's loopback).
+    /// A command running `exe` on host `i` (arguments and variables to be added).
     pub fn command(&self, i: usize, exe: &str) -> Command {
         let mut c = Command::new("ip");
         c.args(["netns", "exec", &self.ns(i), exe]);
