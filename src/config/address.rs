@@ -45,7 +45,7 @@ fn interfaces() -> Result<Vec<(String, IpAddr)>> {
 }
 
 fn is_link_local(ip: &IpAddr) -> bool {
-    matches!(ip, IpAddr::V6(v6) if (v6.segments()[0] & 0xffc0) == 0xfe80)
+    matches!(ip, IpAddr::V6(v6) if v6.is_unicast_link_local())
 }
 
 /// `name (addr, addr), …` for an error message.

@@ -61,9 +61,11 @@ impl Node {
     }
 }
 
-/// `host:port` as written in messages and logs: an IPv6 address in brackets (`[fd00::1]:9000`).
-pub fn place(host: &str, port: u16) -> String {
-    if host.contains(':') {
+/// `host:port` as written in messages, logs and endpoints: an IPv6 address in brackets
+/// (`[fd00::1]:9000`; one already in brackets is not bracketed again). `port` may be a number or
+/// libzmq's `*`.
+pub fn place(host: &str, port: impl std::fmt::Display) -> String {
+    if host.contains(':') && !host.starts_with('[') {
         format!("[{host}]:{port}")
     } else {
         format!("{host}:{port}")

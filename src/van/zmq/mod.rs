@@ -137,11 +137,8 @@ pub struct ZmqVan {
     _zap: Option<ZapHandler>,
 }
 
-fn endpoint(ip: IpAddr, port: &str) -> String {
-    match ip {
-        IpAddr::V6(_) => format!("tcp://[{ip}]:{port}"),
-        IpAddr::V4(_) => format!("tcp://{ip}:{port}"),
-    }
+fn endpoint(ip: IpAddr, port: impl std::fmt::Display) -> String {
+    format!("tcp://{}", crate::wire::place(&ip.to_string(), port))
 }
 
 /// The addresses of `host` (an IP address or a host name: libzmq resolves no names to bind).
@@ -239,25 +236,25 @@ impl Van for ZmqVan {
     }
 
     fn bind(&self, host: &str, port: u16) -> Result<u16> {
-        let ips = addresses(host)?;
+        // The first of the host's addresses that binds.
         let mut tried = Vec::new();
-        let (sock, addr) = loop {
-            let Some(&ip) = ips.get(tried.len()) else {
-                return Err(Error::Van(format!("cannot bind {}", tried.join("; "))));
-            };
+        let mut chosen = None;
+        for ip in addresses(host)? {
             let sock = self.router(ip)?;
-            let addr = endpoint(
-                ip,
-                &if port == 0 {
-                    "*".into()
-                } else {
-                    port.to_string()
-                },
-            );
+            let addr = match port {
+                0 => endpoint(ip, "*"),
+                p => endpoint(ip, p),
+            };
             match sock.bind(&addr) {
-                Ok(()) => break (sock, addr),
+                Ok(()) => {
+                    chosen = Some((sock, addr));
+                    break;
+                }
                 Err(e) => tried.push(format!("{addr}: {e}")),
             }
+        }
+        let Some((sock, addr)) = chosen else {
+            return Err(Error::Van(format!("cannot bind {}", tried.join("; "))));
         };
         let last = sock
             .get_last_endpoint()
@@ -293,7 +290,7 @@ impl Van for ZmqVan {
             unmonitor(&mut crate::sync::lock(&old));
         }
         self.authenticate(&sock, id, host, port)?;
-        let addr = endpoint(ip, &port.to_string());
+        let addr = endpoint(ip, port);
         sock.connect(&addr).map_err(zerr(format!(
             "cannot connect to {} at {addr}",
             Node::describe(id)
