@@ -181,13 +181,17 @@ fn cluster_env(
         ("DMLC_PS_VAN_TYPE", van.to_string()),
     ];
     // Secure by default (issue 14).
-    let given = |var| std::env::var_os(var).is_some_and(|v| !v.is_empty());
     let off = std::env::var("PS_AUTH").is_ok_and(|v| v.trim() == "none");
     if !given("PS_AUTH_TOKEN") && !given("PS_AUTH_TOKEN_FILE") && !off {
         let token = pslite::auth::Token::generate()?;
         env.push(("PS_AUTH_TOKEN", token.expose().to_string()));
     }
     Ok(env)
+}
+
+/// Whether the launcher's environment sets `var` to something.
+fn given(var: &str) -> bool {
+    std::env::var_os(var).is_some_and(|v| !v.is_empty())
 }
 
 /// Starts `nodes` in order and watches them ([`watch`]) until the run ends; returns its exit
@@ -233,12 +237,8 @@ fn run_ssh(opts: &ssh::Ssh) -> Result<i32, String> {
         &opts.van,
     )?;
     // A token file's path means nothing on the hosts: its token travels instead (on stdin).
-    let given = |var| std::env::var_os(var).is_some_and(|v| !v.is_empty());
     if let (false, Ok(path)) = (given("PS_AUTH_TOKEN"), std::env::var("PS_AUTH_TOKEN_FILE")) {
-        let text = std::fs::read_to_string(path.trim())
-            .map_err(|e| format!("PS_AUTH_TOKEN_FILE={path:?}: cannot read it: {e}"))?;
-        let token = pslite::auth::Token::new(&text)
-            .map_err(|why| format!("PS_AUTH_TOKEN_FILE={path:?}: the token is refused: {why}"))?;
+        let token = pslite::auth::Token::from_file(&path)?;
         env.push(("PS_AUTH_TOKEN", token.expose().to_string()));
     }
     let remote = Remote {

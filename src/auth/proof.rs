@@ -50,6 +50,18 @@ impl Token {
         Ok(Token(t.as_bytes().into()))
     }
 
+    /// The token in the file at `path` (`PS_AUTH_TOKEN_FILE`'s value, named in the error).
+    ///
+    /// # Errors
+    /// The file cannot be read, or its token is refused ([`Token::new`]); never the token.
+    pub fn from_file(path: &str) -> Result<Token, String> {
+        let path = path.trim();
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("PS_AUTH_TOKEN_FILE={path:?}: cannot read it: {e}"))?;
+        Token::new(&text)
+            .map_err(|why| format!("PS_AUTH_TOKEN_FILE={path:?}: the token is refused: {why}"))
+    }
+
     /// A fresh random token: 32 bytes from the operating system, hex-encoded (64 characters).
     ///
     /// # Errors

@@ -44,17 +44,7 @@ pub(super) fn auth<F: Fn(&str) -> Option<String>>(
         (Some(t), None) => Some(
             Token::new(&t).map_err(|why| Error::Config(format!("PS_AUTH_TOKEN refused: {why}")))?,
         ),
-        (None, Some(f)) => {
-            let path = f.trim();
-            let text = std::fs::read_to_string(path).map_err(|e| {
-                Error::Config(format!("PS_AUTH_TOKEN_FILE={path:?}: cannot read it: {e}"))
-            })?;
-            Some(Token::new(&text).map_err(|why| {
-                Error::Config(format!(
-                    "PS_AUTH_TOKEN_FILE={path:?}: the token is refused: {why}"
-                ))
-            })?)
-        }
+        (None, Some(f)) => Some(Token::from_file(&f).map_err(Error::Config)?),
         (None, None) => None,
     };
     match (token, off) {
