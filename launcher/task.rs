@@ -213,12 +213,9 @@ pub fn first_host(var: &str, list: &str) -> Result<String, String> {
 /// Waits (at most `PS_TIMEOUT`, 60 s by default) until `host` resolves: a Kubernetes
 /// headless Service names a pod only once the pod runs.
 fn wait_resolvable(host: &str) -> Result<(), String> {
-    let secs = std::env::var("PS_TIMEOUT")
-        .ok()
-        .and_then(|s| s.trim().parse::<f64>().ok())
-        .filter(|s| s.is_finite() && *s > 0.0)
-        .unwrap_or(60.0);
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs_f64(secs);
+    let timeout = pslite::config::timeout_from_env().map_err(|e| e.to_string())?;
+    let secs = timeout.as_secs_f64();
+    let deadline = std::time::Instant::now() + timeout;
     let mut told = false;
     loop {
         match pslite::config::address::resolve(host) {

@@ -54,6 +54,19 @@ pub use checkpoint::Checkpoint;
 use std::time::Duration;
 use vars::Vars;
 
+/// Default of `PS_TIMEOUT`: 60 s.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// `PS_TIMEOUT` of this process's environment (its default when unset), for a wait before a
+/// node's configuration is read (`pslite-launch task` waiting for the scheduler's name).
+///
+/// # Errors
+/// [`Error::Config`] naming `PS_TIMEOUT`, as [`Config::from_env`] gives it.
+pub fn timeout_from_env() -> Result<Duration> {
+    let vars = Vars::new(|k| std::env::var(k).ok());
+    Ok(vars.seconds("PS_TIMEOUT")?.unwrap_or(DEFAULT_TIMEOUT))
+}
+
 /// Default size of the registered memory pool: 256 MiB (reserved, touched only when used).
 pub const DEFAULT_POOL_BYTES: usize = 256 << 20;
 
@@ -193,7 +206,7 @@ impl Config {
             verbose: vars
                 .parsed("PS_VERBOSE", "0, 1, 2 or 3", |&v: &u8| v <= 3)?
                 .unwrap_or(0),
-            timeout: secs("PS_TIMEOUT", Duration::from_secs(60))?,
+            timeout: secs("PS_TIMEOUT", DEFAULT_TIMEOUT)?,
             heartbeat_interval: secs("PS_HEARTBEAT_INTERVAL", Duration::from_secs(1))?,
             heartbeat_timeout: secs("PS_HEARTBEAT_TIMEOUT", Duration::from_secs(10))?,
             rank_hint: vars.parsed("PSLITE_RANK", "a whole number ≥ 0", |_: &u32| true)?,
@@ -338,7 +351,7 @@ impl Config {
             node_host: "127.0.0.1".into(),
             van: VanType::Zmq,
             verbose: 0,
-            timeout: Duration::from_secs(60),
+            timeout: DEFAULT_TIMEOUT,
             heartbeat_interval: Duration::from_secs(1),
             heartbeat_timeout: Duration::from_secs(10),
             rank_hint: None,
