@@ -5,6 +5,7 @@
 mod common;
 
 use common::netns::Hosts;
+use common::procs::text;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -32,12 +33,8 @@ fn run(cmd: &mut Command) -> Output {
 impl Sshd {
     fn start(tag: &str) -> Option<Sshd> {
         if !Path::new("/usr/sbin/sshd").exists() {
-            let required = std::env::var("PSLITE_REQUIRE_LAUNCHERS").is_ok_and(|v| v == "1");
-            assert!(
-                !required,
-                "PSLITE_REQUIRE_LAUNCHERS=1 but /usr/sbin/sshd is missing"
-            );
-            eprintln!("SKIPPED: no /usr/sbin/sshd (apt-get install openssh-server)");
+            let fix = "apt-get install openssh-server";
+            common::skip("PSLITE_REQUIRE_LAUNCHERS", "/usr/sbin/sshd is missing", fix);
             return None;
         }
         let hosts = Hosts::up(tag, 3, false)?;
@@ -141,13 +138,7 @@ impl Sshd {
     fn remote_nodes(&self) -> Vec<String> {
         let mut left = Vec::new();
         for i in [1, 2] {
-            let o = Command::new("ip")
-                .args(["netns", "pids", &self.hosts.ns(i)])
-                .output();
-            let pids = o
-                .map(|o| String::from_utf8_lossy(&o.stdout).to_string())
-                .unwrap_or_default();
-            for pid in pids.split_whitespace() {
+            for pid in self.hosts.pids(i) {
                 let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
                 if comm.trim() == "pslite-launch" {
                     left.push(format!("{pid} on host {i}"));
@@ -192,11 +183,7 @@ fn ssh_launch_runs_kv_app_over_two_hosts() {
         .launcher(2, 2, &["kv-app", "--keys", "1000", "--repeat", "10"])
         .output()
         .expect("launcher runs");
-    let out = format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
+    let out = text(&o);
     assert!(o.status.success(), "{out}");
     for r in 0..2 {
         assert!(
@@ -248,11 +235,7 @@ fn ctrl_c_stops_every_remote_node() {
     // The token is on no command line of any process of the three hosts (ssh, the remote
     // shells, the nodes): it travels on standard input.
     for i in 0..3 {
-        let o = Command::new("ip")
-            .args(["netns", "pids", &sshd.hosts.ns(i)])
-            .output()
-            .expect("ip netns pids");
-        for pid in String::from_utf8_lossy(&o.stdout).split_whitespace() {
+        for pid in sshd.hosts.pids(i) {
             let argv = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
             let argv = String::from_utf8_lossy(&argv).replace('\0', " ");
             assert!(
@@ -283,11 +266,7 @@ fn a_failed_remote_node_stops_the_others() {
         .launcher(1, 2, &["no-such-app"])
         .output()
         .expect("launcher runs");
-    let out = format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
+    let out = text(&o);
     assert_ne!(o.status.code(), Some(0), "{out}");
     assert!(
         out.contains("exited with exit status: 2; stopping the others"),

@@ -12,6 +12,14 @@ use std::sync::Arc;
 use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
+/// A test cannot run here because `missing`: says so (`SKIPPED: …`, with `fix`) so the caller
+/// can return, or fails the test when `var=1` (as `.ci/run` sets), where it must run.
+pub fn skip(var: &str, missing: &str, fix: &str) {
+    let required = std::env::var(var).is_ok_and(|v| v == "1");
+    assert!(!required, "{var}=1 but {missing}");
+    eprintln!("SKIPPED: {missing} ({fix})");
+}
+
 pub struct Cluster {
     pub workers: Vec<Arc<Postoffice>>,
     pub others: Vec<JoinHandle<Result<()>>>,
