@@ -50,10 +50,12 @@ pub mod auth;
 pub mod config;
 pub mod error;
 pub mod kv;
+pub mod metrics;
 pub mod postoffice;
 pub mod rendezvous;
 mod sync;
 pub mod van;
+pub mod waits;
 pub mod wire;
 
 pub use config::{Config, VanType};

@@ -30,6 +30,7 @@
 //! | `PS_AUTH` | `none` runs without authentication where a token would be required (warns) | `none` | — |
 //! | `PS_MAX_INFLIGHT_BYTES` | a worker's requests sent and not yet answered, in bytes (payload + 1 KiB each); beyond it a push/pull blocks until earlier ones complete (at most `PS_TIMEOUT`). A server parks at most this much per worker and takes no larger frame ([`Bounds`]); the same on every node | bytes, 2²⁰–2⁴⁰ | 268435456 |
 //! | `PS_MAX_CONNECTIONS` | connections a node accepts at a time; more are closed at once | whole number ≥ 1 | 2 × (nodes) + 32 |
+//! | `PS_METRICS_PORT` | serve this node's Prometheus metrics at `http://<listening address>:PORT/metrics` ([`crate::metrics`]) | port 0–65535 (0: any free port, logged) | off |
 //! | `PSLITE_RANK` | rank this server/worker asks for (the launcher sets it) | whole number ≥ 0 | registration order |
 //!
 //! The listening address is `DMLC_NODE_HOST` if set, else the address of `DMLC_INTERFACE` of the
@@ -130,6 +131,9 @@ pub struct Config {
     pub auth: Option<crate::auth::Token>,
     /// Memory bounds (`PS_MAX_INFLIGHT_BYTES`, `PS_MAX_CONNECTIONS`).
     pub bounds: Bounds,
+    /// Port of the metrics server (`PS_METRICS_PORT`; 0: any free one); `None`: no metrics
+    /// server.
+    pub metrics_port: Option<u16>,
 }
 
 /// Values given as flags; each one, when `Some`, replaces its environment variable.
@@ -229,6 +233,11 @@ impl Config {
             drop_msg_percent: vars.ranged("PS_DROP_MSG", 0, 99)?.unwrap_or(0),
             checkpoint: checkpoint::checkpoint(&vars)?,
             node_host: address::node_host(&vars, &root_uri)?,
+            metrics_port: vars.parsed(
+                "PS_METRICS_PORT",
+                "a port number 0–65535",
+                |_: &u16| true,
+            )?,
             auth: None,
             bounds: Bounds::default_for(1, 1),
         })
@@ -363,6 +372,7 @@ impl Config {
             checkpoint: None,
             auth: None,
             bounds: Bounds::default_for(num_servers, num_workers),
+            metrics_port: None,
         }
     }
 }

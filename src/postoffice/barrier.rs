@@ -9,6 +9,8 @@ struct Open {
     arrived: BTreeSet<NodeId>,
     members: BTreeSet<NodeId>,
     deadline: Option<Instant>,
+    /// The first arrival.
+    since: Instant,
 }
 
 /// What the scheduler must do about a barrier.
@@ -45,6 +47,20 @@ fn names(ids: impl IntoIterator<Item = NodeId>) -> String {
 }
 
 impl BarrierBook {
+    /// Each open barrier's group, its members that have not arrived, and when it opened.
+    pub fn missing(&self) -> Vec<(i32, Vec<NodeId>, Instant)> {
+        self.open
+            .iter()
+            .map(|(&g, o)| {
+                (
+                    g,
+                    o.members.difference(&o.arrived).copied().collect(),
+                    o.since,
+                )
+            })
+            .collect()
+    }
+
     /// Records that `node` reached the barrier of `group` whose members are `members`.
     /// `timeout` (`None`: wait while members are alive) counts from the first arrival.
     /// Returns the outcome when the barrier completes (or the node is not a member).
@@ -73,6 +89,7 @@ impl BarrierBook {
             arrived: BTreeSet::new(),
             members: members.iter().copied().collect(),
             deadline: timeout.map(|t| now + t),
+            since: now,
         });
         open.arrived.insert(node);
         if open.arrived.is_superset(&open.members) {

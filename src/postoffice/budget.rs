@@ -25,6 +25,8 @@ pub struct Budget {
     max: u64,
     state: Mutex<State>,
     freed: Condvar,
+    /// Bytes in flight, as a metric (`pslite_inflight_bytes`), set under `state`.
+    gauge: prometheus_client::metrics::gauge::Gauge,
 }
 
 /// Bytes taken, and the tickets of the requests waiting for room, oldest first.
@@ -42,12 +44,18 @@ impl Budget {
             max,
             state: Mutex::new(State::default()),
             freed: Condvar::new(),
+            gauge: Default::default(),
         }
     }
 
     /// The most bytes in flight (`PS_MAX_INFLIGHT_BYTES`).
     pub fn max(&self) -> u64 {
         self.max
+    }
+
+    /// Bytes in flight, as a gauge ([`crate::metrics`]' `pslite_inflight_bytes`).
+    pub fn gauge(&self) -> prometheus_client::metrics::gauge::Gauge {
+        self.gauge.clone()
     }
 
     /// Bytes in flight now.
@@ -66,6 +74,7 @@ impl Budget {
         let mut st = lock(&self.state);
         if !may_wait || (st.queue.is_empty() && fits(st.used, n, self.max)) {
             st.used += n;
+            self.gauge.set(st.used as i64);
             return Ok(());
         }
         let deadline = Instant::now() + timeout;
@@ -76,6 +85,7 @@ impl Budget {
             if st.queue.front() == Some(&ticket) && fits(st.used, n, self.max) {
                 st.queue.pop_front();
                 st.used += n;
+                self.gauge.set(st.used as i64);
                 drop(st);
                 // The next in line may fit too.
                 self.freed.notify_all();
@@ -87,14 +97,16 @@ impl Budget {
                 let used = st.used;
                 drop(st);
                 self.freed.notify_all();
-                return Err(Error::Timeout(format!(
+                let e = Error::Timeout(format!(
                     "a request of {n} bytes waited {:.0} s (PS_TIMEOUT) for room: this \
                      worker's requests in flight hold {used} bytes, and PS_MAX_INFLIGHT_BYTES \
                      is {}; not enough of them completed meanwhile (is every server \
                      answering?)",
                     timeout.as_secs_f64(),
                     self.max
-                )));
+                ));
+                crate::waits::timed_out(&e);
+                return Err(e);
             }
             st = self
                 .freed
@@ -111,6 +123,7 @@ impl Budget {
         }
         let mut st = lock(&self.state);
         st.used = st.used.saturating_sub(n);
+        self.gauge.set(st.used as i64);
         let waiting = !st.queue.is_empty();
         drop(st);
         if waiting {

@@ -29,8 +29,9 @@ impl Postoffice {
             }
             match po.next_event() {
                 Ok(Some(VanEvent::Message(msg))) => {
-                    po.received_bytes
-                        .fetch_add(msg.data_bytes() as u64, Ordering::Relaxed);
+                    let bytes = msg.data_bytes() as u64;
+                    po.received_bytes.fetch_add(bytes, Ordering::Relaxed);
+                    po.metrics.received(msg.meta.sender, bytes);
                     po.process(msg)
                 }
                 Ok(Some(VanEvent::RemoteWrite(w))) => po.deliver_write(w),
@@ -364,6 +365,7 @@ impl Postoffice {
         let Some(s) = &self.scheduler else { return };
         let timeout = self.cfg.heartbeat_timeout;
         let (lost, failed) = lock(s).tick(Instant::now(), timeout);
+        self.count_missed_heartbeats(Instant::now());
         self.release_held_tables(Instant::now());
         let declared = self.announce_lost(lost);
         for o in failed {

@@ -48,6 +48,7 @@ impl Postoffice {
             return Ok(());
         }
         self.start_up_timeout()
+            .inspect_err(|e| crate::waits::timed_out(e))
     }
 
     /// The start-up deadline passed: on the scheduler, tells the nodes that registered, unless
@@ -165,6 +166,24 @@ impl Postoffice {
             drop(po);
             // Woken early by `shutdown`.
             std::thread::park_timeout(Duration::from_millis(50));
+        }
+    }
+}
+/// Warns when the scheduler's address is a host name (not `localhost`) that resolves to
+/// loopback here: Debian's /etc/hosts maps a host's own name to 127.0.1.1, and then no other
+/// host can reach the scheduler.
+pub(super) fn warn_if_loopback_name(root_uri: &str) {
+    if root_uri == "localhost" || root_uri.parse::<std::net::IpAddr>().is_ok() {
+        return;
+    }
+    if let Ok(ips) = crate::config::address::resolve(root_uri) {
+        if ips.iter().all(|ip| ip.is_loopback()) {
+            tracing::warn!(
+                "DMLC_PS_ROOT_URI={root_uri:?} resolves to {} here, a loopback address: only \
+                 nodes on this host can reach the scheduler (/etc/hosts often maps a host's own \
+                 name to 127.0.1.1); give an address the other hosts reach",
+                ips[0]
+            );
         }
     }
 }

@@ -12,12 +12,53 @@ use std::time::{Duration, Instant};
 pub struct Liveness {
     last_seen: HashMap<NodeId, Instant>,
     lost: BTreeSet<NodeId>,
+    /// Heartbeats counted as missed since each node was last heard of ([`Liveness::missed`]).
+    missed: HashMap<NodeId, u64>,
 }
 
 impl Liveness {
     /// Node `id` was heard of at `now` (it registered, or a heartbeat came).
     pub fn seen(&mut self, id: NodeId, now: Instant) {
         self.last_seen.insert(id, now);
+        self.missed.remove(&id);
+    }
+
+    /// Heartbeats newly missed by each node not lost, in id order (none listed when 0): a node
+    /// silent for `s` has missed `floor(s / interval) - 1` heartbeats (one interval is slack),
+    /// of which those not returned by an earlier call since it was last heard of are returned.
+    pub fn missed(&mut self, now: Instant, interval: Duration) -> Vec<(NodeId, u64)> {
+        let mut out = Vec::new();
+        for (&id, &t) in &self.last_seen {
+            if self.lost.contains(&id) || interval.is_zero() {
+                continue;
+            }
+            let beats = (now.saturating_duration_since(t).as_nanos() / interval.as_nanos()) as u64;
+            let due = beats.saturating_sub(1);
+            let counted = self.missed.entry(id).or_default();
+            if due > *counted {
+                out.push((id, due - *counted));
+                *counted = due;
+            }
+        }
+        out.sort_unstable();
+        out
+    }
+
+    /// How long ago each node was last heard of, in id order, with whether it is lost.
+    pub fn ages(&self, now: Instant) -> Vec<(NodeId, Duration, bool)> {
+        let mut v: Vec<_> = self
+            .last_seen
+            .iter()
+            .map(|(&id, &t)| {
+                (
+                    id,
+                    now.saturating_duration_since(t),
+                    self.lost.contains(&id),
+                )
+            })
+            .collect();
+        v.sort_unstable_by_key(|&(id, _, _)| id);
+        v
     }
 
     /// Declares lost every node last heard of more than `timeout` before `now`; returns the
@@ -62,6 +103,33 @@ mod tests {
     use proptest::prelude::*;
 
     proptest! {
+        /// Over any sequence of checks while a node stays silent, the heartbeats reported
+        /// missed add up to `floor(silence / interval) - 1` at the last check, each counted once.
+        #[test]
+        fn missed_heartbeats_add_up_once(
+            steps in proptest::collection::vec(0u64..2500, 1..30),
+            interval_ms in 100u64..1000,
+        ) {
+            let t0 = Instant::now();
+            let interval = Duration::from_millis(interval_ms);
+            let mut live = Liveness::default();
+            live.seen(9, t0);
+            let (mut now_ms, mut total) = (0u64, 0u64);
+            for step in steps {
+                now_ms += step;
+                for (id, n) in live.missed(t0 + Duration::from_millis(now_ms), interval) {
+                    prop_assert_eq!(id, 9);
+                    prop_assert!(n > 0);
+                    total += n;
+                }
+            }
+            prop_assert_eq!(total, (now_ms / interval_ms).saturating_sub(1));
+            // Heard of again: nothing more is missed for a whole interval.
+            let back = t0 + Duration::from_millis(now_ms);
+            live.seen(9, back);
+            prop_assert!(live.missed(back + interval, interval).is_empty());
+        }
+
         /// Against a model: a node is declared lost once, at the first check more than
         /// `timeout` after its last heartbeat before that check, and never while it is heard of.
         #[test]

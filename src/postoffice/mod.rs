@@ -27,6 +27,7 @@ mod failure;
 mod join;
 pub mod liveness;
 mod memory;
+mod observe;
 pub mod range;
 mod recovery;
 pub mod resend;
@@ -40,6 +41,7 @@ pub use range::Range;
 
 use crate::config::{Config, VanType};
 use crate::error::{Error, Result};
+use crate::metrics::Metrics;
 use crate::sync::lock;
 use crate::van::zmq::{ZmqOptions, ZmqVan};
 use crate::van::{Van, VanEvent};
@@ -73,8 +75,9 @@ struct State {
     ready: bool,
     fatal: Option<Error>,
     barrier_result: Option<Result<()>>,
-    /// The group of the barrier this node waits in.
+    /// The group of the barrier this node waits in, and since when.
     barrier_group: Option<i32>,
+    barrier_since: Option<Instant>,
     last_from_scheduler: Option<Instant>,
     /// When a wait last looked at the scheduler's silence (a long gap: this process was paused).
     last_check: Option<Instant>,
@@ -152,6 +155,9 @@ pub struct Postoffice {
     /// Payload bytes (data frames, not headers) sent and received through the van.
     sent_bytes: AtomicU64,
     received_bytes: AtomicU64,
+    /// This node's metrics ([`crate::metrics`]), and their HTTP server (`PS_METRICS_PORT`).
+    metrics: Arc<Metrics>,
+    metrics_server: Mutex<Option<crate::metrics::MetricsServer>>,
 }
 
 /// The answer to a request: sender and receiver swapped, `request` cleared, ids echoed.
@@ -168,25 +174,6 @@ pub fn reply_meta(req: &Meta) -> Meta {
         pull: req.pull,
         dtype: req.dtype,
         ..Meta::default()
-    }
-}
-
-/// Warns when the scheduler's address is a host name (not `localhost`) that resolves to
-/// loopback here: Debian's /etc/hosts maps a host's own name to 127.0.1.1, and then no other
-/// host can reach the scheduler.
-fn warn_if_loopback_name(root_uri: &str) {
-    if root_uri == "localhost" || root_uri.parse::<std::net::IpAddr>().is_ok() {
-        return;
-    }
-    if let Ok(ips) = crate::config::address::resolve(root_uri) {
-        if ips.iter().all(|ip| ip.is_loopback()) {
-            tracing::warn!(
-                "DMLC_PS_ROOT_URI={root_uri:?} resolves to {} here, a loopback address: only \
-                 nodes on this host can reach the scheduler (/etc/hosts often maps a host's own \
-                 name to 127.0.1.1); give an address the other hosts reach",
-                ips[0]
-            );
-        }
     }
 }
 
@@ -216,7 +203,7 @@ impl Postoffice {
         } else {
             (cfg.node_host.clone(), 0)
         };
-        warn_if_loopback_name(&cfg.root_uri);
+        join::warn_if_loopback_name(&cfg.root_uri);
         let port = van.bind(&host, port).map_err(|e| {
             let var = if is_scheduler {
                 "DMLC_PS_ROOT_URI and DMLC_PS_ROOT_PORT (the scheduler listens there)"
@@ -245,6 +232,10 @@ impl Postoffice {
             ))
         });
         let resend = cfg.resend_timeout.map(|t| Mutex::new(ResendBook::new(t)));
+        let budget = Arc::new(budget::Budget::new(inflight));
+        let metrics = Arc::new(Metrics::new(van.name(), budget.gauge(), |r| {
+            van.register_metrics(r)
+        }));
         let po = Arc::new(Postoffice {
             resend,
             ranges: range::server_key_ranges(cfg.num_servers),
@@ -252,13 +243,17 @@ impl Postoffice {
             van,
             me: RwLock::new(me.clone()),
             state: Mutex::new(State {
-                run_id: if is_scheduler { drop_seed() } else { 0 },
+                run_id: if is_scheduler {
+                    resender::drop_seed()
+                } else {
+                    0
+                },
                 ..State::default()
             }),
             cv: Condvar::new(),
             scheduler,
             routes: Mutex::new(Routes::new(parked)),
-            budget: Arc::new(budget::Budget::new(inflight)),
+            budget,
             stopped: AtomicBool::new(false),
             threads: Mutex::new(Vec::new()),
             barrier_lock: Mutex::new(()),
@@ -270,11 +265,15 @@ impl Postoffice {
             incarnation: std::sync::atomic::AtomicU32::new(0),
             replaced_any: AtomicBool::new(false),
             replacing: RwLock::new(()),
-            drop_rng: AtomicU64::new(drop_seed()),
+            drop_rng: AtomicU64::new(resender::drop_seed()),
             dropped: 0.into(),
             sent_bytes: 0.into(),
             received_bytes: 0.into(),
+            metrics,
+            metrics_server: Mutex::new(None),
         });
+        po.serve_metrics()?;
+        crate::waits::register(Arc::downgrade(&po) as Weak<dyn crate::waits::Waits>);
         po.spawn("ps-receive", Postoffice::receive_loop)?;
         po.join_and_meet(&me)?;
         tracing::info!(
@@ -411,6 +410,7 @@ impl Postoffice {
             }
         };
         self.sent_bytes.fetch_add(payload, Ordering::Relaxed);
+        self.metrics.sent(recver, payload);
         Ok(n)
     }
 
@@ -454,6 +454,7 @@ impl Postoffice {
             let mut st = lock(&self.state);
             st.barrier_result = None;
             st.barrier_group = Some(group);
+            st.barrier_since = Some(Instant::now());
             st.last_check = None;
         }
         let me = self.my_id();
@@ -497,6 +498,10 @@ impl Postoffice {
             scheduler_gone = silent.is_some();
             silent
         });
+        lock(&self.state).barrier_since = None;
+        if let Err(e @ Error::Timeout(_)) = &r {
+            crate::waits::timed_out(e);
+        }
         if let (true, Err(e)) = (scheduler_gone, &r) {
             // Recorded like any loss: this node's sockets are aborted at shutdown.
             self.mark_lost(SCHEDULER, e.to_string(), e.clone());
@@ -563,6 +568,8 @@ impl Postoffice {
         }
         self.cv.notify_all();
         self.report_loss();
+        // The metrics server stops with the node.
+        drop(lock(&self.metrics_server).take());
         let threads: Vec<_> = lock(&self.threads).drain(..).collect();
         let me = std::thread::current().id();
         for t in &threads {
@@ -581,14 +588,6 @@ impl Postoffice {
             self.van.stop();
         }
     }
-}
-
-/// A seed for `PS_DROP_MSG`'s random numbers: the process id and the clock, never 0.
-fn drop_seed() -> u64 {
-    let t = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64);
-    (t ^ (u64::from(std::process::id()) << 32)) | 1
 }
 
 impl Drop for Postoffice {

@@ -121,6 +121,7 @@ impl Postoffice {
         }
         let verdict = lock(book).received(meta.sender, seq);
         if verdict == super::resend::Verdict::Duplicate {
+            self.metrics.duplicates.inc();
             tracing::debug!(
                 "dropped a duplicate (sequence {seq}) from {}",
                 Node::describe(meta.sender)
@@ -144,6 +145,7 @@ impl Postoffice {
                 "resending message {seq} to {} (resent {before} times before)",
                 Node::describe(to)
             );
+            self.metrics.resent.inc();
             if let Err(e) = self.van.send(msg) {
                 tracing::debug!("resend to {} failed: {e}", Node::describe(to));
             }
@@ -173,4 +175,11 @@ impl Postoffice {
         self.drop_rng.store(x, Ordering::Relaxed);
         (x % 100) as u32
     }
+}
+/// A seed for `PS_DROP_MSG`'s random numbers: the process id and the clock, never 0.
+pub(super) fn drop_seed() -> u64 {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    (t ^ (u64::from(std::process::id()) << 32)) | 1
 }

@@ -3,9 +3,11 @@
 //! The receiving loop that interprets messages lives in the [`crate::postoffice`]; a van only
 //! binds, connects, sends and receives.
 
+pub mod memlock;
 pub mod pool;
 pub mod rdma;
 pub mod ring;
+pub mod stats;
 pub mod zmq;
 
 use crate::error::{Error, Result};
@@ -64,6 +66,11 @@ pub trait Van: Send + Sync {
     /// # Errors
     /// [`crate::Error::Van`] when no registration from that address is known.
     fn answer_joiner(&self, host: &str, port: u16, msg: Message) -> Result<()>;
+
+    /// Registers the van's own metrics (the RDMA van's WC errors, credit stalls and registered
+    /// bytes: [`stats`]) in this node's registry. The default registers
+    /// none.
+    fn register_metrics(&self, _registry: &mut prometheus_client::registry::Registry) {}
 
     /// Tells the van this node's id once the scheduler assigned it (before any `connect` to a
     /// peer). Vans that set up per-peer state (QPs) need it for their bootstrap messages.

@@ -257,6 +257,17 @@ impl<H> Drop for Served<H> {
     }
 }
 
+/// A request's kind as the metrics name it: `push`, `pull`, `push-pull`, or `command` (an
+/// application command without values).
+fn kind_of(m: &Meta) -> &'static str {
+    match (m.push, m.pull) {
+        (true, true) => "push-pull",
+        (true, false) => "push",
+        (false, true) => "pull",
+        (false, false) => "command",
+    }
+}
+
 /// A key-value request as the customer thread hands it on.
 struct Incoming {
     msg: Message,
@@ -293,6 +304,7 @@ fn serve_request<V: Value>(
     } = server;
     let Incoming { msg, gate, parked } = req;
     let Message { meta: m, mut data } = msg;
+    let started = std::time::Instant::now();
     let mut reply = Message::new(reply_meta(&m));
     // The key list first, before anything can refuse the request: what the server keeps under
     // a digest then always follows the worker's registrations (see `super::keycache`).
@@ -353,6 +365,7 @@ fn serve_request<V: Value>(
         (Ok(r), Some(d), Some(p)) => d.commit(p, &m, &data, list).map(|()| r),
         (r, _, _) => r,
     };
+    po.metrics().handled(kind_of(&m), started.elapsed());
     match result {
         Ok((res, asked)) if m.pull => {
             // No keys but values: the request's keys (the worker has them).

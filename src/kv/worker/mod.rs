@@ -51,6 +51,27 @@ struct WorkerState<V> {
     zpulls: Mutex<ZPulls<V>>,
 }
 
+impl<V: Value> crate::waits::Waits for WorkerState<V> {
+    /// Its outstanding requests by server: how many parts, the oldest one's age and label.
+    fn waits(&self, now: std::time::Instant) -> Vec<String> {
+        let me = crate::wire::Node::describe(self.po.my_id());
+        self.requests
+            .outstanding(now)
+            .into_iter()
+            .map(|(server, n, age, label)| {
+                format!(
+                    "{me} (app {}, customer {}) waits for {}: {n} request part(s), the \
+                     oldest {} old ({label})",
+                    self.app_id,
+                    self.customer_id,
+                    crate::wire::Node::describe(crate::wire::Node::server_id(server)),
+                    crate::waits::age(age)
+                )
+            })
+            .collect()
+    }
+}
+
 /// The worker side of a key-value application.
 ///
 /// Keys of one call must be sorted and unique. Without `lens` every key gets
@@ -99,12 +120,14 @@ impl<V: Value> KVWorker<V> {
                 po.num_servers(),
                 po.config().key_cache_keys,
                 po.budget().clone(),
+                po.metrics().clone(),
             ),
             zpulls: Mutex::new(ZPulls::new(po.config().data_validation, imm_slot)),
             po: po.clone(),
             app_id,
             customer_id,
         });
+        crate::waits::register(Arc::downgrade(&state) as std::sync::Weak<dyn crate::waits::Waits>);
         let s = state.clone();
         let customer = match Customer::new(po, route, move |ev| on_event(&s, ev)) {
             Ok(c) => c,
@@ -245,7 +268,7 @@ impl<V: Value> KVWorker<V> {
         if !self
             .state
             .requests
-            .open(ts, label, servers, &costs, callback)
+            .open(ts, (label, call.op.name()), servers, &costs, callback)
         {
             return Ok(ts);
         }

@@ -26,6 +26,7 @@ use crate::kv::pairs::{view, KVPairs};
 use crate::kv::request::Callback;
 use crate::kv::value::Value;
 use crate::kv::{Key, Timestamp};
+use crate::metrics::Metrics;
 use crate::postoffice::budget::Budget;
 use crate::postoffice::Postoffice;
 use crate::sync::lock;
@@ -62,6 +63,8 @@ struct Pending<V> {
     /// When it was opened: one not answered within `PS_TIMEOUT` of it is ended by
     /// [`Tracker::expire`].
     opened: Instant,
+    /// `push`, `pull` or `push-pull` (the metrics' `kind` label).
+    kind: &'static str,
 }
 
 impl<V> Pending<V> {
@@ -98,6 +101,8 @@ pub(super) struct Tracker<V> {
     /// the look on every send takes no lock).
     last_expiry: AtomicU64,
     born: Instant,
+    /// The node's metrics: requests sent, their latency per server, parts in flight.
+    metrics: Arc<Metrics>,
 }
 
 impl<V> Drop for Tracker<V> {
@@ -109,6 +114,7 @@ impl<V> Drop for Tracker<V> {
             for (answered, asked) in p.answered.iter().zip(&mut p.asked) {
                 if !answered {
                     self.budget.give(std::mem::take(&mut asked.cost));
+                    self.metrics.unanswered(1);
                 }
             }
         }
@@ -118,7 +124,12 @@ impl<V> Drop for Tracker<V> {
 impl<V: Value> Tracker<V> {
     /// No request pending; `servers` mirrors holding at most `cache_keys` keys each
     /// (`PS_KEY_CACHE_KEYS`); parts give their bytes back to `budget`.
-    pub(super) fn new(servers: usize, cache_keys: usize, budget: Arc<Budget>) -> Tracker<V> {
+    pub(super) fn new(
+        servers: usize,
+        cache_keys: usize,
+        budget: Arc<Budget>,
+        metrics: Arc<Metrics>,
+    ) -> Tracker<V> {
         Tracker {
             mirrors: (0..servers)
                 .map(|_| Mutex::new(Mirror::new(cache_keys)))
@@ -128,6 +139,7 @@ impl<V: Value> Tracker<V> {
             budget,
             last_expiry: AtomicU64::new(0),
             born: Instant::now(),
+            metrics,
         }
     }
 
@@ -136,8 +148,27 @@ impl<V: Value> Tracker<V> {
         for (answered, asked) in p.answered.iter().zip(&mut p.asked) {
             if !answered {
                 self.budget.give(std::mem::take(&mut asked.cost));
+                self.metrics.unanswered(1);
             }
         }
+    }
+
+    /// Per server rank with parts outstanding: how many, and the oldest one's age and label
+    /// (for "who waits on whom", [`crate::waits`]).
+    pub(super) fn outstanding(&self, now: Instant) -> Vec<(usize, usize, Duration, String)> {
+        let mut by: std::collections::BTreeMap<usize, (usize, Duration, String)> =
+            Default::default();
+        for p in lock(&self.pending).values() {
+            let age = now.saturating_duration_since(p.opened);
+            for (&s, _) in p.servers.iter().zip(&p.answered).filter(|(_, &a)| !a) {
+                let e = by.entry(s).or_insert((0, Duration::ZERO, String::new()));
+                e.0 += 1;
+                if age >= e.1 {
+                    (e.1, e.2) = (age, p.label.clone());
+                }
+            }
+        }
+        by.into_iter().map(|(s, (n, a, l))| (s, n, a, l)).collect()
     }
 
     /// Starts tracking request `ts` to the servers of rank `servers`, named `label`, each
@@ -147,7 +178,7 @@ impl<V: Value> Tracker<V> {
     pub(super) fn open(
         &self,
         ts: Timestamp,
-        label: String,
+        (label, kind): (String, &'static str),
         servers: Vec<usize>,
         costs: &[u64],
         callback: Option<Callback<V>>,
@@ -168,6 +199,7 @@ impl<V: Value> Tracker<V> {
             error: None,
             callback,
             opened: Instant::now(),
+            kind,
         };
         if pending.servers.is_empty() {
             if let Some(cb) = pending.callback {
@@ -177,6 +209,7 @@ impl<V: Value> Tracker<V> {
             }
             return false;
         }
+        self.metrics.requested(kind, pending.servers.len());
         lock(&self.pending).insert(ts, pending);
         true
     }
@@ -343,6 +376,7 @@ impl<V: Value> Tracker<V> {
             }
             p.answered[slot] = true;
             p.asked[slot].resend = None;
+            self.metrics.answered(server, p.kind, p.opened.elapsed());
             self.budget.give(std::mem::take(&mut p.asked[slot].cost));
             match outcome {
                 Outcome::Failed(e) => {
@@ -496,6 +530,10 @@ impl<V: Value> Tracker<V> {
             let now = Instant::now();
             if now >= deadline {
                 let e = no_answer(p, timeout);
+                // The block lists this request too (it takes `pending`: unlocked meanwhile).
+                drop(map);
+                crate::waits::timed_out(&e);
+                map = lock(&self.pending);
                 if let Some(mut p) = map.remove(&ts) {
                     self.release_unanswered(&mut p);
                 }

@@ -299,6 +299,59 @@ impl Scheduler {
         outcome
     }
 
+    /// Heartbeats newly missed per node ([`Liveness::missed`]), for the metrics.
+    pub fn missed_heartbeats(&mut self, now: Instant, interval: Duration) -> Vec<(NodeId, u64)> {
+        if !self.ready {
+            return Vec::new();
+        }
+        self.liveness.missed(now, interval)
+    }
+
+    /// What the scheduler waits for at `now`, for "who waits on whom": each open barrier's
+    /// group and missing members, and how long ago each node was last heard of.
+    pub fn waits(&self, now: Instant) -> Vec<String> {
+        let mut lines: Vec<String> = self
+            .book
+            .missing()
+            .into_iter()
+            .map(|(group, missing, since)| {
+                format!(
+                    "scheduler: the barrier of group {group} (open {}) still misses {}",
+                    crate::waits::age(now.saturating_duration_since(since)),
+                    missing
+                        .iter()
+                        .map(|&id| Node::describe(id))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )
+            })
+            .collect();
+        let ages: Vec<String> = self
+            .liveness
+            .ages(now)
+            .into_iter()
+            .map(|(id, age, lost)| {
+                let lost = if lost { " (lost)" } else { "" };
+                format!(
+                    "{} {} ago{lost}",
+                    Node::describe(id),
+                    crate::waits::age(age)
+                )
+            })
+            .collect();
+        if !ages.is_empty() {
+            lines.push(format!("scheduler: last heartbeats: {}", ages.join(", ")));
+        }
+        if !self.ready {
+            lines.push(format!(
+                "scheduler: {} of {} nodes registered",
+                self.joining.len(),
+                self.servers + self.workers
+            ));
+        }
+        lines
+    }
+
     /// Node `from` sent a heartbeat at `now`.
     pub fn heartbeat(&mut self, from: NodeId, now: Instant) {
         self.liveness.seen(from, now);

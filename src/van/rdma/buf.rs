@@ -21,6 +21,12 @@ pub(super) struct RegisteredBuf {
     len: usize,
 }
 
+impl Drop for RegisteredBuf {
+    fn drop(&mut self) {
+        crate::van::memlock::REGISTERED.dec_by(self.len as i64);
+    }
+}
+
 impl RegisteredBuf {
     /// Allocates and registers `bytes` bytes (rounded up to a multiple of 8, at least 64).
     ///
@@ -32,8 +38,14 @@ impl RegisteredBuf {
         let acc = AccessFlags::LocalWrite | AccessFlags::RemoteWrite;
         // SAFETY: the region stays registered while `mem` lives (both are dropped together, the
         // MR first: field order).
-        let mr = unsafe { pd.reg_mr(mem.as_ptr() as usize, words * 8, acc) }
-            .map_err(|e| Error::Van(format!("cannot register {bytes} bytes of memory: {e}")))?;
+        let mr = unsafe { pd.reg_mr(mem.as_ptr() as usize, words * 8, acc) }.map_err(|e| {
+            Error::Van(format!(
+                "cannot register {bytes} bytes of memory (a ring or credit word, \
+                     PS_RDMA_RING_BYTES): {e}; {}",
+                crate::van::memlock::diagnose(words as u64 * 8)
+            ))
+        })?;
+        crate::van::memlock::REGISTERED.inc_by(words as i64 * 8);
         Ok(RegisteredBuf {
             mr,
             mem,

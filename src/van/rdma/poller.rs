@@ -108,6 +108,9 @@ impl Poller {
             }
         }
         for &(wr_id, status) in &wcs {
+            if status != 0 {
+                crate::van::stats::wc_error("send");
+            }
             let id = SendWrId::unpack(wr_id);
             let live = self.van.channels.connected(id.peer);
             // A completion of a replaced peer's old QP: nothing waits on it any more.
@@ -126,6 +129,9 @@ impl Poller {
     /// fails the channel.
     fn on_receive(&self, wc: &Received) {
         let id = RecvWrId::unpack(wc.wr_id);
+        if wc.status != 0 {
+            crate::van::stats::wc_error("receive");
+        }
         let Some(c) = self.van.channels.receiving(id.peer) else {
             return;
         };

@@ -30,7 +30,7 @@ pub(super) struct VanState {
     pub zmq: Arc<ZmqVan>,
     /// Registered memory: the node's pool and key-store chunks, each registered once, by
     /// start address.
-    pub mrs: Mutex<Vec<(usize, Arc<MemoryRegion>)>>,
+    pub mrs: Mutex<Vec<(usize, usize, Arc<MemoryRegion>)>>,
     /// The device, PD and shared CQs.
     pub dev: Device,
     /// This node's id (-1 until the scheduler assigned it).
@@ -41,6 +41,15 @@ pub(super) struct VanState {
     pub stop: AtomicBool,
     /// How long one send may wait for credits or send-queue room (`PS_TIMEOUT`).
     pub send_timeout: Duration,
+}
+
+impl Drop for VanState {
+    /// The registrations still held end with the state: they no longer count as registered.
+    fn drop(&mut self) {
+        let mrs = self.mrs.get_mut().unwrap_or_else(|p| p.into_inner());
+        let held: usize = mrs.iter().map(|&(_, len, _)| len).sum();
+        crate::van::memlock::REGISTERED.dec_by(held as i64);
+    }
 }
 
 /// The RDMA van. See the [module docs](super).
@@ -91,6 +100,10 @@ impl RdmaVan {
 impl Van for RdmaVan {
     fn name(&self) -> &'static str {
         "rdma"
+    }
+
+    fn register_metrics(&self, registry: &mut prometheus_client::registry::Registry) {
+        crate::van::stats::register(registry);
     }
 
     fn bind(&self, host: &str, port: u16) -> Result<u16> {
@@ -185,19 +198,27 @@ impl Van for RdmaVan {
         // SAFETY: the caller keeps the memory allocated while it is registered.
         let mr = unsafe { self.state.dev.pd.reg_mr(addr, len, acc) }.map_err(|e| {
             Error::Van(format!(
-                "cannot register {len} bytes of memory for RDMA (PS_POOL_BYTES, or a key store's chunk): {e}"
+                "cannot register {len} bytes of memory for RDMA (PS_POOL_BYTES, or a key \
+                 store's chunk): {e}; {}",
+                crate::van::memlock::diagnose(len as u64)
             ))
         })?;
+        crate::van::memlock::REGISTERED.inc_by(len as i64);
         let keys = Registration {
             lkey: mr.lkey(),
             rkey: mr.rkey(),
         };
-        lock(&self.state.mrs).push((addr, mr));
+        lock(&self.state.mrs).push((addr, len, mr));
         Ok(Some(keys))
     }
 
     fn deregister_memory(&self, addr: usize) {
-        lock(&self.state.mrs).retain(|(a, _)| *a != addr);
+        lock(&self.state.mrs).retain(|&(a, len, _)| {
+            if a == addr {
+                crate::van::memlock::REGISTERED.dec_by(len as i64);
+            }
+            a != addr
+        });
     }
 
     /// True once the channel to `to` is connected (before, a write could only be declined).

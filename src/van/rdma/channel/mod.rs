@@ -223,12 +223,17 @@ impl Channel {
         mut attempt: impl FnMut(&mut Outbound) -> Result<Option<T>>,
         stuck: impl FnOnce() -> String,
     ) -> Result<(MutexGuard<'g, Outbound>, T)> {
+        let mut stalled = false;
         loop {
             if let Some(f) = &tx.failed {
                 return Err(Error::Van(f.clone()));
             }
             if let Some(v) = attempt(&mut tx)? {
                 return Ok((tx, v));
+            }
+            if !stalled {
+                stalled = true;
+                crate::van::stats::CREDIT_STALLS.inc();
             }
             if Instant::now() >= deadline {
                 return Err(Error::Van(stuck()));

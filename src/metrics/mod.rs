@@ -1,0 +1,374 @@
+//! One node's Prometheus metrics (issue 16), kept with `prometheus-client` (the Prometheus
+//! project's Rust client) and served by [`serve`] on `PS_METRICS_PORT` in the OpenMetrics text
+//! format, which Prometheus scrapes.
+//!
+//! Every node of a process has its own [`Metrics`] (nodes run as threads of one process in
+//! tests). Names, units and labels:
+//!
+//! | metric | type | labels | what |
+//! | --- | --- | --- | --- |
+//! | `pslite_sent_bytes_total`, `pslite_received_bytes_total` | counter | `peer`, `van` | payload bytes (data frames, not headers) of messages sent to / received from a peer |
+//! | `pslite_sent_messages_total`, `pslite_received_messages_total` | counter | `peer`, `van` | messages, control messages included |
+//! | `pslite_requests_total` | counter | `kind` (`push`, `pull`, `push-pull`) | (worker) requests sent, one per server part |
+//! | `pslite_request_seconds` | histogram | `server`, `kind` | (worker) a request part's latency, sent to answered |
+//! | `pslite_handler_seconds` | histogram | `kind` | (server) time in the request handler (and the log, with a checkpoint) per request |
+//! | `pslite_inflight_requests` | gauge | — | (worker) request parts sent and not answered |
+//! | `pslite_inflight_bytes` | gauge | — | (worker) bytes of the in-flight budget taken (`PS_MAX_INFLIGHT_BYTES`) |
+//! | `pslite_resent_messages_total`, `pslite_duplicates_dropped_total` | counter | — | resend (`PS_RESEND`): messages sent again, duplicates dropped |
+//! | `pslite_heartbeats_missed_total` | counter | `peer` | (scheduler) heartbeat intervals that passed, beyond one interval's slack, with nothing heard from a node |
+//! | `pslite_rdma_wc_errors_total` | counter | `queue` (`send`, `receive`) | (RDMA van) work completions with an error status, in this process |
+//! | `pslite_rdma_credit_stalls_total` | counter | — | (RDMA van) sends that waited for ring credits or send-queue room, in this process |
+//! | `pslite_rdma_registered_bytes` | gauge | — | (RDMA van) memory registered in this process (rings, pool, key-store chunks): what counts against `RLIMIT_MEMLOCK` |
+//!
+//! `peer` and `server` name a node as `scheduler`, `server 0`, `worker 1` (role and rank).
+
+mod serve;
+
+pub use serve::{serve, MetricsServer};
+
+use crate::wire::{Node, NodeId, Role};
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+
+/// A node as a label value: `scheduler`, `server 0`, `worker 1`; `node 5` for an id of no
+/// role.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub struct Peer(pub NodeId);
+
+impl Peer {
+    /// `scheduler`, `server 0`, `worker 1`, or `node ID`.
+    pub fn name(self) -> String {
+        match Node::role_of(self.0) {
+            Some(Role::Scheduler) => "scheduler".into(),
+            Some(r) => format!("{r} {}", Node::rank_of(self.0)),
+            None => format!("node {}", self.0),
+        }
+    }
+}
+
+impl EncodeLabelValue for Peer {
+    fn encode(&self, encoder: &mut LabelValueEncoder) -> std::fmt::Result {
+        std::fmt::Write::write_str(encoder, &self.name())
+    }
+}
+
+/// Labels of the per-peer traffic counters.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PeerLabels {
+    /// The other node.
+    pub peer: Peer,
+    /// The van's name (`zmq`, `rdma`).
+    pub van: &'static str,
+}
+
+/// Labels of a worker's request latency.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RequestLabels {
+    /// The server the part went to.
+    pub server: Peer,
+    /// `push`, `pull` or `push-pull`.
+    pub kind: &'static str,
+}
+
+/// Labels naming a request's kind only.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KindLabels {
+    /// `push`, `pull`, `push-pull` (server side also `command`, `pull-push` … as the meta says).
+    pub kind: &'static str,
+}
+
+/// Labels of the RDMA WC error counter.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct QueueLabels {
+    /// `send` or `receive`.
+    pub queue: &'static str,
+}
+
+type HistogramFamily<S> = Family<S, Histogram, fn() -> Histogram>;
+
+/// Latency buckets: 20 µs to about 40 s, each twice the last.
+fn latency_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(20e-6, 2.0, 22))
+}
+
+/// Peers counted one by one; more are counted together as `node -1`.
+pub const MAX_PEERS: usize = 4096;
+
+/// One peer's traffic counters, and when it was last heard of.
+pub struct PeerStats {
+    sent_bytes: Counter,
+    sent_messages: Counter,
+    received_bytes: Counter,
+    received_messages: Counter,
+    /// Nanoseconds after [`Metrics`]' birth when a message last came from the peer (0: never).
+    last_heard: AtomicU64,
+}
+
+/// One node's metrics: the registry and handles to what the layers count.
+pub struct Metrics {
+    registry: Registry,
+    van: &'static str,
+    born: Instant,
+    peers: RwLock<HashMap<NodeId, Arc<PeerStats>>>,
+    sent_bytes: Family<PeerLabels, Counter>,
+    sent_messages: Family<PeerLabels, Counter>,
+    received_bytes: Family<PeerLabels, Counter>,
+    received_messages: Family<PeerLabels, Counter>,
+    requests: Family<KindLabels, Counter>,
+    request_seconds: HistogramFamily<RequestLabels>,
+    handler_seconds: HistogramFamily<KindLabels>,
+    /// (Worker) request parts in flight.
+    pub inflight_requests: Gauge,
+    /// Messages sent again (resend).
+    pub resent: Counter,
+    /// Duplicates dropped (resend).
+    pub duplicates: Counter,
+    heartbeats_missed: Family<PeerLabels, Counter>,
+}
+
+impl Metrics {
+    /// Metrics of a node on `van`, with `inflight_bytes` (the in-flight budget's gauge) and
+    /// whatever `more` registers (the van's own).
+    pub fn new(
+        van: &'static str,
+        inflight_bytes: Gauge,
+        more: impl FnOnce(&mut Registry),
+    ) -> Metrics {
+        let mut r = Registry::default();
+        let m = Metrics {
+            registry: Registry::default(),
+            van,
+            born: Instant::now(),
+            peers: RwLock::default(),
+            sent_bytes: Family::default(),
+            sent_messages: Family::default(),
+            received_bytes: Family::default(),
+            received_messages: Family::default(),
+            requests: Family::default(),
+            request_seconds: Family::new_with_constructor(latency_histogram),
+            handler_seconds: Family::new_with_constructor(latency_histogram),
+            inflight_requests: Gauge::default(),
+            resent: Counter::default(),
+            duplicates: Counter::default(),
+            heartbeats_missed: Family::default(),
+        };
+        let counters = [
+            (
+                "pslite_sent_bytes",
+                "payload bytes sent, by peer",
+                &m.sent_bytes,
+            ),
+            (
+                "pslite_sent_messages",
+                "messages sent, by peer",
+                &m.sent_messages,
+            ),
+            (
+                "pslite_received_bytes",
+                "payload bytes received, by peer",
+                &m.received_bytes,
+            ),
+            (
+                "pslite_received_messages",
+                "messages received, by peer",
+                &m.received_messages,
+            ),
+            (
+                "pslite_heartbeats_missed",
+                "(scheduler) heartbeat intervals passed with nothing heard from a node",
+                &m.heartbeats_missed,
+            ),
+        ];
+        for (name, help, family) in counters {
+            r.register(name, help, family.clone());
+        }
+        r.register(
+            "pslite_requests",
+            "(worker) requests sent, one per server part, by kind",
+            m.requests.clone(),
+        );
+        r.register(
+            "pslite_request_seconds",
+            "(worker) request latency, sent to answered, by server and kind",
+            m.request_seconds.clone(),
+        );
+        r.register(
+            "pslite_handler_seconds",
+            "(server) time spent handling a request, by kind",
+            m.handler_seconds.clone(),
+        );
+        r.register(
+            "pslite_inflight_requests",
+            "(worker) request parts sent and not answered",
+            m.inflight_requests.clone(),
+        );
+        r.register(
+            "pslite_inflight_bytes",
+            "(worker) bytes of requests in flight (PS_MAX_INFLIGHT_BYTES budget)",
+            inflight_bytes,
+        );
+        r.register(
+            "pslite_resent_messages",
+            "messages sent again (PS_RESEND)",
+            m.resent.clone(),
+        );
+        r.register(
+            "pslite_duplicates_dropped",
+            "duplicate messages dropped (PS_RESEND)",
+            m.duplicates.clone(),
+        );
+        more(&mut r);
+        Metrics { registry: r, ..m }
+    }
+
+    /// The metrics in the OpenMetrics text format (what a scrape returns).
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+
+    /// The counters of `peer`, created at its first message. Past [`MAX_PEERS`] peers (ids
+    /// come from the network) new ones are counted together as `node -1`.
+    fn peer(&self, peer: NodeId) -> Arc<PeerStats> {
+        let peers = self.peers.read().unwrap_or_else(|p| p.into_inner());
+        if let Some(p) = peers.get(&peer) {
+            return p.clone();
+        }
+        let peer = if peers.len() >= MAX_PEERS { -1 } else { peer };
+        if let Some(p) = peers.get(&peer) {
+            return p.clone();
+        }
+        drop(peers);
+        let labels = PeerLabels {
+            peer: Peer(peer),
+            van: self.van,
+        };
+        let stats = Arc::new(PeerStats {
+            sent_bytes: self.sent_bytes.get_or_create_owned(&labels),
+            sent_messages: self.sent_messages.get_or_create_owned(&labels),
+            received_bytes: self.received_bytes.get_or_create_owned(&labels),
+            received_messages: self.received_messages.get_or_create_owned(&labels),
+            last_heard: AtomicU64::new(0),
+        });
+        self.peers
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(peer)
+            .or_insert(stats)
+            .clone()
+    }
+
+    /// A message of `payload` bytes went to `peer`.
+    pub fn sent(&self, peer: NodeId, payload: u64) {
+        let p = self.peer(peer);
+        p.sent_messages.inc();
+        p.sent_bytes.inc_by(payload);
+    }
+
+    /// A message of `payload` bytes came from `peer`.
+    pub fn received(&self, peer: NodeId, payload: u64) {
+        let p = self.peer(peer);
+        p.received_messages.inc();
+        p.received_bytes.inc_by(payload);
+        let ns = self.born.elapsed().as_nanos().max(1) as u64;
+        p.last_heard.store(ns, Ordering::Relaxed);
+    }
+
+    /// How long ago each peer that ever sent a message was last heard of, in id order.
+    pub fn last_heard(&self) -> Vec<(NodeId, Duration)> {
+        let now = self.born.elapsed();
+        let mut v: Vec<(NodeId, Duration)> = self
+            .peers
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .filter_map(|(&id, p)| match p.last_heard.load(Ordering::Relaxed) {
+                0 => None,
+                ns => Some((id, now.saturating_sub(Duration::from_nanos(ns)))),
+            })
+            .collect();
+        v.sort_unstable_by_key(|&(id, _)| id);
+        v
+    }
+
+    /// (Worker) a request of `kind` went to `parts` servers.
+    pub fn requested(&self, kind: &'static str, parts: usize) {
+        self.requests
+            .get_or_create(&KindLabels { kind })
+            .inc_by(parts as u64);
+        self.inflight_requests.inc_by(parts as i64);
+    }
+
+    /// (Worker) server rank `server` answered a part of a `kind` request `took` after it was
+    /// opened.
+    pub fn answered(&self, server: usize, kind: &'static str, took: Duration) {
+        self.request_seconds
+            .get_or_create(&RequestLabels {
+                server: Peer(Node::server_id(server)),
+                kind,
+            })
+            .observe(took.as_secs_f64());
+        self.inflight_requests.dec();
+    }
+
+    /// (Worker) `parts` parts in flight ended without an answer (failed, timed out, given up).
+    pub fn unanswered(&self, parts: usize) {
+        if parts > 0 {
+            self.inflight_requests.dec_by(parts as i64);
+        }
+    }
+
+    /// (Server) handling a `kind` request took `took`.
+    pub fn handled(&self, kind: &'static str, took: Duration) {
+        self.handler_seconds
+            .get_or_create(&KindLabels { kind })
+            .observe(took.as_secs_f64());
+    }
+
+    /// (Scheduler) `missed` heartbeats of `peer` went by.
+    pub fn heartbeats_missed(&self, peer: NodeId, missed: u64) {
+        self.heartbeats_missed
+            .get_or_create(&PeerLabels {
+                peer: Peer(peer),
+                van: self.van,
+            })
+            .inc_by(missed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_counters_and_histograms_with_peer_names() {
+        let m = Metrics::new("zmq", Gauge::default(), |_| {});
+        m.sent(8, 100);
+        m.sent(8, 20);
+        m.received(9, 7);
+        m.requested("push", 2);
+        m.answered(0, "push", Duration::from_millis(3));
+        let text = m.render();
+        assert!(
+            text.contains(r#"pslite_sent_bytes_total{peer="server 0",van="zmq"} 120"#),
+            "{text}"
+        );
+        assert!(text.contains(r#"pslite_sent_messages_total{peer="server 0",van="zmq"} 2"#));
+        assert!(text.contains(r#"pslite_received_bytes_total{peer="worker 0",van="zmq"} 7"#));
+        assert!(text.contains(r#"pslite_requests_total{kind="push"} 2"#));
+        assert!(text.contains(r#"pslite_request_seconds_count{server="server 0",kind="push"} 1"#));
+        assert!(text.contains("pslite_inflight_requests 1"));
+        assert_eq!(m.last_heard().len(), 1);
+        assert_eq!(m.last_heard()[0].0, 9);
+    }
+}

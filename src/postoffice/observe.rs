@@ -1,0 +1,110 @@
+//! What the postoffice shows of itself (issue 16): its metrics server (`PS_METRICS_PORT`,
+//! [`crate::metrics`]), the scheduler's missed heartbeats as a metric, and its lines of the
+//! "who waits on whom" block ([`crate::waits`]): the barrier it waits in, what the scheduler
+//! still misses, lost peers, and when each peer was last heard of.
+
+use super::{Postoffice, SCHEDULER};
+use crate::error::Result;
+use crate::metrics::{Metrics, Peer};
+use crate::sync::lock;
+use crate::waits::{age, Waits};
+use crate::wire::Node;
+use std::sync::Arc;
+use std::time::Instant;
+
+impl Postoffice {
+    /// Starts the metrics server on `PS_METRICS_PORT` (when set) at this node's listening
+    /// address; with port 0 the port chosen is printed on standard error.
+    ///
+    /// # Errors
+    /// [`crate::Error::Config`] when the port cannot be bound.
+    pub(super) fn serve_metrics(&self) -> Result<()> {
+        let Some(port) = self.cfg.metrics_port else {
+            return Ok(());
+        };
+        let host = self.me.read().map(|m| m.host.clone()).unwrap_or_default();
+        let server = crate::metrics::serve(&self.metrics, &host, port)?;
+        let url = format!(
+            "http://{}/metrics",
+            crate::wire::place(&server.addr().ip().to_string(), server.addr().port())
+        );
+        if port == 0 {
+            // Nobody else knows where: say it whatever the log level.
+            eprintln!("pslite: {} metrics at {url}", self.cfg.role);
+        } else {
+            tracing::info!("{} metrics at {url}", self.cfg.role);
+        }
+        *lock(&self.metrics_server) = Some(server);
+        Ok(())
+    }
+
+    /// This node's metrics.
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
+    /// (Scheduler) Counts the heartbeats the nodes missed since the last tick.
+    pub(super) fn count_missed_heartbeats(&self, now: Instant) {
+        let Some(s) = &self.scheduler else { return };
+        let missed = lock(s).missed_heartbeats(now, self.cfg.heartbeat_interval);
+        for (id, n) in missed {
+            self.metrics.heartbeats_missed(id, n);
+        }
+    }
+}
+
+impl Waits for Postoffice {
+    fn waits(&self, now: Instant) -> Vec<String> {
+        let me = Node::describe(self.my_id());
+        let mut lines = Vec::new();
+        {
+            let st = lock(&self.state);
+            if let (Some(g), Some(since)) = (st.barrier_group, st.barrier_since) {
+                if !self.stopped.load(std::sync::atomic::Ordering::Acquire) {
+                    lines.push(format!(
+                        "{me} waits in a barrier of group {g} (members: {}) for {}; the \
+                         scheduler's lines (its log, or SIGUSR1 there) name who it still misses",
+                        group_members(g),
+                        age(now.saturating_duration_since(since))
+                    ));
+                }
+            }
+            if !st.ready && self.my_id() != SCHEDULER {
+                lines.push(format!(
+                    "{me} waits for the scheduler's node table (start-up) at {}",
+                    crate::wire::place(&self.cfg.root_uri, self.cfg.root_port)
+                ));
+            }
+            for l in &st.lost {
+                lines.push(format!("{me}: lost {}", l.error));
+            }
+        }
+        if let Some(s) = &self.scheduler {
+            lines.extend(lock(s).waits(now));
+        }
+        let heard: Vec<String> = self
+            .metrics
+            .last_heard()
+            .into_iter()
+            .map(|(id, d)| format!("{} {} ago", Peer(id).name(), age(d)))
+            .collect();
+        if !heard.is_empty() {
+            lines.push(format!("{me} last heard from: {}", heard.join(", ")));
+        }
+        lines
+    }
+}
+
+/// The roles in barrier group `g` (a sum of `SCHEDULER_GROUP`, `SERVER_GROUP`, `WORKER_GROUP`).
+fn group_members(g: i32) -> String {
+    let roles: Vec<&str> = [
+        (super::SCHEDULER_GROUP, "scheduler"),
+        (super::SERVER_GROUP, "servers"),
+        (super::WORKER_GROUP, "workers"),
+    ]
+    .into_iter()
+    .filter(|&(bit, _)| g & bit != 0)
+    .map(|(_, name)| name)
+    .collect();
+    roles.join(" + ")
+}

@@ -1,0 +1,94 @@
+//! The locked-memory limit (`RLIMIT_MEMLOCK`) and what RDMA pins against it (issue 16).
+//!
+//! Registering memory for RDMA pins its pages, and the kernel counts them against the
+//! process's `RLIMIT_MEMLOCK` (64 KiB or 8 MiB on many distributions, and in containers). The
+//! most reported RDMA failure of BytePS is `ibv_reg_mr … Cannot allocate memory` (byteps#216,
+//! #282, #295, #313, #365, #369, #372): this module turns it into a diagnosis with the fix,
+//! for the RDMA van's registrations and for `pslite-launch doctor`.
+
+use prometheus_client::metrics::gauge::Gauge;
+use std::sync::LazyLock;
+
+/// Bytes this process has registered for RDMA now (rings, credit words, the pool, key-store
+/// chunks), all vans together: what counts against `RLIMIT_MEMLOCK`. Also the
+/// `pslite_rdma_registered_bytes` metric.
+pub static REGISTERED: LazyLock<Gauge> = LazyLock::new(Gauge::default);
+
+/// This process's locked-memory limit in bytes (the soft limit); `None`: unlimited.
+pub fn limit() -> Option<u64> {
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes the struct we pass.
+    if unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut r) } != 0 {
+        return None;
+    }
+    (r.rlim_cur != libc::RLIM_INFINITY).then_some(r.rlim_cur)
+}
+
+/// Bytes a node pins on the RDMA van: the pool (`PS_POOL_BYTES`), registered whole, plus a
+/// send ring and a receive ring (`PS_RDMA_RING_BYTES` each) per peer with a QP (a worker's
+/// servers, a server's workers). Key-store chunks registered as write sources come on top, as
+/// values are stored.
+pub fn needed(pool_bytes: u64, ring_bytes: u64, peers: u64) -> u64 {
+    pool_bytes.saturating_add(2u64.saturating_mul(peers).saturating_mul(ring_bytes))
+}
+
+/// How to raise the limit, for every place a node may run.
+pub const FIX: &str = "raise the locked-memory limit: `ulimit -l unlimited` in the shell that \
+starts the node (needs the hard limit: `* - memlock unlimited` in /etc/security/limits.conf), \
+`LimitMEMLOCK=infinity` for a systemd unit, `--ulimit memlock=-1` for docker run, \
+`ulimits: memlock: -1` in docker compose, `--propagate=MEMLOCK` or `PropagateResourceLimits` \
+under Slurm; or pin less: a smaller PS_POOL_BYTES or PS_RDMA_RING_BYTES";
+
+/// Text for a refused registration of `len` more bytes: when the limit explains it, says so
+/// with the numbers and [`FIX`]; otherwise what the limit is, in case.
+pub fn diagnose(len: u64) -> String {
+    let have = REGISTERED.get().max(0) as u64;
+    match limit() {
+        Some(lim) if have.saturating_add(len) > lim => format!(
+            "the locked-memory limit (RLIMIT_MEMLOCK, ulimit -l) is {} and this process already \
+             has {} registered, so {} more cannot be pinned: {FIX}",
+            bytes(lim),
+            bytes(have),
+            bytes(len)
+        ),
+        Some(lim) => format!(
+            "the locked-memory limit (RLIMIT_MEMLOCK) is {}, with {} registered; if the device \
+             says 'Cannot allocate memory', {FIX}",
+            bytes(lim),
+            bytes(have)
+        ),
+        None => "the locked-memory limit is unlimited, so the device or the kernel refused for \
+                 another reason"
+            .to_string(),
+    }
+}
+
+/// `n` bytes for people: "67108864 bytes (64.0 MiB)".
+pub fn bytes(n: u64) -> String {
+    format!("{n} bytes ({:.1} MiB)", n as f64 / (1u64 << 20) as f64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn needed_counts_the_pool_and_two_rings_per_peer() {
+        assert_eq!(needed(256 << 20, 4 << 20, 3), (256 << 20) + 24 * (1 << 20));
+        assert_eq!(needed(u64::MAX, 1, 1), u64::MAX);
+    }
+
+    #[test]
+    fn a_diagnosis_names_the_limit_and_the_fix_when_it_explains_the_refusal() {
+        let d = diagnose(u64::MAX / 2);
+        if limit().is_some() {
+            assert!(d.contains("RLIMIT_MEMLOCK"), "{d}");
+            assert!(d.contains("ulimit -l unlimited"), "{d}");
+        } else {
+            assert!(d.contains("unlimited"), "{d}");
+        }
+    }
+}
