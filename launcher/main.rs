@@ -26,6 +26,7 @@
 //! `pslite-launch inspect DIR` prints what a checkpoint directory holds, without changing it.
 
 mod procs;
+mod report;
 mod ssh;
 mod task;
 
@@ -106,6 +107,10 @@ struct Local {
     /// child).
     #[arg(long)]
     checkpoint_dir: Option<String>,
+    /// No metrics servers (by default each node serves Prometheus metrics on a free port,
+    /// PS_METRICS_PORT, printed as it starts).
+    #[arg(long)]
+    no_metrics: bool,
     /// Arguments of pslite-worker, e.g. `bench --mode push` or `kv-app`.
     #[arg(last = true, required = true)]
     worker_args: Vec<String>,
@@ -217,7 +222,9 @@ fn start_and_watch(launch: &Launch<'_>, nodes: Vec<Node>, restart: usize) -> Res
         limit: restart,
         used: 0,
     };
-    watch(launch, &mut procs, &stop, &mut restarts)
+    let code = watch(launch, &mut procs, &stop, &mut restarts);
+    launch.board.finish();
+    code
 }
 
 /// `pslite-launch ssh`: the cluster on the host file's hosts.
@@ -256,6 +263,8 @@ fn run_ssh(opts: &ssh::Ssh) -> Result<i32, String> {
         exe: &exe,
         env: &env,
         remote: Some(remote),
+        metrics: false,
+        board: report::Board::new(),
     };
     let mut all = nodes(servers, workers, &opts.worker_args);
     for (k, n) in all.iter_mut().enumerate() {
@@ -293,6 +302,8 @@ fn run(local: &Local) -> Result<i32, String> {
         exe: &exe,
         env: &env,
         remote: None,
+        metrics: !local.no_metrics && !given("PS_METRICS_PORT"),
+        board: report::Board::new(),
     };
     let all = nodes(servers, workers, &local.worker_args);
     start_and_watch(&launch, all, local.restart)

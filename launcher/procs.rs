@@ -2,7 +2,9 @@
 //! restarting a failed server or worker while the run's restart budget lasts, and stopping
 //! them.
 
+use crate::report::Board;
 use crate::ssh::{env_block, quote};
+use pslite::apps::bench::progress::LAUNCHER_VAR;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::process::CommandExt;
 use std::path::Path;
@@ -20,6 +22,10 @@ pub struct Launch<'a> {
     pub env: &'a [(&'a str, String)],
     /// For nodes on other hosts: how they are reached ([`crate::ssh`]).
     pub remote: Option<Remote>,
+    /// Each node on this machine gets a free `PS_METRICS_PORT`, printed as it starts.
+    pub metrics: bool,
+    /// The workers' bench lines: progress and reports ([`crate::report`]).
+    pub board: Board,
 }
 
 /// How `pslite-launch ssh` starts a node on a host.
@@ -83,6 +89,15 @@ pub fn spawn(launch: &Launch<'_>, node: Node) -> Result<Proc, String> {
     if let Some(r) = node.rank {
         vars.push(("PSLITE_RANK", r.to_string()));
     }
+    vars.push((LAUNCHER_VAR, "1".into()));
+    let metrics = match (launch.metrics, &node.host) {
+        (true, None) => {
+            let port = pslite::free_port().map_err(|e| format!("no free port for metrics: {e}"))?;
+            vars.push(("PS_METRICS_PORT", port.to_string()));
+            Some(port)
+        }
+        _ => None,
+    };
     let (mut cmd, block) = match (&node.host, &launch.remote) {
         (Some(host), Some(remote)) => {
             let mut cmd = Command::new(&remote.ssh[0]);
@@ -137,13 +152,19 @@ pub fn spawn(launch: &Launch<'_>, node: Node) -> Result<Proc, String> {
         ),
         None => eprintln!("pslite-launch: started {} (pid {})", node.name, child.id()),
     }
+    if let Some(port) = metrics {
+        eprintln!(
+            "pslite-launch: {} metrics at http://127.0.0.1:{port}/metrics",
+            node.name
+        );
+    }
     let prefix = format!("[{}] ", node.name);
     let mut readers = Vec::new();
     if let Some(out) = child.stdout.take() {
-        readers.push(copy_lines(out, prefix.clone(), false));
+        readers.push(copy_lines(out, prefix.clone(), false, launch.board.clone()));
     }
     if let Some(err) = child.stderr.take() {
-        readers.push(copy_lines(err, prefix, true));
+        readers.push(copy_lines(err, prefix, true, launch.board.clone()));
     }
     Ok(Proc {
         node,
@@ -155,18 +176,18 @@ pub fn spawn(launch: &Launch<'_>, node: Node) -> Result<Proc, String> {
 }
 
 /// A thread copying each line of `stream` to the launcher's stderr (`to_stderr`) or stdout,
-/// prefixed with `prefix`, until the stream closes.
+/// prefixed with `prefix`, until the stream closes; a worker's bench line goes to `board`
+/// instead.
 fn copy_lines<R: Read + Send + 'static>(
     stream: R,
     prefix: String,
     to_stderr: bool,
+    board: Board,
 ) -> JoinHandle<()> {
     std::thread::spawn(move || {
         for line in BufReader::new(stream).lines().map_while(Result::ok) {
-            if to_stderr {
-                let _ = writeln!(std::io::stderr().lock(), "{prefix}{line}");
-            } else {
-                let _ = writeln!(std::io::stdout().lock(), "{prefix}{line}");
+            if !board.take(&line) {
+                board.print(&format!("{prefix}{line}"), to_stderr);
             }
         }
     })

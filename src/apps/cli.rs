@@ -76,6 +76,22 @@ pub fn run_server(cli: &ServerCli) -> Result<()> {
     po.finalize()
 }
 
+/// Appends `line` and a newline to `file` in one write (O_APPEND: the lines of workers writing
+/// to one file do not mix).
+///
+/// # Errors
+/// [`Error::InvalidArgument`] naming the file when it cannot be opened or written.
+fn append_line(file: &str, line: &str) -> Result<()> {
+    use std::io::Write;
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(file)
+        .map_err(|e| Error::InvalidArgument(format!("--json {file}: cannot open it: {e}")))?;
+    f.write_all(format!("{line}\n").as_bytes())
+        .map_err(|e| Error::InvalidArgument(format!("--json {file}: cannot write it: {e}")))
+}
+
 /// Runs a worker application, then finalizes (also after a failure, so that the other nodes
 /// are not left waiting for this one).
 ///
@@ -102,12 +118,17 @@ pub fn run_worker(cli: &WorkerCli) -> Result<()> {
             }
             Ok(())
         }),
-        WorkerApp::Bench(a) => bench::run(&po, a).map(|rep| {
-            if a.json {
-                println!("{}", serde_json::to_string(&rep).unwrap_or_default());
-            } else {
-                println!("{}", rep.text());
+        WorkerApp::Bench(a) => bench::run(&po, a).and_then(|rep| {
+            bench::progress::report_to_launcher(&rep);
+            match a.json.as_deref() {
+                Some("-") => println!("{}", serde_json::to_string(&rep).unwrap_or_default()),
+                Some(file) => {
+                    append_line(file, &serde_json::to_string(&rep).unwrap_or_default())?;
+                    println!("{}", rep.text());
+                }
+                None => println!("{}", rep.text()),
             }
+            Ok(())
         }),
         WorkerApp::Lr(a) => lr::run(&po, a, |rep| {
             if a.json {

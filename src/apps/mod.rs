@@ -24,7 +24,8 @@ pub fn tune_allocator() {
     }
 }
 
-/// Sets up `tracing` to stderr at the level of `PS_VERBOSE` (overridden by `RUST_LOG`).
+/// Sets up `tracing` to stderr at the level of `PS_VERBOSE` (overridden by `RUST_LOG`), and the
+/// "who waits on whom" block on `SIGUSR1` ([`crate::waits::on_sigusr1`]).
 pub fn init_logging(cfg: &Config) {
     tune_allocator();
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
@@ -34,6 +35,8 @@ pub fn init_logging(cfg: &Config) {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal())
         .try_init();
+    // A node run by our binaries logs "who waits on whom" on SIGUSR1 (issue 16).
+    crate::waits::on_sigusr1();
 }
 
 /// Ends the process: exit 0 on `Ok`, else prints `NAME: error: TEXT` to stderr and exits 1.

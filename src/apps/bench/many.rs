@@ -6,7 +6,7 @@
 //! modes count it), latency per request, and the reference: the keys/s of one `memcpy` of the
 //! same key and value bytes (N × (8 + len)) on this machine, measured in the same run.
 
-use super::{progress_bar, BenchArgs, BenchReport, Measured};
+use super::{progress::Progress, BenchArgs, BenchReport, Measured};
 use crate::error::{Error, Result};
 use crate::kv::{KVWorker, Key, Op, SArray};
 use crate::postoffice::{Postoffice, WORKER_GROUP};
@@ -66,7 +66,7 @@ pub fn run(po: &Arc<Postoffice>, a: &BenchArgs, n: usize) -> Result<BenchReport>
 
     let phases = a.mode.phases();
     let limit_time = Duration::from_secs_f64(a.seconds.unwrap_or(10.0).max(0.0));
-    let bar = progress_bar(a.repeat, limit_time);
+    let mut bar = Progress::new(po.my_rank(), a.repeat, limit_time);
     let mut out = vec![0u8; n * len];
     let (mut lat, mut rounds, mut pushed, mut pulled) = (Vec::new(), 0usize, 0u64, 0u64);
     let start = Instant::now();
@@ -98,13 +98,13 @@ pub fn run(po: &Arc<Postoffice>, a: &BenchArgs, n: usize) -> Result<BenchReport>
             }
         }
         rounds += 1;
-        bar.set_position(match a.repeat {
+        bar.set(match a.repeat {
             Some(_) => rounds as u64,
             None => start.elapsed().as_millis() as u64,
         });
     }
     let elapsed = start.elapsed();
-    bar.finish_and_clear();
+    bar.finish();
     let keys_per_s = (lat.len() * n) as f64 / elapsed.as_secs_f64().max(1e-9);
     let m = Measured {
         keys: n,

@@ -15,12 +15,12 @@
 
 pub mod many;
 mod one_key;
+pub mod progress;
 
-use super::stats::{gbps, percentile};
+use super::stats::{gbps, percentile, quantiles};
 use crate::error::{Error, Result};
 use crate::kv::Op;
 use crate::postoffice::Postoffice;
-use std::io::IsTerminal;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -88,9 +88,10 @@ pub struct BenchArgs {
     /// steady state after it. One key per request, without --zero-copy.
     #[arg(long, value_name = "SECS", default_value_t = 0.0)]
     pub warmup: f64,
-    /// Print one JSON object for the run on its own line.
-    #[arg(long)]
-    pub json: bool,
+    /// Print one JSON object for the run on its own line; with FILE, append it to FILE
+    /// instead (one line per worker and run, JSON Lines: what `scripts/plot-bench` draws).
+    #[arg(long, value_name = "FILE", num_args = 0..=1, default_missing_value = "-")]
+    pub json: Option<String>,
     /// Pulls go through the zero-copy rendezvous into pool buffers (pull and push-then-pull).
     #[arg(long)]
     pub zero_copy: bool,
@@ -148,6 +149,15 @@ pub struct BenchReport {
     pub sent_bytes: u64,
     /// Payload bytes this worker received over the whole run.
     pub received_bytes: u64,
+    /// The van: `zmq` or `rdma`.
+    pub van: &'static str,
+    /// The measured requests' latency distribution: `[quantile, milliseconds]` pairs at
+    /// quantiles 0, 0.01, …, 0.99, 0.995, 0.999 and 1 (nearest rank).
+    pub latency_ms_quantiles: Vec<[f64; 2]>,
+    /// Requests this worker's `KVWorker` sent over the whole run, set-up and warm-up included
+    /// (not rendezvous pulls, nor many-keys runs: `None`): what the worker's
+    /// `pslite_request_seconds_count` adds up to over its servers.
+    pub requests_total: Option<usize>,
 }
 
 /// Runs the benchmark on this worker.
@@ -190,7 +200,7 @@ pub fn run(po: &Arc<Postoffice>, a: &BenchArgs) -> Result<BenchReport> {
     }
     let limit_rounds = a.repeat;
     let limit_time = Duration::from_secs_f64(a.seconds.unwrap_or(10.0).max(0.0));
-    let bar = progress_bar(limit_rounds, limit_time);
+    let mut bar = progress::Progress::new(po.my_rank(), limit_rounds, limit_time);
     let mut trips_first = None;
     let mut rounds = 0usize;
     let start = Instant::now();
@@ -206,13 +216,13 @@ pub fn run(po: &Arc<Postoffice>, a: &BenchArgs) -> Result<BenchReport> {
         if a.zero_copy && rounds == 1 {
             trips_first = Some(bench.meta_round_trips());
         }
-        bar.set_position(match limit_rounds {
+        bar.set(match limit_rounds {
             Some(_) => rounds as u64,
             None => start.elapsed().as_millis() as u64,
         });
     }
     let elapsed = start.elapsed();
-    bar.finish_and_clear();
+    bar.finish();
     Ok(BenchReport {
         warmup_gbps,
         ..bench.report(rounds, elapsed, trips_first)
@@ -254,25 +264,14 @@ impl BenchReport {
             memcpy_keys_per_s: None,
             sent_bytes,
             received_bytes,
+            van: match po.config().van {
+                crate::config::VanType::Zmq => "zmq",
+                crate::config::VanType::Rdma => "rdma",
+            },
+            latency_ms_quantiles: quantiles(&mut m.latencies),
+            requests_total: None,
         }
     }
-}
-
-fn progress_bar(rounds: Option<usize>, time: Duration) -> indicatif::ProgressBar {
-    if !std::io::stderr().is_terminal() {
-        return indicatif::ProgressBar::hidden();
-    }
-    let (len, unit) = match rounds {
-        Some(n) => (n as u64, "rounds"),
-        None => (time.as_millis() as u64, "ms"),
-    };
-    let bar = indicatif::ProgressBar::new(len);
-    if let Ok(style) =
-        indicatif::ProgressStyle::with_template(&format!("bench {{bar:40}} {{pos}}/{{len}} {unit}"))
-    {
-        bar.set_style(style);
-    }
-    bar
 }
 
 impl BenchReport {

@@ -46,6 +46,8 @@ pub(super) struct OneKeyBench<'a> {
     latencies: Vec<Duration>,
     pushed: u64,
     pulled: u64,
+    /// Requests sent through the `KVWorker`'s tracker (not rendezvous pulls), set-up included.
+    sent: usize,
 }
 
 impl<'a> OneKeyBench<'a> {
@@ -78,6 +80,7 @@ impl<'a> OneKeyBench<'a> {
             po,
             a,
             kv,
+            sent: if po.my_rank() == 0 { patterns.len() } else { 0 },
             keys,
             patterns,
             zeros,
@@ -129,6 +132,7 @@ impl<'a> OneKeyBench<'a> {
                         let _ = tx.send((i, Instant::now(), r.map(Got::Pairs)));
                     };
                     let options = RequestOptions::callback(cb);
+                    self.sent += 1;
                     if op.pushes() {
                         self.kv
                             .request_shared(op, &[*k], &self.zeros, &[], options)?;
@@ -212,6 +216,7 @@ impl<'a> OneKeyBench<'a> {
             zero_copy: self.a.zero_copy,
             meta_round_trips_first,
             meta_round_trips_after,
+            requests_total: Some(self.sent),
             ..BenchReport::of(self.po, self.a, m)
         }
     }
