@@ -23,8 +23,16 @@
 //! `pslite-launch task --servers S --workers W -- <pslite-worker args…>` is one task of a job
 //! another launcher started on many hosts (Slurm, Open MPI, PMI, Kubernetes): see [`task`].
 //!
+//! `pslite-launch doctor` checks this host for one node before a job: see [`doctor`].
+//!
+//! Under `local`, each node serves Prometheus metrics on a free port (`PS_METRICS_PORT`,
+//! printed as it starts; `--no-metrics` turns them off), and at the end of a `bench` run the
+//! launcher prints one summary across workers; with standard output on a terminal it draws one
+//! progress line for all workers ([`report`]).
+//!
 //! `pslite-launch inspect DIR` prints what a checkpoint directory holds, without changing it.
 
+mod doctor;
 mod procs;
 mod report;
 mod ssh;
@@ -59,6 +67,11 @@ enum Cmd {
     /// Scheduler, servers and workers on hosts reached by ssh (ps-lite tracker style): the
     /// scheduler on the host file's first host, the others spread over the hosts in turn.
     Ssh(ssh::Ssh),
+    /// Checks this host for a node before a job: versions, configuration, the address it
+    /// would announce, the scheduler's port, the token, the locked-memory limit against what
+    /// the RDMA van pins, RDMA devices and GID tables; prints the fix of each failed check and
+    /// exits 1 if any failed.
+    Doctor(doctor::Doctor),
     /// Prints what a checkpoint directory (PS_CHECKPOINT_DIR) holds: per server and
     /// application the snapshot's generation and size, the requests logged since, and for the
     /// default handler the keys, their lengths and a sample of values (read-only).
@@ -140,6 +153,7 @@ fn main() {
             eprintln!("pslite-launch task: error: {}", task::run(&t));
             std::process::exit(1)
         }
+        Cmd::Doctor(d) => std::process::exit(doctor::run(&d)),
         Cmd::Inspect { dir } => match pslite::apps::inspect::inspect(&dir) {
             Ok(report) => {
                 print!("{report}");

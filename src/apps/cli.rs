@@ -139,6 +139,10 @@ pub fn run_worker(cli: &WorkerCli) -> Result<()> {
         })
         .map(|_| ()),
     };
+    if let Err(e @ Error::Timeout(_)) = &result {
+        // Before finalize, which may wait for the same silent nodes.
+        crate::waits::timed_out(e);
+    }
     let fin = po.finalize();
     result.and(fin)
 }

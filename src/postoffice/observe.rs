@@ -38,6 +38,11 @@ impl Postoffice {
         Ok(())
     }
 
+    /// Where this node serves its metrics (`PS_METRICS_PORT`), if it does.
+    pub fn metrics_addr(&self) -> Option<std::net::SocketAddr> {
+        lock(&self.metrics_server).as_ref().map(|s| s.addr())
+    }
+
     /// This node's metrics.
     pub fn metrics(&self) -> &Arc<Metrics> {
         &self.metrics

@@ -27,6 +27,25 @@ pub fn limit() -> Option<u64> {
     (r.rlim_cur != libc::RLIM_INFINITY).then_some(r.rlim_cur)
 }
 
+/// `CAP_IPC_LOCK`'s bit in the capability sets (linux/capability.h).
+const CAP_IPC_LOCK: u32 = 14;
+
+/// Whether this process may lock memory past the limit: it has `CAP_IPC_LOCK` in its
+/// effective set (root usually has), read from `/proc/self/status`.
+pub fn exempt() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            let hex = s
+                .lines()
+                .find_map(|l| l.strip_prefix("CapEff:"))?
+                .trim()
+                .to_string();
+            u64::from_str_radix(&hex, 16).ok()
+        })
+        .is_some_and(|caps| caps & (1 << CAP_IPC_LOCK) != 0)
+}
+
 /// Bytes a node pins on the RDMA van: the pool (`PS_POOL_BYTES`), registered whole, plus a
 /// send ring and a receive ring (`PS_RDMA_RING_BYTES` each) per peer with a QP (a worker's
 /// servers, a server's workers). Key-store chunks registered as write sources come on top, as
@@ -46,6 +65,11 @@ under Slurm; or pin less: a smaller PS_POOL_BYTES or PS_RDMA_RING_BYTES";
 /// with the numbers and [`FIX`]; otherwise what the limit is, in case.
 pub fn diagnose(len: u64) -> String {
     let have = REGISTERED.get().max(0) as u64;
+    if exempt() {
+        return "this process has CAP_IPC_LOCK, so the locked-memory limit does not apply: the \
+                device or the kernel refused for another reason (memory exhausted?)"
+            .to_string();
+    }
     match limit() {
         Some(lim) if have.saturating_add(len) > lim => format!(
             "the locked-memory limit (RLIMIT_MEMLOCK, ulimit -l) is {} and this process already \

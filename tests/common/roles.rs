@@ -215,6 +215,16 @@ impl Cluster {
         }
     }
 
+    /// Process `name`'s output so far.
+    pub fn output(&self, name: &str) -> String {
+        let p = self
+            .procs
+            .iter()
+            .find(|p| p.name == name)
+            .expect("a process of that name");
+        p.output.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
     /// Sends `signal` (`libc::SIGKILL`, …) to process `name`.
     pub fn signal(&self, name: &str, signal: i32) {
         let p = self

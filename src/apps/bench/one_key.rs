@@ -151,10 +151,12 @@ impl<'a> OneKeyBench<'a> {
     fn complete(&mut self, op: Op, issued: &[Instant]) -> Result<()> {
         let timeout = self.po.config().timeout;
         let (i, at, r) = self.rx.recv_timeout(timeout).map_err(|_| {
-            Error::Timeout(format!(
+            let e = Error::Timeout(format!(
                 "bench: a request did not complete within {:.0} s (PS_TIMEOUT)",
                 timeout.as_secs_f64()
-            ))
+            ));
+            crate::waits::timed_out(&e);
+            e
         })?;
         let got = r?;
         self.latencies.push(at - issued[i]);

@@ -40,10 +40,10 @@ pub(super) struct Device {
 }
 
 /// The device and port chosen, with the port's attributes.
-struct Port {
-    name: String,
-    ctx: Arc<DeviceContext>,
-    attr: PortAttr,
+pub(super) struct Port {
+    pub name: String,
+    pub ctx: Arc<DeviceContext>,
+    pub attr: PortAttr,
 }
 
 impl Device {
@@ -95,7 +95,7 @@ impl Device {
 }
 
 /// The device named by `RDMA_DEVICE`, else the first whose port `RDMA_DEVICE_PORT` is active.
-fn choose_port(cfg: &RdmaConfig) -> Result<Port> {
+pub(super) fn choose_port(cfg: &RdmaConfig) -> Result<Port> {
     let list =
         DeviceList::new().map_err(|e| unavailable(format!("cannot list RDMA devices: {e}")))?;
     let names: Vec<String> = list.iter().map(|d| d.name()).collect();
@@ -145,7 +145,7 @@ fn choose_port(cfg: &RdmaConfig) -> Result<Port> {
 }
 
 /// `RDMA_GID_INDEX`, else on Ethernet the port's first RoCE v2 GID, else none (InfiniBand).
-fn choose_gid_index(
+pub(super) fn choose_gid_index(
     cfg: &RdmaConfig,
     name: &str,
     ctx: &Arc<DeviceContext>,
@@ -231,7 +231,7 @@ pub(super) fn mtu_of(bytes: u32) -> Mtu {
     }
 }
 
-fn libibverbs_loadable() -> bool {
+pub(super) fn libibverbs_loadable() -> bool {
     let name = c"libibverbs.so.1";
     // SAFETY: dlopen/dlclose with a valid C string; the handle is closed at once.
     unsafe {

@@ -88,6 +88,8 @@ mod connect;
 #[cfg(feature = "rdma")]
 mod device;
 #[cfg(feature = "rdma")]
+mod inspect;
+#[cfg(feature = "rdma")]
 mod poller;
 #[cfg(any(feature = "rdma", test))]
 #[cfg_attr(not(feature = "rdma"), allow(dead_code))]
@@ -122,6 +124,27 @@ pub fn create(zmq: super::zmq::ZmqOptions) -> Result<Arc<dyn super::Van>> {
             "DMLC_PS_VAN_TYPE=rdma: this build has no RDMA van (build with `cargo build --features rdma`); \
              use the ZMQ van (DMLC_PS_VAN_TYPE=zmq or --van zmq)"
                 .into(),
+        ))
+    }
+}
+
+/// For `pslite-launch doctor`: every RDMA device and port (state, link layer, active MTU, GID
+/// table with types and addresses), then the device, port and GID index the van would use
+/// with `cfg`.
+///
+/// # Errors
+/// What [`create`] would say: no RDMA van in this build, libibverbs missing, no usable device
+/// or GID.
+pub fn describe(cfg: &RdmaConfig) -> Result<Vec<String>> {
+    #[cfg(feature = "rdma")]
+    {
+        inspect::describe(cfg)
+    }
+    #[cfg(not(feature = "rdma"))]
+    {
+        let _ = cfg;
+        Err(Error::Config(
+            "this build has no RDMA van (build with `cargo build --features rdma`)".into(),
         ))
     }
 }
