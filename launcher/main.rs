@@ -25,8 +25,8 @@
 //!
 //! `pslite-launch doctor` checks this host for one node before a job: see [`doctor`].
 //!
-//! Under `local`, each node serves Prometheus metrics on a free port (`PS_METRICS_PORT`,
-//! printed as it starts; `--no-metrics` turns them off), and at the end of a `bench` run the
+//! Under `local`, each node serves Prometheus metrics on a free port of its own
+//! (`PS_METRICS_PORT=0`; each prints where; `--no-metrics` turns them off), and at the end of a `bench` run the
 //! launcher prints one summary across workers; with standard output on a terminal it draws one
 //! progress line for all workers ([`report`]).
 //!
@@ -120,8 +120,8 @@ struct Local {
     /// child).
     #[arg(long)]
     checkpoint_dir: Option<String>,
-    /// No metrics servers (by default each node serves Prometheus metrics on a free port,
-    /// PS_METRICS_PORT, printed as it starts).
+    /// No metrics servers (by default each node serves Prometheus metrics on a free port of
+    /// its own, PS_METRICS_PORT=0, and prints where).
     #[arg(long)]
     no_metrics: bool,
     /// Arguments of pslite-worker, e.g. `bench --mode push` or `kv-app`.
@@ -316,7 +316,7 @@ fn run(local: &Local) -> Result<i32, String> {
         exe: &exe,
         env: &env,
         remote: None,
-        metrics: !local.no_metrics && !given("PS_METRICS_PORT"),
+        metrics: !local.no_metrics,
         board: report::Board::new(),
     };
     let all = nodes(servers, workers, &local.worker_args);

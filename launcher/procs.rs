@@ -22,7 +22,8 @@ pub struct Launch<'a> {
     pub env: &'a [(&'a str, String)],
     /// For nodes on other hosts: how they are reached ([`crate::ssh`]).
     pub remote: Option<Remote>,
-    /// Each node on this machine gets a free `PS_METRICS_PORT`, printed as it starts.
+    /// Every node serves metrics on a free port of its own (`PS_METRICS_PORT=0`; the node
+    /// prints where); false: a local node serves none.
     pub metrics: bool,
     /// The workers' bench lines: progress and reports ([`crate::report`]).
     pub board: Board,
@@ -90,14 +91,11 @@ pub fn spawn(launch: &Launch<'_>, node: Node) -> Result<Proc, String> {
         vars.push(("PSLITE_RANK", r.to_string()));
     }
     vars.push((LAUNCHER_VAR, "1".into()));
-    let metrics = match (launch.metrics, &node.host) {
-        (true, None) => {
-            let port = pslite::free_port().map_err(|e| format!("no free port for metrics: {e}"))?;
-            vars.push(("PS_METRICS_PORT", port.to_string()));
-            Some(port)
-        }
-        _ => None,
-    };
+    if launch.metrics {
+        // Any free port, chosen by the node as it binds (no race between nodes picking ports),
+        // which prints where: "[server 0] pslite: server metrics at http://…/metrics".
+        vars.push(("PS_METRICS_PORT", "0".into()));
+    }
     let (mut cmd, block) = match (&node.host, &launch.remote) {
         (Some(host), Some(remote)) => {
             let mut cmd = Command::new(&remote.ssh[0]);
@@ -120,6 +118,9 @@ pub fn spawn(launch: &Launch<'_>, node: Node) -> Result<Proc, String> {
                 .args(&node.args)
                 .envs(vars.iter().map(|(k, v)| (k, v)))
                 .stdin(Stdio::null());
+            if !launch.metrics {
+                cmd.env_remove("PS_METRICS_PORT");
+            }
             (cmd, None)
         }
     };
@@ -151,12 +152,6 @@ pub fn spawn(launch: &Launch<'_>, node: Node) -> Result<Proc, String> {
             child.id()
         ),
         None => eprintln!("pslite-launch: started {} (pid {})", node.name, child.id()),
-    }
-    if let Some(port) = metrics {
-        eprintln!(
-            "pslite-launch: {} metrics at http://127.0.0.1:{port}/metrics",
-            node.name
-        );
     }
     let prefix = format!("[{}] ", node.name);
     let mut readers = Vec::new();

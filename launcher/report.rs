@@ -77,6 +77,11 @@ impl Board {
             }
             self.draw(&inner);
         } else if let Some(r) = v.get("report") {
+            // A worker started again (--restart) reports again: its last report counts.
+            let w = r.get("worker").and_then(serde_json::Value::as_u64);
+            inner
+                .reports
+                .retain(|x| x.get("worker").and_then(serde_json::Value::as_u64) != w);
             inner.reports.push(r.clone());
         } else {
             return false;

@@ -264,7 +264,18 @@ fn misconfigured_addresses_are_errors_naming_the_variable() {
         ),
         "{e}"
     );
-    let e = run(&[("DMLC_PS_ROOT_URI", "198.18.0.99")]);
+    let out = run(&[("DMLC_PS_ROOT_URI", "198.18.0.99")]);
+    // The error is the last line; before it, the waits block (issue 16) says what was waited
+    // for.
+    assert!(
+        out.contains("who waits on whom (a wait timed out: ")
+            && out.contains(
+                "this node (no id yet) waits for the scheduler's node table (start-up) at \
+                 198.18.0.99:9100"
+            ),
+        "{out}"
+    );
+    let e = out.lines().last().unwrap_or_default();
     assert!(
         e.starts_with(
             "pslite-worker: error: timed out: start-up: no answer from the scheduler at \

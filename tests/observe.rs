@@ -180,8 +180,16 @@ fn a_stopped_server_is_named_by_the_waits_block_on_sigusr1_and_at_the_timeout() 
 /// `pslite-launch doctor` for an RDMA server under `ulimit -l 64` without CAP_IPC_LOCK.
 #[test]
 fn doctor_fails_a_low_memlock_limit_with_the_fix() {
+    // Root has CAP_IPC_LOCK, which lifts the limit: dropped (util-linux's setpriv). Others
+    // have no such capability to drop (and may not change the bounding set).
+    // SAFETY: geteuid has no preconditions.
+    let drop_cap = if unsafe { libc::geteuid() } == 0 {
+        "setpriv --inh-caps=-ipc_lock --bounding-set=-ipc_lock"
+    } else {
+        ""
+    };
     let script = format!(
-        "ulimit -l 64 && exec setpriv --inh-caps=-ipc_lock --bounding-set=-ipc_lock {} doctor --role server",
+        "ulimit -l 64 && exec {drop_cap} {} doctor --role server",
         env!("CARGO_BIN_EXE_pslite-launch")
     );
     let out = std::process::Command::new("bash")
@@ -246,10 +254,15 @@ fn the_launcher_sums_its_workers_and_prints_where_metrics_are() {
     );
     let text = common::procs::text(&out);
     assert!(out.status.success(), "{text}");
-    for node in ["scheduler", "server 0", "worker 0", "worker 1"] {
+    for (node, role) in [
+        ("scheduler", "scheduler"),
+        ("server 0", "server"),
+        ("worker 0", "worker"),
+        ("worker 1", "worker"),
+    ] {
         assert!(
             text.contains(&format!(
-                "pslite-launch: {node} metrics at http://127.0.0.1:"
+                "[{node}] pslite: {role} metrics at http://127.0.0.1:"
             )),
             "{text}"
         );

@@ -8,19 +8,22 @@
 //! | metric | type | labels | what |
 //! | --- | --- | --- | --- |
 //! | `pslite_sent_bytes_total`, `pslite_received_bytes_total` | counter | `peer`, `van` | payload bytes (data frames, not headers) of messages sent to / received from a peer |
-//! | `pslite_sent_messages_total`, `pslite_received_messages_total` | counter | `peer`, `van` | messages, control messages included |
-//! | `pslite_requests_total` | counter | `kind` (`push`, `pull`, `push-pull`) | (worker) requests sent, one per server part |
+//! | `pslite_sent_messages_total`, `pslite_received_messages_total` | counter | `peer`, `van` | messages, control messages included (resends are in `pslite_resent_messages_total`) |
+//! | `pslite_requests_total` | counter | `kind` (`push`, `pull`, `push-pull`) | (worker) requests opened, one per server part (zero-copy rendezvous pulls are not requests here) |
 //! | `pslite_request_seconds` | histogram | `server`, `kind` | (worker) a request part's latency, sent to answered |
 //! | `pslite_handler_seconds` | histogram | `kind` | (server) time in the request handler (and the log, with a checkpoint) per request |
 //! | `pslite_inflight_requests` | gauge | — | (worker) request parts sent and not answered |
 //! | `pslite_inflight_bytes` | gauge | — | (worker) bytes of the in-flight budget taken (`PS_MAX_INFLIGHT_BYTES`) |
 //! | `pslite_resent_messages_total`, `pslite_duplicates_dropped_total` | counter | — | resend (`PS_RESEND`): messages sent again, duplicates dropped |
-//! | `pslite_heartbeats_missed_total` | counter | `peer` | (scheduler) heartbeat intervals that passed, beyond one interval's slack, with nothing heard from a node |
-//! | `pslite_rdma_wc_errors_total` | counter | `queue` (`send`, `receive`) | (RDMA van) work completions with an error status, in this process |
+//! | `pslite_heartbeats_missed_total` | counter | `peer`, `van` | (scheduler) heartbeat intervals that passed, beyond one interval's slack, with nothing heard from a node |
+//! | `pslite_rdma_wc_errors_total` | counter | `queue` (`send`, `receive`) | (RDMA van) work completions with an error status other than a flush, in this process |
 //! | `pslite_rdma_credit_stalls_total` | counter | — | (RDMA van) sends that waited for ring credits or send-queue room, in this process |
 //! | `pslite_rdma_registered_bytes` | gauge | — | (RDMA van) memory registered in this process (rings, pool, key-store chunks): what counts against `RLIMIT_MEMLOCK` |
 //!
 //! `peer` and `server` name a node as `scheduler`, `server 0`, `worker 1` (role and rank).
+//!
+//! The endpoint has no authentication: off loopback it listens on the node's cluster address,
+//! so keep `PS_METRICS_PORT` behind the same firewall as the cluster's ports.
 
 mod serve;
 
@@ -81,7 +84,7 @@ pub struct RequestLabels {
 /// Labels naming a request's kind only.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct KindLabels {
-    /// `push`, `pull`, `push-pull` (server side also `command`, `pull-push` … as the meta says).
+    /// `push`, `pull`, `push-pull`; on the server also `command` (neither push nor pull).
     pub kind: &'static str,
 }
 

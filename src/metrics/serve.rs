@@ -26,11 +26,19 @@ impl MetricsServer {
 }
 
 impl Drop for MetricsServer {
+    /// Stops the thread: joined when it ends within a second; otherwise (a scraper that does
+    /// not read its answer holds it) left to end by itself, so a node's shutdown never hangs.
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Release);
         self.server.unblock();
         if let Some(t) = self.thread.take() {
-            let _ = t.join();
+            let deadline = std::time::Instant::now() + Duration::from_secs(1);
+            while !t.is_finished() && std::time::Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            if t.is_finished() {
+                let _ = t.join();
+            }
         }
     }
 }

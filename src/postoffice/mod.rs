@@ -498,10 +498,11 @@ impl Postoffice {
             scheduler_gone = silent.is_some();
             silent
         });
-        lock(&self.state).barrier_since = None;
         if let Err(e @ Error::Timeout(_)) = &r {
+            // While this node still counts as waiting in the barrier: the block says so.
             crate::waits::timed_out(e);
         }
+        lock(&self.state).barrier_since = None;
         if let (true, Err(e)) = (scheduler_gone, &r) {
             // Recorded like any loss: this node's sockets are aborted at shutdown.
             self.mark_lost(SCHEDULER, e.to_string(), e.clone());
@@ -568,8 +569,10 @@ impl Postoffice {
         }
         self.cv.notify_all();
         self.report_loss();
-        // The metrics server stops with the node.
-        drop(lock(&self.metrics_server).take());
+        // The metrics server stops with the node (not under the lock: it may wait for a
+        // scrape being answered).
+        let server = lock(&self.metrics_server).take();
+        drop(server);
         let threads: Vec<_> = lock(&self.threads).drain(..).collect();
         let me = std::thread::current().id();
         for t in &threads {

@@ -29,7 +29,8 @@ impl Postoffice {
             crate::wire::place(&server.addr().ip().to_string(), server.addr().port())
         );
         if port == 0 {
-            // Nobody else knows where: say it whatever the log level.
+            // Nobody else knows where: say it whatever the log level (pslite-launch shows it
+            // under the node's name).
             eprintln!("pslite: {} metrics at {url}", self.cfg.role);
         } else {
             tracing::info!("{} metrics at {url}", self.cfg.role);
@@ -60,7 +61,10 @@ impl Postoffice {
 
 impl Waits for Postoffice {
     fn waits(&self, now: Instant) -> Vec<String> {
-        let me = Node::describe(self.my_id());
+        let me = match self.my_id() {
+            id if id < 0 => "this node (no id yet)".to_string(),
+            id => Node::describe(id),
+        };
         let mut lines = Vec::new();
         {
             let st = lock(&self.state);

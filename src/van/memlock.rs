@@ -46,6 +46,22 @@ pub fn exempt() -> bool {
         .is_some_and(|caps| caps & (1 << CAP_IPC_LOCK) != 0)
 }
 
+/// The bytes the kernel pins for a registration of `[addr, addr + len)`: whole pages (what
+/// counts against the limit).
+pub fn pinned(addr: usize, len: usize) -> u64 {
+    // SAFETY: sysconf has no preconditions.
+    let page = match unsafe { libc::sysconf(libc::_SC_PAGESIZE) } {
+        p if p > 0 => p as usize,
+        _ => 4096,
+    };
+    if len == 0 {
+        return 0;
+    }
+    let first = addr / page;
+    let last = (addr + len - 1) / page;
+    ((last - first + 1) * page) as u64
+}
+
 /// Bytes a node pins on the RDMA van: the pool (`PS_POOL_BYTES`), registered whole, plus a
 /// send ring and a receive ring (`PS_RDMA_RING_BYTES` each) per peer with a QP (a worker's
 /// servers, a server's workers). Key-store chunks registered as write sources come on top, as
@@ -61,16 +77,21 @@ starts the node (needs the hard limit: `* - memlock unlimited` in /etc/security/
 `ulimits: memlock: -1` in docker compose, `--propagate=MEMLOCK` or `PropagateResourceLimits` \
 under Slurm; or pin less: a smaller PS_POOL_BYTES or PS_RDMA_RING_BYTES";
 
-/// Text for a refused registration of `len` more bytes: when the limit explains it, says so
-/// with the numbers and [`FIX`]; otherwise what the limit is, in case.
+/// Text for a refused registration of `len` more bytes in this process: when the limit
+/// explains it, says so with the numbers and [`FIX`]; otherwise what the limit is, in case.
 pub fn diagnose(len: u64) -> String {
-    let have = REGISTERED.get().max(0) as u64;
-    if exempt() {
+    diagnosis(len, REGISTERED.get().max(0) as u64, limit(), exempt())
+}
+
+/// [`diagnose`]'s text for `len` more bytes with `have` registered, the limit `limit` (`None`:
+/// unlimited) and `exempt` (`CAP_IPC_LOCK`).
+pub fn diagnosis(len: u64, have: u64, limit: Option<u64>, exempt: bool) -> String {
+    if exempt {
         return "this process has CAP_IPC_LOCK, so the locked-memory limit does not apply: the \
                 device or the kernel refused for another reason (memory exhausted?)"
             .to_string();
     }
-    match limit() {
+    match limit {
         Some(lim) if have.saturating_add(len) > lim => format!(
             "the locked-memory limit (RLIMIT_MEMLOCK, ulimit -l) is {} and this process already \
              has {} registered, so {} more cannot be pinned: {FIX}",
@@ -100,6 +121,14 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_registration_pins_whole_pages() {
+        assert_eq!(pinned(4096, 4096), 4096);
+        assert_eq!(pinned(4095, 2), 8192);
+        assert_eq!(pinned(100, 64), 4096);
+        assert_eq!(pinned(0, 0), 0);
+    }
+
+    #[test]
     fn needed_counts_the_pool_and_two_rings_per_peer() {
         assert_eq!(needed(256 << 20, 4 << 20, 3), (256 << 20) + 24 * (1 << 20));
         assert_eq!(needed(u64::MAX, 1, 1), u64::MAX);
@@ -107,12 +136,26 @@ mod tests {
 
     #[test]
     fn a_diagnosis_names_the_limit_and_the_fix_when_it_explains_the_refusal() {
-        let d = diagnose(u64::MAX / 2);
-        if limit().is_some() {
-            assert!(d.contains("RLIMIT_MEMLOCK"), "{d}");
-            assert!(d.contains("ulimit -l unlimited"), "{d}");
-        } else {
-            assert!(d.contains("unlimited"), "{d}");
-        }
+        let d = diagnosis(4 << 20, 1 << 20, Some(64 << 10), false);
+        assert!(
+            d.starts_with("the locked-memory limit (RLIMIT_MEMLOCK, ulimit -l) is 65536 bytes"),
+            "{d}"
+        );
+        assert!(
+            d.contains("already has 1048576 bytes (1.0 MiB) registered"),
+            "{d}"
+        );
+        assert!(
+            d.contains("so 4194304 bytes (4.0 MiB) more cannot be pinned"),
+            "{d}"
+        );
+        assert!(d.contains("`ulimit -l unlimited`"), "{d}");
+        let within = diagnosis(4096, 0, Some(1 << 30), false);
+        assert!(
+            within.contains("if the device says 'Cannot allocate memory'"),
+            "{within}"
+        );
+        assert!(diagnosis(1 << 40, 0, None, false).contains("unlimited"));
+        assert!(diagnosis(1 << 40, 0, Some(1), true).contains("CAP_IPC_LOCK"));
     }
 }

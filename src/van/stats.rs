@@ -10,7 +10,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
 use std::sync::LazyLock;
 
-/// Work completions with an error status, by queue (`send`, `receive`).
+/// Work completions with an error status other than a flush, by queue (`send`, `receive`).
 pub static WC_ERRORS: LazyLock<Family<QueueLabels, Counter>> = LazyLock::new(Family::default);
 
 /// Sends (records, content writes) that found no ring credits or send-queue room and waited.
@@ -35,7 +35,13 @@ pub fn register(registry: &mut Registry) {
     );
 }
 
-/// A work completion on `queue` failed.
-pub fn wc_error(queue: &'static str) {
-    WC_ERRORS.get_or_create(&QueueLabels { queue }).inc();
+/// `IBV_WC_WR_FLUSH_ERR`: a WR flushed because its QP went to the error state (every posted
+/// receive, when a peer is lost or replaced): a consequence, not counted as an error.
+pub const WC_WR_FLUSH_ERR: u32 = 5;
+
+/// A work completion on `queue` ended with `status` (not 0): counted unless it was flushed.
+pub fn wc_error(queue: &'static str, status: u32) {
+    if status != WC_WR_FLUSH_ERR {
+        WC_ERRORS.get_or_create(&QueueLabels { queue }).inc();
+    }
 }

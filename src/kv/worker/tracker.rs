@@ -534,6 +534,10 @@ impl<V: Value> Tracker<V> {
                 drop(map);
                 crate::waits::timed_out(&e);
                 map = lock(&self.pending);
+                if map.get(&ts).is_some_and(Pending::complete) {
+                    // Answered while the block was written.
+                    return Ok(map);
+                }
                 if let Some(mut p) = map.remove(&ts) {
                     self.release_unanswered(&mut p);
                 }

@@ -19,11 +19,13 @@ pub(super) struct RegisteredBuf {
     mem: Box<[AtomicU64]>,
     /// Registered bytes (the requested size rounded up to 8, at least 64).
     len: usize,
+    /// Bytes pinned for it (whole pages), counted in `memlock::REGISTERED` until dropped.
+    pinned: u64,
 }
 
 impl Drop for RegisteredBuf {
     fn drop(&mut self) {
-        crate::van::memlock::REGISTERED.dec_by(self.len as i64);
+        crate::van::memlock::REGISTERED.dec_by(self.pinned as i64);
     }
 }
 
@@ -45,11 +47,13 @@ impl RegisteredBuf {
                 crate::van::memlock::diagnose(words as u64 * 8)
             ))
         })?;
-        crate::van::memlock::REGISTERED.inc_by(words as i64 * 8);
+        let pinned = crate::van::memlock::pinned(mem.as_ptr() as usize, words * 8);
+        crate::van::memlock::REGISTERED.inc_by(pinned as i64);
         Ok(RegisteredBuf {
             mr,
             mem,
             len: words * 8,
+            pinned,
         })
     }
 

@@ -198,7 +198,12 @@ fn shared_queues(name: &str, ctx: &Arc<DeviceContext>, depth: u32) -> Result<Sha
         ctx.create_cq_builder()
             .setup_cqe(depth * 8)
             .build()
-            .map_err(|e| Error::Van(format!("{name}: cannot create the {what} CQ: {e}")))
+            .map_err(|e| {
+                Error::Van(format!(
+                    "{name}: cannot create the {what} CQ: {e}; {}",
+                    crate::van::memlock::diagnose(0)
+                ))
+            })
     };
     let send_cq = cq("send")?;
     let recv_cq = cq("receive")?;

@@ -109,7 +109,7 @@ impl Poller {
         }
         for &(wr_id, status) in &wcs {
             if status != 0 {
-                crate::van::stats::wc_error("send");
+                crate::van::stats::wc_error("send", status);
             }
             let id = SendWrId::unpack(wr_id);
             let live = self.van.channels.connected(id.peer);
@@ -130,7 +130,7 @@ impl Poller {
     fn on_receive(&self, wc: &Received) {
         let id = RecvWrId::unpack(wc.wr_id);
         if wc.status != 0 {
-            crate::van::stats::wc_error("receive");
+            crate::van::stats::wc_error("receive", wc.status);
         }
         let Some(c) = self.van.channels.receiving(id.peer) else {
             return;

@@ -29,7 +29,7 @@ pub(super) struct VanState {
     /// Scheduler traffic, messages to nodes without a channel, and the bootstrap.
     pub zmq: Arc<ZmqVan>,
     /// Registered memory: the node's pool and key-store chunks, each registered once, by
-    /// start address.
+    /// start address, with the bytes it pins (whole pages).
     pub mrs: Mutex<Vec<(usize, usize, Arc<MemoryRegion>)>>,
     /// The device, PD and shared CQs.
     pub dev: Device,
@@ -203,19 +203,20 @@ impl Van for RdmaVan {
                 crate::van::memlock::diagnose(len as u64)
             ))
         })?;
-        crate::van::memlock::REGISTERED.inc_by(len as i64);
+        let pinned = crate::van::memlock::pinned(addr, len);
+        crate::van::memlock::REGISTERED.inc_by(pinned as i64);
         let keys = Registration {
             lkey: mr.lkey(),
             rkey: mr.rkey(),
         };
-        lock(&self.state.mrs).push((addr, len, mr));
+        lock(&self.state.mrs).push((addr, pinned as usize, mr));
         Ok(Some(keys))
     }
 
     fn deregister_memory(&self, addr: usize) {
-        lock(&self.state.mrs).retain(|&(a, len, _)| {
+        lock(&self.state.mrs).retain(|&(a, pinned, _)| {
             if a == addr {
-                crate::van::memlock::REGISTERED.dec_by(len as i64);
+                crate::van::memlock::REGISTERED.dec_by(pinned as i64);
             }
             a != addr
         });
