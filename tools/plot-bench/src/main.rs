@@ -17,6 +17,9 @@
 //! repeating). Legend labels read "zmq pull, loopback" ("zmq pull 4096 B (3 runs), loopback" in
 //! the CDF plot); records without `where` have no place in their label.
 //!
+//! - `DIR/medians.md`: the goodput plot's medians as a Markdown table (a row per line, a column
+//!   per size), for BENCHMARKS.md.
+//!
 //! No PNG: plotters' bitmap backend needs the `image` crate and, to draw any text, a font file
 //! (its built-in font only measures text); the SVGs need neither (see `draw.rs`).
 //!
@@ -90,6 +93,9 @@ fn run(args: &Args) -> Result<String, String> {
         .map_err(|e| format!("drawing {}: {e}", goodput.display()))?;
     draw::latency_cdf(&cdf, &cdfs, &keys, &places)
         .map_err(|e| format!("drawing {}: {e}", cdf.display()))?;
+    let table = args.out.join("medians.md");
+    std::fs::write(&table, medians_table(&series))
+        .map_err(|e| format!("cannot write {}: {e}", table.display()))?;
 
     let skipped = if left_out > 0 {
         format!(" ({left_out} with keys_per_request left out)")
@@ -97,7 +103,7 @@ fn run(args: &Args) -> Result<String, String> {
         String::new()
     };
     Ok(format!(
-        "plot-bench: {} records read{skipped}; {} series over {} sizes, {} latency curves; wrote {}, {}",
+        "plot-bench: {} records read{skipped}; {} series over {} sizes, {} latency curves; wrote {}, {}, {}",
         records.len(),
         series.len(),
         groups
@@ -107,8 +113,38 @@ fn run(args: &Args) -> Result<String, String> {
             .len(),
         cdfs.len(),
         goodput.display(),
-        cdf.display()
+        cdf.display(),
+        table.display()
     ))
+}
+
+/// The goodput plot's medians as a Markdown table (`DIR/medians.md`): a row per series, a
+/// column per value size, each cell the median Gbit/s of its runs and their count.
+fn medians_table(series: &[(data::SeriesKey, Vec<data::SizePoint>)]) -> String {
+    let lens: std::collections::BTreeSet<u64> = series
+        .iter()
+        .flat_map(|(_, pts)| pts.iter().map(|p| p.len))
+        .collect();
+    let mut out = String::from("| median goodput, Gbit/s (runs) |");
+    for l in &lens {
+        out.push_str(&format!(" {l} B |"));
+    }
+    out.push_str("\n| --- |");
+    out.push_str(&" --- |".repeat(lens.len()));
+    out.push('\n');
+    for (key, pts) in series {
+        out.push_str(&format!("| {key} |"));
+        for l in &lens {
+            match pts.iter().find(|p| p.len == *l) {
+                Some(p) => {
+                    out.push_str(&format!(" {:.3} ({}) |", p.median_gbps, p.runs_gbps.len()))
+                }
+                None => out.push_str(" — |"),
+            }
+        }
+        out.push('\n');
+    }
+    out
 }
 
 fn main() -> ExitCode {

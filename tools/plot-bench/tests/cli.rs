@@ -62,6 +62,11 @@ fn draws_both_svgs_with_titles_axes_and_legends() {
         assert!(s.starts_with("<svg"), "{name} is an SVG");
         s
     };
+    let table = std::fs::read_to_string(out.join("medians.md")).expect("medians.md");
+    assert!(
+        table.starts_with("| median goodput, Gbit/s (runs) |") && table.lines().count() == 2 + 5,
+        "a header, a rule and a row per series:\n{table}"
+    );
     let g = svg("goodput-vs-len.svg");
     for want in [
         ">\npslite-rs bench: goodput vs value size\n<",
