@@ -27,14 +27,15 @@ step() {
         echo "$out" | grep -vE " (INFO|DEBUG|TRACE) " | tail -20
         failed=$((failed + 1))
     fi
-    echo "$out" | grep -E "error: 0, 0|goodput|keys: push|GID index|would use|memlock|RLIMIT" | sed 's/^/     /'
+    echo "$out" | grep -E "error: 0, 0|goodput|keys: push|^doctor: |RLIMIT" | sed 's/^/     /'
 }
 # Operability (issue 16): doctor passes on the guest's rxe0 and prints its GID table; an RDMA
 # node whose registrations pass RLIMIT_MEMLOCK (ulimit -l 64, CAP_IPC_LOCK dropped: the guest
 # runs as root) fails naming the limit and the fix, as doctor does.
 step "doctor passes and prints the GID table" env DMLC_PS_VAN_TYPE=rdma DMLC_PS_ROOT_URI=127.0.0.1 \
     DMLC_PS_ROOT_PORT=9 DMLC_NUM_SERVER=1 DMLC_NUM_WORKER=1 \
-    bash -o pipefail -c "$L doctor --role worker | tee /dev/stderr | grep -q 'GID index [0-9]*: RoCE v2'"
+    bash -c "out=\$($L doctor --role worker) || { echo \"\$out\"; exit 1; }
+        echo \"\$out\" | sed 's/^/doctor: /'; grep -q 'GID index [0-9]*: RoCE v2' <<< \"\$out\""
 step "a registration past RLIMIT_MEMLOCK is diagnosed with the fix" bash -c "
     out=\$(ulimit -l 64; setpriv --inh-caps=-ipc_lock --bounding-set=-ipc_lock \
         $L local --van rdma --servers 1 --workers 1 -- kv-app --keys 10 --repeat 1 2>&1); rc=\$?

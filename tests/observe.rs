@@ -289,3 +289,27 @@ fn the_launcher_sums_its_workers_and_prints_where_metrics_are() {
         "the workers' lines for the launcher are not shown"
     );
 }
+
+/// With its standard output on a terminal (util-linux's `script` gives it one), the launcher
+/// draws one progress line for all workers.
+#[test]
+fn on_a_terminal_the_launcher_draws_one_progress_line_for_all_workers() {
+    let cmd = format!(
+        "{} local --servers 1 --workers 2 -- bench --len 4096 --keys-per-server 4 --seconds 3",
+        env!("CARGO_BIN_EXE_pslite-launch")
+    );
+    let out = std::process::Command::new("script")
+        .args(["-q", "-e", "-c", &cmd, "/dev/null"])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("script (util-linux) runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    // "bench, 2 workers: 1200/6000 ms (w0 20% w1 20%)", redrawn in place.
+    assert!(text.contains("bench, 2 workers: "), "{text}");
+    assert!(text.contains(" ms (w0 ") && text.contains(" w1 "), "{text}");
+    assert!(
+        text.contains("pslite-launch: bench across 2 workers: "),
+        "{text}"
+    );
+}

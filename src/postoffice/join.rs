@@ -169,6 +169,7 @@ impl Postoffice {
         }
     }
 }
+
 /// Warns when the scheduler's address is a host name (not `localhost`) that resolves to
 /// loopback here: Debian's /etc/hosts maps a host's own name to 127.0.1.1, and then no other
 /// host can reach the scheduler.

@@ -176,6 +176,7 @@ impl Postoffice {
         (x % 100) as u32
     }
 }
+
 /// A seed for `PS_DROP_MSG`'s random numbers: the process id and the clock, never 0.
 pub(super) fn drop_seed() -> u64 {
     let t = std::time::SystemTime::now()
