@@ -145,7 +145,7 @@ fn checks(role: Role, flags: &Overrides) -> Vec<Check> {
                     c.num_servers,
                     c.num_workers,
                     pslite::wire::place(&c.root_uri, c.root_port),
-                    van_name(c.van),
+                    c.van.name(),
                     c.timeout.as_secs_f64()
                 ),
             ));
@@ -167,13 +167,6 @@ fn checks(role: Role, flags: &Overrides) -> Vec<Check> {
     out.push(locked_memory(&cfg));
     out.push(rdma(&cfg));
     out
-}
-
-fn van_name(v: VanType) -> &'static str {
-    match v {
-        VanType::Zmq => "zmq",
-        VanType::Rdma => "rdma",
-    }
 }
 
 /// The address the node announces and the interface that holds it.

@@ -192,17 +192,29 @@ fn doctor_fails_a_low_memlock_limit_with_the_fix() {
         "ulimit -l 64 && exec {drop_cap} {} doctor --role server",
         env!("CARGO_BIN_EXE_pslite-launch")
     );
-    let out = std::process::Command::new("bash")
-        .args(["-c", &script])
-        .env("DMLC_PS_ROOT_URI", "127.0.0.1")
-        .env("DMLC_PS_ROOT_PORT", "9")
-        .env("DMLC_NUM_SERVER", "1")
-        .env("DMLC_NUM_WORKER", "2")
-        .env("DMLC_PS_VAN_TYPE", "rdma")
-        .env("PS_POOL_BYTES", "1048576")
-        .env("PS_RDMA_RING_BYTES", "65536")
-        .output()
-        .expect("bash runs");
+    // Doctor as `role`, its scheduler never running, with `env` on top.
+    let doctor = |role: &str, env: &[(&str, &str)]| {
+        std::process::Command::new("bash")
+            .args([
+                "-c",
+                &script.replace("--role server", &format!("--role {role}")),
+            ])
+            .env("DMLC_PS_ROOT_URI", "127.0.0.1")
+            .env("DMLC_PS_ROOT_PORT", "9")
+            .env("DMLC_NUM_SERVER", "1")
+            .env("DMLC_NUM_WORKER", "2")
+            .envs(env.iter().copied())
+            .output()
+            .expect("bash runs")
+    };
+    let out = doctor(
+        "server",
+        &[
+            ("DMLC_PS_VAN_TYPE", "rdma"),
+            ("PS_POOL_BYTES", "1048576"),
+            ("PS_RDMA_RING_BYTES", "65536"),
+        ],
+    );
     let text = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(1), "{text}");
     let line = text
@@ -219,15 +231,7 @@ fn doctor_fails_a_low_memlock_limit_with_the_fix() {
     );
 
     // Without the RDMA van the same limit is fine.
-    let ok = std::process::Command::new("bash")
-        .args(["-c", &script.replace("--role server", "--role worker")])
-        .env("DMLC_PS_ROOT_URI", "127.0.0.1")
-        .env("DMLC_PS_ROOT_PORT", "9")
-        .env("DMLC_NUM_SERVER", "1")
-        .env("DMLC_NUM_WORKER", "2")
-        .env("DMLC_PS_VAN_TYPE", "zmq")
-        .output()
-        .expect("bash runs");
+    let ok = doctor("worker", &[("DMLC_PS_VAN_TYPE", "zmq")]);
     let text = String::from_utf8_lossy(&ok.stdout);
     assert_eq!(ok.status.code(), Some(0), "{text}");
     assert!(text.contains("ok   memlock: 65536 bytes"), "{text}");

@@ -85,6 +85,16 @@ pub enum VanType {
     Rdma,
 }
 
+impl VanType {
+    /// `zmq` or `rdma`, as `DMLC_PS_VAN_TYPE` spells it (and [`crate::van::Van::name`]).
+    pub fn name(self) -> &'static str {
+        match self {
+            VanType::Zmq => "zmq",
+            VanType::Rdma => "rdma",
+        }
+    }
+}
+
 /// Resolved configuration of one node.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Config {

@@ -287,6 +287,15 @@ impl Metrics {
         p.last_heard.store(ns, Ordering::Relaxed);
     }
 
+    /// Payload bytes sent to and received from all peers so far: `(sent, received)` (the
+    /// per-peer counters added up).
+    pub fn payload_bytes(&self) -> (u64, u64) {
+        let peers = self.peers.read().unwrap_or_else(|p| p.into_inner());
+        peers.values().fold((0, 0), |(s, r), p| {
+            (s + p.sent_bytes.get(), r + p.received_bytes.get())
+        })
+    }
+
     /// How long ago each peer that ever sent a message was last heard of, in id order.
     pub fn last_heard(&self) -> Vec<(NodeId, Duration)> {
         let now = self.born.elapsed();

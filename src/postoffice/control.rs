@@ -29,9 +29,8 @@ impl Postoffice {
             }
             match po.next_event() {
                 Ok(Some(VanEvent::Message(msg))) => {
-                    let bytes = msg.data_bytes() as u64;
-                    po.received_bytes.fetch_add(bytes, Ordering::Relaxed);
-                    po.metrics.received(msg.meta.sender, bytes);
+                    po.metrics
+                        .received(msg.meta.sender, msg.data_bytes() as u64);
                     po.process(msg)
                 }
                 Ok(Some(VanEvent::RemoteWrite(w))) => po.deliver_write(w),

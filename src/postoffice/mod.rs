@@ -152,9 +152,6 @@ pub struct Postoffice {
     /// `PS_DROP_MSG`: the state of its random numbers, and the messages it dropped.
     drop_rng: AtomicU64,
     dropped: AtomicU64,
-    /// Payload bytes (data frames, not headers) sent and received through the van.
-    sent_bytes: AtomicU64,
-    received_bytes: AtomicU64,
     /// This node's metrics ([`crate::metrics`]), and their HTTP server (`PS_METRICS_PORT`).
     metrics: Arc<Metrics>,
     metrics_server: Mutex<Option<crate::metrics::MetricsServer>>,
@@ -267,8 +264,6 @@ impl Postoffice {
             replacing: RwLock::new(()),
             drop_rng: AtomicU64::new(resender::drop_seed()),
             dropped: 0.into(),
-            sent_bytes: 0.into(),
-            received_bytes: 0.into(),
             metrics,
             metrics_server: Mutex::new(None),
         });
@@ -409,7 +404,6 @@ impl Postoffice {
                 return Err(e);
             }
         };
-        self.sent_bytes.fetch_add(payload, Ordering::Relaxed);
         self.metrics.sent(recver, payload);
         Ok(n)
     }
@@ -417,10 +411,7 @@ impl Postoffice {
     /// Payload bytes (data frames; headers not counted) this node sent and received so far:
     /// `(sent, received)`.
     pub fn payload_bytes(&self) -> (u64, u64) {
-        (
-            self.sent_bytes.load(Ordering::Relaxed),
-            self.received_bytes.load(Ordering::Relaxed),
-        )
+        self.metrics.payload_bytes()
     }
 
     pub(crate) fn register(&self, route: Route, tx: Sender<VanEvent>) -> Result<()> {

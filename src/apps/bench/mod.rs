@@ -264,10 +264,7 @@ impl BenchReport {
             memcpy_keys_per_s: None,
             sent_bytes,
             received_bytes,
-            van: match po.config().van {
-                crate::config::VanType::Zmq => "zmq",
-                crate::config::VanType::Rdma => "rdma",
-            },
+            van: po.config().van.name(),
             latency_ms_quantiles: quantiles(&mut m.latencies),
             requests_total: None,
         }
