@@ -17,6 +17,9 @@
 //! their checkpoint; without it (or that variable in the launcher's environment) the scheduler
 //! accepts no replacement, so `--restart` needs it.
 //!
+//! `--worker-cmd CMD` runs each worker as the shell command CMD instead (`python train.py`: a
+//! Python worker, issue 17), with the same variables.
+//!
 //! `pslite-launch ssh --hostfile FILE --servers S --workers W -- <pslite-worker args…>` runs
 //! the cluster on hosts reached by ssh, ps-lite tracker style: see [`ssh`].
 //!
@@ -124,8 +127,14 @@ struct Local {
     /// its own, PS_METRICS_PORT=0, and prints where).
     #[arg(long)]
     no_metrics: bool,
+    /// A shell command each worker runs instead of pslite-worker, e.g. `python train.py`
+    /// (a Python worker, issue 17): it gets the same variables (DMLC_ROLE=worker,
+    /// DMLC_PS_ROOT_URI, PSLITE_RANK, …) and PYTHONUNBUFFERED=1. The scheduler and servers
+    /// are pslite's own.
+    #[arg(long, value_name = "CMD", conflicts_with = "worker_args")]
+    worker_cmd: Option<String>,
     /// Arguments of pslite-worker, e.g. `bench --mode push` or `kv-app`.
-    #[arg(last = true, required = true)]
+    #[arg(last = true, required_unless_present = "worker_cmd")]
     worker_args: Vec<String>,
 }
 
@@ -319,7 +328,10 @@ fn run(local: &Local) -> Result<i32, String> {
         metrics: !local.no_metrics,
         board: report::Board::new(),
     };
-    let all = nodes(servers, workers, &local.worker_args);
+    let mut all = nodes(servers, workers, &local.worker_args);
+    for n in all.iter_mut().filter(|n| n.role == "worker") {
+        n.command.clone_from(&local.worker_cmd);
+    }
     start_and_watch(&launch, all, local.restart)
 }
 
@@ -334,6 +346,7 @@ fn nodes(servers: usize, workers: usize, worker_args: &[String]) -> Vec<Node> {
         role,
         rank,
         args: args.to_vec(),
+        command: None,
         host: None,
     };
     let mut all = vec![node("scheduler", None, &[])];

@@ -50,6 +50,9 @@ pub struct Node {
     pub rank: Option<usize>,
     /// Arguments after `pslite-launch node <role>`.
     pub args: Vec<String>,
+    /// A shell command run instead of `pslite-launch node <role>` (`local --worker-cmd`: a
+    /// Python worker, say), with the same variables.
+    pub command: Option<String>,
     /// The host it runs on through ssh (`host` or `user@host`); none: this machine.
     pub host: Option<String>,
 }
@@ -113,10 +116,20 @@ pub fn spawn(launch: &Launch<'_>, node: Node) -> Result<Proc, String> {
             (cmd, Some(env_block(std::env::vars_os(), &vars)?))
         }
         _ => {
-            let mut cmd = Command::new(launch.exe);
-            cmd.args(["node", node.role])
-                .args(&node.args)
-                .envs(vars.iter().map(|(k, v)| (k, v)))
+            let mut cmd = match &node.command {
+                Some(line) => {
+                    let mut cmd = Command::new("sh");
+                    // Python flushes each line, so the prefixed output keeps its order.
+                    cmd.args(["-c", line]).env("PYTHONUNBUFFERED", "1");
+                    cmd
+                }
+                None => {
+                    let mut cmd = Command::new(launch.exe);
+                    cmd.args(["node", node.role]).args(&node.args);
+                    cmd
+                }
+            };
+            cmd.envs(vars.iter().map(|(k, v)| (k, v)))
                 .stdin(Stdio::null());
             if !launch.metrics {
                 cmd.env_remove("PS_METRICS_PORT");
