@@ -1,0 +1,53 @@
+"""pslite: Python workers and servers for pslite-rs, a parameter server in the style of ps-lite.
+
+A job has one scheduler, S servers and W workers. Each process calls :func:`start`, which
+reads its role and settings from the ``DMLC_*``/``PS_*`` variables (what ``pslite-launch``
+sets), and joins the cluster. Workers push and pull through a :class:`KVWorker`; servers run
+:func:`run_server`. The core is Rust (bound with PyO3): the GIL is released during every wait,
+send and server loop, so other Python threads run meanwhile.
+
+Example (a worker; run it under ``pslite-launch local --worker-cmd 'python train.py'``)::
+
+    import numpy as np, pslite
+
+    with pslite.start() as po:                     # role and cluster from DMLC_* variables
+        kv = pslite.KVWorker(po, dtype=np.float32)
+        keys = np.array([1, 7], dtype=np.uint64)    # sorted, unique
+        kv.wait(kv.push(keys, np.ones(4, np.float32)))  # 2 values per key, summed by servers
+        po.barrier()                                # every worker pushed
+        out = np.empty(4, np.float32)
+        kv.pull_into(keys, out)                     # == po.num_workers everywhere
+"""
+
+from ._errors import Error, InvalidArgumentError, PeerLostError, TimeoutError
+from ._pslite import (
+    ALL_GROUP,
+    DTYPES,
+    SCHEDULER_GROUP,
+    SERVER_GROUP,
+    WORKER_GROUP,
+    KVWorker,
+    Postoffice,
+    ReqMeta,
+    __version__,
+    run_server,
+    start,
+)
+
+__all__ = [
+    "ALL_GROUP",
+    "DTYPES",
+    "SCHEDULER_GROUP",
+    "SERVER_GROUP",
+    "WORKER_GROUP",
+    "Error",
+    "InvalidArgumentError",
+    "KVWorker",
+    "PeerLostError",
+    "Postoffice",
+    "ReqMeta",
+    "TimeoutError",
+    "__version__",
+    "run_server",
+    "start",
+]

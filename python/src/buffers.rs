@@ -1,0 +1,309 @@
+//! Python buffers (NumPy arrays, `memoryview`s, anything with the buffer protocol) read and
+//! written as Rust slices without a copy, and the value types (`dtype`s) a worker can carry.
+//!
+//! Inputs must be C-contiguous and of the worker's dtype exactly: a mismatch raises
+//! `pslite.InvalidArgumentError` naming the argument, what it is and what was expected, rather
+//! than converting silently. A Python list or tuple (no buffer) is converted to an array of the
+//! expected dtype first. Keys are `uint64`; a non-negative `int64` array (what `numpy.arange`
+//! gives) is taken too, without a copy.
+
+use crate::errors::invalid;
+use pyo3::buffer::{ElementType, PyBuffer, PyUntypedBuffer};
+use pyo3::prelude::*;
+
+/// A value type the bindings carry: each is a [`pslite::Value`] and a buffer element.
+pub trait PyValue: pslite::Value + pyo3::buffer::Element + numpy::Element {}
+impl<T: pslite::Value + pyo3::buffer::Element + numpy::Element> PyValue for T {}
+
+/// The value types of `KVWorker(dtype=…)` and `run_server(dtype=…)`, by NumPy name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DType {
+    F32,
+    F64,
+    I32,
+    I64,
+    U8,
+    U32,
+    U64,
+}
+
+impl DType {
+    /// Every supported dtype.
+    pub const ALL: [DType; 7] = [
+        DType::F32,
+        DType::F64,
+        DType::I32,
+        DType::I64,
+        DType::U8,
+        DType::U32,
+        DType::U64,
+    ];
+
+    /// The NumPy name (`float32`, …).
+    pub fn name(self) -> &'static str {
+        match self {
+            DType::F32 => "float32",
+            DType::F64 => "float64",
+            DType::I32 => "int32",
+            DType::I64 => "int64",
+            DType::U8 => "uint8",
+            DType::U32 => "uint32",
+            DType::U64 => "uint64",
+        }
+    }
+
+    /// The dtype of a NumPy dtype-like object (`numpy.float32`, `"float32"`, `numpy.dtype("f4")`);
+    /// `None` is `float32`.
+    ///
+    /// # Errors
+    /// `InvalidArgumentError` naming the dtype and the supported ones.
+    pub fn from_py(obj: Option<&Bound<'_, PyAny>>) -> PyResult<DType> {
+        let Some(obj) = obj else {
+            return Ok(DType::F32);
+        };
+        let py = obj.py();
+        let name: String = py
+            .import("numpy")?
+            .getattr("dtype")?
+            .call1((obj,))
+            .and_then(|d| d.getattr("name"))
+            .and_then(|n| n.extract())
+            .map_err(|_| invalid(format!("dtype={obj}: not a NumPy dtype")))?;
+        DType::ALL
+            .into_iter()
+            .find(|d| d.name() == name)
+            .ok_or_else(|| {
+                invalid(format!(
+                    "dtype={name} is not supported: expected one of {}",
+                    DType::ALL.map(DType::name).join(", ")
+                ))
+            })
+    }
+
+    /// The `numpy.dtype` object.
+    pub fn to_py<'py>(self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        py.import("numpy")?.getattr("dtype")?.call1((self.name(),))
+    }
+}
+
+/// The NumPy name of a buffer's element type, e.g. `float64`.
+fn element_name(buf: &PyUntypedBuffer) -> String {
+    let kind = match ElementType::from_format(buf.format()) {
+        ElementType::Float { .. } => "float",
+        ElementType::SignedInteger { .. } => "int",
+        ElementType::UnsignedInteger { .. } => "uint",
+        ElementType::Bool => return "bool".into(),
+        ElementType::Unknown => {
+            return format!("format {:?}", buf.format().to_string_lossy());
+        }
+    };
+    format!("{kind}{}", buf.item_size() * 8)
+}
+
+/// The buffer of `obj`; a list or tuple (no buffer protocol) is first made an array of
+/// `dtype` with `numpy.ascontiguousarray`.
+fn untyped(obj: &Bound<'_, PyAny>, what: &str, dtype: &str) -> PyResult<PyUntypedBuffer> {
+    if let Ok(b) = PyUntypedBuffer::get(obj) {
+        return Ok(b);
+    }
+    let py = obj.py();
+    let converted = py
+        .import("numpy")?
+        .getattr("ascontiguousarray")?
+        .call1((obj, dtype))
+        .map_err(|e| {
+            invalid(format!(
+                "{what}: expected an array of {dtype} (any object with the buffer protocol, \
+                 or a list), got {}: {e}",
+                obj.get_type()
+                    .name()
+                    .map(|n| n.to_string())
+                    .unwrap_or_default()
+            ))
+        })?;
+    PyUntypedBuffer::get(&converted)
+}
+
+/// Checks that `buf` is C-contiguous (and writable when `write`).
+fn check_layout(buf: &PyUntypedBuffer, what: &str, write: bool) -> PyResult<()> {
+    if !buf.is_c_contiguous() {
+        return Err(invalid(format!(
+            "{what}: the array is not C-contiguous (a strided view such as a[::2], or a \
+             transposed matrix): pass numpy.ascontiguousarray({what})"
+        )));
+    }
+    if write && buf.readonly() {
+        return Err(invalid(format!(
+            "{what}: the array is read-only: pass a writable array"
+        )));
+    }
+    Ok(())
+}
+
+/// `obj` as a C-contiguous buffer of `T` (`dtype`'s element) to read.
+///
+/// # Errors
+/// `InvalidArgumentError` naming `what`: another element type, not C-contiguous, no buffer.
+pub fn input<T: PyValue>(
+    obj: &Bound<'_, PyAny>,
+    what: &str,
+    dtype: DType,
+) -> PyResult<PyBuffer<T>> {
+    typed(untyped(obj, what, dtype.name())?, what, dtype, false)
+}
+
+/// `obj` as a writable C-contiguous buffer of `T` (no conversion: the caller's own memory).
+///
+/// # Errors
+/// As [`input`], and for a read-only buffer.
+pub fn output<T: PyValue>(
+    obj: &Bound<'_, PyAny>,
+    what: &str,
+    dtype: DType,
+) -> PyResult<PyBuffer<T>> {
+    let buf = PyUntypedBuffer::get(obj).map_err(|_| {
+        invalid(format!(
+            "{what}: expected a writable array of {} (e.g. numpy.empty(n, numpy.{})), got {}",
+            dtype.name(),
+            dtype.name(),
+            obj.get_type()
+                .name()
+                .map(|n| n.to_string())
+                .unwrap_or_default()
+        ))
+    })?;
+    typed(buf, what, dtype, true)
+}
+
+fn typed<T: PyValue>(
+    buf: PyUntypedBuffer,
+    what: &str,
+    dtype: DType,
+    write: bool,
+) -> PyResult<PyBuffer<T>> {
+    let got = element_name(&buf);
+    if got != dtype.name() {
+        return Err(invalid(format!(
+            "{what}: an array of {got}, but this call carries {}: convert it first, e.g. \
+             {what}.astype(numpy.{})",
+            dtype.name(),
+            dtype.name()
+        )));
+    }
+    check_layout(&buf, what, write)?;
+    buf.into_typed::<T>()
+        .map_err(|e| invalid(format!("{what}: {e}")))
+}
+
+/// The elements of a C-contiguous buffer.
+pub fn slice<T: PyValue>(buf: &PyBuffer<T>) -> &[T] {
+    if buf.item_count() == 0 {
+        return &[];
+    }
+    match buf.as_slice_ptr() {
+        // SAFETY: the buffer is C-contiguous, aligned and of `T` (checked when it was taken)
+        // and stays exported while `buf` lives. Python code could write to it meanwhile, as it
+        // can to any array NumPy hands to C; values are plain numbers, so a torn read is the
+        // worst outcome, as in NumPy itself.
+        Some(p) => unsafe { p.as_ref() },
+        None => &[],
+    }
+}
+
+/// The elements of a writable C-contiguous buffer, to fill.
+#[allow(clippy::mut_from_ref)]
+pub fn slice_mut<T: PyValue>(buf: &PyBuffer<T>) -> &mut [T] {
+    let n = buf.item_count();
+    if n == 0 {
+        return &mut [];
+    }
+    // SAFETY: as `slice`; the buffer is writable (checked), and the caller writes it only
+    // while this borrow lives.
+    unsafe { std::slice::from_raw_parts_mut(buf.buf_ptr().cast::<T>(), n) }
+}
+
+/// Keys: a `uint64` buffer, or an `int64` one whose keys are all ≥ 0 (same bits).
+pub enum Keys {
+    U64(PyBuffer<u64>),
+    I64(PyBuffer<i64>),
+}
+
+impl Keys {
+    /// The keys of `obj` (named `what` in errors).
+    ///
+    /// # Errors
+    /// `InvalidArgumentError`: another element type, a negative key, not C-contiguous.
+    pub fn get(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<Keys> {
+        let buf = untyped(obj, what, "uint64")?;
+        if element_name(&buf) == "int64" {
+            let b: PyBuffer<i64> = typed(buf, what, DType::I64, false)?;
+            if let Some(i) = slice(&b).iter().position(|&k| k < 0) {
+                return Err(invalid(format!(
+                    "{what}[{i}] = {} is negative: keys are uint64",
+                    slice(&b)[i]
+                )));
+            }
+            return Ok(Keys::I64(b));
+        }
+        Ok(Keys::U64(typed(buf, what, DType::U64, false)?))
+    }
+
+    /// The keys as `u64`s.
+    pub fn as_slice(&self) -> &[u64] {
+        match self {
+            Keys::U64(b) => slice(b),
+            // Non-negative i64s have the bits of the same u64s.
+            Keys::I64(b) => bytemuck::cast_slice(slice(b)),
+        }
+    }
+}
+
+/// Values per key (`lens`): `None`, a `uint32` buffer (no copy), or any sequence of whole
+/// numbers 0…2^32−1 (copied).
+pub enum Lens {
+    None,
+    Buffer(PyBuffer<u32>),
+    Owned(Vec<u32>),
+}
+
+impl Lens {
+    /// The lens of `obj`.
+    ///
+    /// # Errors
+    /// `InvalidArgumentError` for a length that is negative, too large or not a whole number.
+    pub fn get(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Lens> {
+        let Some(obj) = obj.filter(|o| !o.is_none()) else {
+            return Ok(Lens::None);
+        };
+        if let Ok(b) = PyUntypedBuffer::get(obj) {
+            if element_name(&b) == "uint32" {
+                return Ok(Lens::Buffer(typed(b, "lens", DType::U32, false)?));
+            }
+        }
+        let wide: Vec<i64> = obj
+            .try_iter()
+            .and_then(|it| it.map(|x| x.and_then(|x| x.extract::<i64>())).collect())
+            .map_err(|e| invalid(format!("lens: expected whole numbers, one per key: {e}")))?;
+        let lens = wide
+            .iter()
+            .enumerate()
+            .map(|(i, &l)| {
+                u32::try_from(l).map_err(|_| {
+                    invalid(format!(
+                        "lens[{i}] = {l}: expected a length from 0 to 2^32 − 1"
+                    ))
+                })
+            })
+            .collect::<PyResult<Vec<u32>>>()?;
+        Ok(Lens::Owned(lens))
+    }
+
+    /// The lens, `None` for an even split.
+    pub fn as_option(&self) -> Option<&[u32]> {
+        match self {
+            Lens::None => None,
+            Lens::Buffer(b) => Some(slice(b)),
+            Lens::Owned(v) => Some(v),
+        }
+    }
+}

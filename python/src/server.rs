@@ -1,0 +1,226 @@
+//! `run_server`: a server node's key-value service from Python, with pslite's default handler
+//! (sum pushes, answer pulls; every dtype) or a Python callable (one dtype; the slow path: the
+//! GIL is taken for every request).
+
+use crate::buffers::{input, slice, DType, Lens, PyValue};
+use crate::errors::{check, invalid};
+use crate::PyPostoffice;
+use numpy::PyArray1;
+use pslite::kv::pairs::check_lens;
+use pslite::kv::{KVPairs, KVRequest, ReqMeta};
+use pslite::{DefaultHandler, KVServer, RequestHandler, Role};
+use pyo3::prelude::*;
+
+/// What a Python handler learns about a request besides its pairs (pslite's `ReqMeta`).
+#[pyclass(frozen, get_all, name = "ReqMeta", module = "pslite")]
+pub struct PyReqMeta {
+    /// The application command (0 for plain push and pull).
+    cmd: i32,
+    /// The request carries values to apply.
+    push: bool,
+    /// The answer must carry the keys' values.
+    pull: bool,
+    /// The requesting worker's node id.
+    sender: i32,
+    /// The worker's timestamp.
+    timestamp: i32,
+}
+
+#[pymethods]
+impl PyReqMeta {
+    fn __repr__(&self) -> String {
+        format!(
+            "ReqMeta(cmd={}, push={}, pull={}, sender={}, timestamp={})",
+            self.cmd, self.push, self.pull, self.sender, self.timestamp
+        )
+    }
+}
+
+/// A handler that calls Python: `handler(meta, keys, vals, lens)` with NumPy copies of the
+/// request's arrays; for a pull it returns the keys' values (`vals`, or `(vals, lens)`).
+struct PyHandler {
+    f: Py<PyAny>,
+    dtype: DType,
+}
+
+impl PyHandler {
+    fn call<V: PyValue>(
+        &self,
+        py: Python<'_>,
+        meta: &ReqMeta,
+        req: &KVRequest<'_, V>,
+    ) -> PyResult<Option<(Vec<V>, Vec<u32>)>> {
+        let m = PyReqMeta {
+            cmd: meta.cmd,
+            push: meta.push,
+            pull: meta.pull,
+            sender: meta.sender,
+            timestamp: meta.timestamp,
+        };
+        let args = (
+            m,
+            PyArray1::from_slice(py, &req.keys),
+            PyArray1::from_slice(py, &req.vals),
+            PyArray1::from_slice(py, &req.lens),
+        );
+        let got = self.f.bind(py).call1(args)?;
+        if !meta.pull {
+            return Ok(None);
+        }
+        let (vals, lens) = match got.extract::<(Bound<'_, PyAny>, Bound<'_, PyAny>)>() {
+            Ok((v, l)) => (v, Some(l)),
+            Err(_) => (got, None),
+        };
+        let vals = slice(&input::<V>(
+            &vals,
+            "the handler's returned vals",
+            self.dtype,
+        )?)
+        .to_vec();
+        let lens = Lens::get(lens.as_ref())?
+            .as_option()
+            .map(<[u32]>::to_vec)
+            .unwrap_or_default();
+        Ok(Some((vals, lens)))
+    }
+}
+
+impl<V: PyValue> RequestHandler<V> for PyHandler {
+    fn handle(&mut self, meta: &ReqMeta, req: KVRequest<'_, V>) -> Result<KVPairs<V>, String> {
+        let answer = Python::attach(|py| {
+            self.call(py, meta, &req).map_err(|e| {
+                // The traceback goes to this server's stderr; the worker gets the text.
+                e.display(py);
+                let name = e
+                    .get_type(py)
+                    .name()
+                    .map(|n| n.to_string())
+                    .unwrap_or_else(|_| "exception".into());
+                format!("the Python handler raised {name}: {}", e.value(py))
+            })
+        })?;
+        let Some((vals, lens)) = answer else {
+            return Ok(KVPairs::default());
+        };
+        check_lens(req.keys.len(), vals.len(), &lens).map_err(|e| {
+            format!(
+                "the Python handler's answer for {} keys: {e}",
+                req.keys.len()
+            )
+        })?;
+        Ok(KVPairs {
+            keys: req.keys.into_owned(),
+            vals,
+            lens,
+        })
+    }
+}
+
+/// Serves application `app_id` on this server node until every node finalized, then
+/// finalizes it; the GIL is released meanwhile (a Python handler takes it per request).
+///
+/// `handler="sum"`: pslite's default handler (pushes are summed into the stored values, pulls
+/// answered with them) for every dtype. A callable: `handler(meta, keys, vals, lens)` for
+/// requests of `dtype` (default float32), with `meta` a `ReqMeta`, `keys` uint64, `vals` the
+/// pushed values (empty for a pull), `lens` uint32 (empty: an even split); for a pull it
+/// returns the values of `keys` (an array of `dtype`) or `(vals, lens)`. Its exception is the
+/// worker's `pslite.Error` ("server rank 0 (id 8) answered with an error: the Python handler
+/// raised KeyError: …"), and the server goes on serving. This is the slow path: every request
+/// takes the GIL and copies its arrays.
+///
+/// Raises `InvalidArgumentError` on a postoffice that is not a server's or for a handler that
+/// is neither "sum" nor callable; `PeerLostError` if a node was lost.
+#[pyfunction]
+#[pyo3(signature = (po, handler = None, dtype = None, app_id = 0))]
+pub fn run_server(
+    py: Python<'_>,
+    po: &Bound<'_, PyPostoffice>,
+    handler: Option<&Bound<'_, PyAny>>,
+    dtype: Option<&Bound<'_, PyAny>>,
+    app_id: i32,
+) -> PyResult<()> {
+    let p = po.get().po.clone();
+    if p.role() != Role::Server {
+        return Err(invalid(format!(
+            "run_server needs a server's postoffice; this one is the {}'s",
+            p.role().name()
+        )));
+    }
+    let servers: Vec<Box<dyn Send>> = match handler {
+        None => sum_servers(&p, app_id)?,
+        Some(h) if h.extract::<String>().is_ok_and(|s| s == "sum") => sum_servers(&p, app_id)?,
+        Some(h) if h.is_callable() => {
+            let dtype = DType::from_py(dtype)?;
+            let ph = PyHandler {
+                f: h.clone().unbind(),
+                dtype,
+            };
+            vec![match dtype {
+                DType::F32 => {
+                    Box::new(check(KVServer::<f32>::new(&p, app_id, ph))?) as Box<dyn Send>
+                }
+                DType::F64 => Box::new(check(KVServer::<f64>::new(&p, app_id, ph))?),
+                DType::I32 => Box::new(check(KVServer::<i32>::new(&p, app_id, ph))?),
+                DType::I64 => Box::new(check(KVServer::<i64>::new(&p, app_id, ph))?),
+                DType::U8 => Box::new(check(KVServer::<u8>::new(&p, app_id, ph))?),
+                DType::U32 => Box::new(check(KVServer::<u32>::new(&p, app_id, ph))?),
+                DType::U64 => Box::new(check(KVServer::<u64>::new(&p, app_id, ph))?),
+            }]
+        }
+        Some(h) => {
+            return Err(invalid(format!(
+                "run_server(handler={}): expected \"sum\" or a callable handler(meta, keys, \
+                 vals, lens)",
+                h.repr().map(|r| r.to_string()).unwrap_or_default()
+            )))
+        }
+    };
+    let r = po.get().finalize_inner(py);
+    // A Python handler's thread may be waiting for the GIL: drop (join) it without holding it.
+    py.detach(move || drop(servers));
+    r
+}
+
+/// The default handler's servers, one per dtype.
+fn sum_servers(
+    p: &std::sync::Arc<pslite::Postoffice>,
+    app_id: i32,
+) -> PyResult<Vec<Box<dyn Send>>> {
+    Ok(vec![
+        Box::new(check(KVServer::<f32>::new(
+            p,
+            app_id,
+            DefaultHandler::new(),
+        ))?),
+        Box::new(check(KVServer::<f64>::new(
+            p,
+            app_id,
+            DefaultHandler::new(),
+        ))?),
+        Box::new(check(KVServer::<i32>::new(
+            p,
+            app_id,
+            DefaultHandler::new(),
+        ))?),
+        Box::new(check(KVServer::<i64>::new(
+            p,
+            app_id,
+            DefaultHandler::new(),
+        ))?),
+        Box::new(check(KVServer::<u8>::new(
+            p,
+            app_id,
+            DefaultHandler::new(),
+        ))?),
+        Box::new(check(KVServer::<u32>::new(
+            p,
+            app_id,
+            DefaultHandler::new(),
+        ))?),
+        Box::new(check(KVServer::<u64>::new(
+            p,
+            app_id,
+            DefaultHandler::new(),
+        ))?),
+    ])
+}

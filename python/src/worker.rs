@@ -1,0 +1,254 @@
+//! `KVWorker`: pushes and pulls from Python, over any supported dtype (pslite's
+//! `KVWorker<V>`, one per dtype, behind one class).
+//!
+//! Inputs are read in place (the Rust call borrows the NumPy array's memory; the one copy is
+//! the one the Rust API makes into the message frames), `pull_into` writes straight into the
+//! caller's array, and pulled values come back as NumPy arrays that own the Rust vectors (no
+//! copy). The GIL is released for every send and wait.
+
+use crate::buffers::{input, output, slice, slice_mut, DType, Keys, Lens};
+use crate::errors::{check, invalid};
+use crate::PyPostoffice;
+use numpy::PyArray1;
+use pslite::{KVWorker, Role, Timestamp};
+use pyo3::prelude::*;
+
+/// A `KVWorker<V>` of one of the supported value types.
+enum AnyWorker {
+    F32(KVWorker<f32>),
+    F64(KVWorker<f64>),
+    I32(KVWorker<i32>),
+    I64(KVWorker<i64>),
+    U8(KVWorker<u8>),
+    U32(KVWorker<u32>),
+    U64(KVWorker<u64>),
+}
+
+/// Runs `$body` with `$kv` bound to the worker of `$w`'s dtype and `$t` naming that type.
+macro_rules! with_worker {
+    ($w:expr, $kv:ident, $t:ident => $body:expr) => {
+        match $w {
+            AnyWorker::F32($kv) => with_worker!(@ f32, $t, $body),
+            AnyWorker::F64($kv) => with_worker!(@ f64, $t, $body),
+            AnyWorker::I32($kv) => with_worker!(@ i32, $t, $body),
+            AnyWorker::I64($kv) => with_worker!(@ i64, $t, $body),
+            AnyWorker::U8($kv) => with_worker!(@ u8, $t, $body),
+            AnyWorker::U32($kv) => with_worker!(@ u32, $t, $body),
+            AnyWorker::U64($kv) => with_worker!(@ u64, $t, $body),
+        }
+    };
+    (@ $ty:ty, $t:ident, $body:expr) => {{
+        #[allow(dead_code)]
+        type $t = $ty;
+        $body
+    }};
+}
+
+/// The worker side of a key-value application (ps-lite's `KVWorker`, `kv_app.h`).
+///
+/// Keys are `uint64`, sorted and unique within a call; values are a flat array of the
+/// worker's dtype, all keys' values concatenated in key order; `lens` (optional) gives each
+/// key's number of values, else every key gets `len(vals) // len(keys)`. A call is split over
+/// the servers by key range and returns a timestamp to `wait` on.
+#[pyclass(frozen, name = "KVWorker", module = "pslite")]
+pub struct PyKVWorker {
+    kv: AnyWorker,
+    dtype: DType,
+    po: Py<PyPostoffice>,
+}
+
+impl PyKVWorker {
+    /// Sends `op` with the worker's typed buffers; the GIL released.
+    fn send(
+        &self,
+        py: Python<'_>,
+        op: pslite::Op,
+        keys: &Bound<'_, PyAny>,
+        vals: Option<&Bound<'_, PyAny>>,
+        lens: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Timestamp> {
+        let keys = Keys::get(keys, "keys")?;
+        let lens = Lens::get(lens)?;
+        with_worker!(&self.kv, kv, T => {
+            let vals = vals.map(|v| input::<T>(v, "vals", self.dtype)).transpose()?;
+            let (k, v, l) = (keys.as_slice(), vals.as_ref().map_or(&[][..], slice), lens.as_option());
+            check(py.detach(|| {
+                let l = l.unwrap_or(&[]);
+                kv.request(op, k, v, l, pslite::RequestOptions::default())
+            }))
+        })
+    }
+}
+
+#[pymethods]
+impl PyKVWorker {
+    /// A worker of application `app_id`, customer `customer_id`, carrying values of `dtype`
+    /// (float32, float64, int32, int64, uint8, uint32 or uint64; default float32).
+    ///
+    /// Raises `InvalidArgumentError` if this (app, customer) pair already has a worker in this
+    /// process, for another dtype, or on a postoffice that is not a worker's.
+    #[new]
+    #[pyo3(signature = (po, app_id = 0, customer_id = 0, dtype = None))]
+    fn new(
+        po: Bound<'_, PyPostoffice>,
+        app_id: i32,
+        customer_id: i32,
+        dtype: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PyKVWorker> {
+        let dtype = DType::from_py(dtype)?;
+        let p = &po.get().po;
+        if p.role() != Role::Worker {
+            return Err(invalid(format!(
+                "KVWorker needs a worker's postoffice; this one is the {}'s",
+                p.role().name()
+            )));
+        }
+        let kv = match dtype {
+            DType::F32 => AnyWorker::F32(check(KVWorker::new(p, app_id, customer_id))?),
+            DType::F64 => AnyWorker::F64(check(KVWorker::new(p, app_id, customer_id))?),
+            DType::I32 => AnyWorker::I32(check(KVWorker::new(p, app_id, customer_id))?),
+            DType::I64 => AnyWorker::I64(check(KVWorker::new(p, app_id, customer_id))?),
+            DType::U8 => AnyWorker::U8(check(KVWorker::new(p, app_id, customer_id))?),
+            DType::U32 => AnyWorker::U32(check(KVWorker::new(p, app_id, customer_id))?),
+            DType::U64 => AnyWorker::U64(check(KVWorker::new(p, app_id, customer_id))?),
+        };
+        Ok(PyKVWorker {
+            kv,
+            dtype,
+            po: po.unbind(),
+        })
+    }
+
+    /// The dtype of the values (a `numpy.dtype`).
+    #[getter]
+    fn dtype<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        self.dtype.to_py(py)
+    }
+
+    /// The postoffice this worker sends through.
+    #[getter]
+    fn postoffice(&self, py: Python<'_>) -> Py<PyPostoffice> {
+        self.po.clone_ref(py)
+    }
+
+    /// Pushes `vals` (shape `(sum(lens),)`, the worker's dtype) for `keys` (`uint64`, sorted,
+    /// unique); returns the timestamp to `wait` on. The values are read in place and copied
+    /// once into the messages, so `vals` may change as soon as this returns.
+    ///
+    /// Raises `InvalidArgumentError` for unsorted or duplicate keys, lens that do not add up,
+    /// a wrong dtype or a non-contiguous array; `Error` if a message cannot be sent.
+    #[pyo3(signature = (keys, vals, lens = None))]
+    fn push(
+        &self,
+        py: Python<'_>,
+        keys: &Bound<'_, PyAny>,
+        vals: &Bound<'_, PyAny>,
+        lens: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Timestamp> {
+        self.send(py, pslite::Op::Push, keys, Some(vals), lens)
+    }
+
+    /// Pulls the values of `keys`; after `wait` or in `take_pulled(ts)` they are returned.
+    ///
+    /// Raises as `push`.
+    fn pull(&self, py: Python<'_>, keys: &Bound<'_, PyAny>) -> PyResult<Timestamp> {
+        self.send(py, pslite::Op::Pull, keys, None, None)
+    }
+
+    /// Pushes `vals` and pulls the result of the update in one round trip (ps-lite's
+    /// `ZPushPull`); `take_pulled(ts)` gives the result.
+    ///
+    /// Raises as `push`.
+    #[pyo3(signature = (keys, vals, lens = None))]
+    fn push_pull(
+        &self,
+        py: Python<'_>,
+        keys: &Bound<'_, PyAny>,
+        vals: &Bound<'_, PyAny>,
+        lens: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Timestamp> {
+        self.send(py, pslite::Op::PushPull, keys, Some(vals), lens)
+    }
+
+    /// Blocks, the GIL released, until request `ts` completed. A pull's values stay for
+    /// `take_pulled`.
+    ///
+    /// Raises `TimeoutError` naming the servers that did not answer within PS_TIMEOUT;
+    /// `Error` with a server's error text; `InvalidArgumentError` for a timestamp that is not
+    /// outstanding.
+    fn wait(&self, py: Python<'_>, ts: Timestamp) -> PyResult<()> {
+        with_worker!(&self.kv, kv, T => check(py.detach(|| kv.wait(ts))))
+    }
+
+    /// Waits for pull (or push-pull) `ts` and returns `(keys, vals, lens)` as NumPy arrays
+    /// (`uint64`, the dtype, `uint32`) in key order; `lens` is empty when every key has
+    /// `len(vals) // len(keys)` values.
+    ///
+    /// Raises as `wait`.
+    fn take_pulled<'py>(
+        &self,
+        py: Python<'py>,
+        ts: Timestamp,
+    ) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyAny>, Bound<'py, PyAny>)> {
+        with_worker!(&self.kv, kv, T => {
+            let pairs = check(py.detach(|| kv.take_pulled(ts)))?;
+            Ok((
+                PyArray1::from_vec(py, pairs.keys).into_any(),
+                PyArray1::<T>::from_vec(py, pairs.vals).into_any(),
+                PyArray1::from_vec(py, pairs.lens).into_any(),
+            ))
+        })
+    }
+
+    /// Pulls `keys` straight into `out` (a writable C-contiguous array of the worker's dtype
+    /// holding exactly the pulled values) and waits.
+    ///
+    /// Raises as `wait`; `InvalidArgumentError` if `out` has the wrong size (the text gives
+    /// both), dtype or layout, or is read-only.
+    fn pull_into(
+        &self,
+        py: Python<'_>,
+        keys: &Bound<'_, PyAny>,
+        out: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        let keys = Keys::get(keys, "keys")?;
+        with_worker!(&self.kv, kv, T => {
+            let out = output::<T>(out, "out", self.dtype)?;
+            let (k, o) = (keys.as_slice(), slice_mut(&out));
+            check(py.detach(|| kv.pull_into(k, o)))
+        })
+    }
+
+    /// Pushes `vals` and pulls the result of the update straight into `out`, then waits
+    /// (ps-lite's `ZPushPull` with its output array).
+    ///
+    /// Raises as `push` and `pull_into`.
+    #[pyo3(signature = (keys, vals, out, lens = None))]
+    fn push_pull_into(
+        &self,
+        py: Python<'_>,
+        keys: &Bound<'_, PyAny>,
+        vals: &Bound<'_, PyAny>,
+        out: &Bound<'_, PyAny>,
+        lens: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        let keys = Keys::get(keys, "keys")?;
+        let lens = Lens::get(lens)?;
+        with_worker!(&self.kv, kv, T => {
+            let vals = input::<T>(vals, "vals", self.dtype)?;
+            let out = output::<T>(out, "out", self.dtype)?;
+            let v = slice(&vals);
+            let span = |p: *const T, n: usize| (p as usize, p as usize + n * std::mem::size_of::<T>());
+            let (a, b) = (span(v.as_ptr(), v.len()), span(out.buf_ptr().cast::<T>(), out.item_count()));
+            if a.0 < b.1 && b.0 < a.1 {
+                return Err(invalid("vals and out share memory: pull into a separate array"));
+            }
+            let (k, l, o) = (keys.as_slice(), lens.as_option(), slice_mut(&out));
+            check(py.detach(|| kv.push_pull_into(k, v, l, o)))
+        })
+    }
+
+    fn __repr__(&self) -> String {
+        format!("<pslite.KVWorker dtype={}>", self.dtype.name())
+    }
+}
