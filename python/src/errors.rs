@@ -1,4 +1,4 @@
-//! pslite's errors as Python exceptions: the classes live in `pslite/_errors.py` (so that
+//! pslite's errors as Python exceptions: the classes live in `python/pslite/_errors.py` (so that
 //! `pslite.TimeoutError` can derive from both `pslite.Error` and Python's `TimeoutError`), and
 //! every exception carries the Rust error's text unchanged.
 

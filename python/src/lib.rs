@@ -198,6 +198,21 @@ fn overrides(kw: Option<&Bound<'_, PyDict>>) -> PyResult<HashMap<String, String>
     Ok(vars)
 }
 
+/// A configuration error worded for Python: the binaries' flags it names (`--num-servers`)
+/// become `start`'s keywords (`num_servers=`).
+fn keywords_for_flags(e: pslite::Error) -> pslite::Error {
+    match e {
+        pslite::Error::Config(mut text) => {
+            for (kw, _) in KEYWORDS {
+                let flag = format!("--{}", kw.replace('_', "-"));
+                text = text.replace(&flag, &format!("{kw}="));
+            }
+            pslite::Error::Config(text)
+        }
+        e => e,
+    }
+}
+
 /// Starts this process's node and joins the cluster (ps-lite's `ps::Start`): reads the role
 /// (`DMLC_ROLE` unless `role` is given) and every setting from the same `DMLC_*`/`PS_*`
 /// variables as the Rust binaries, each keyword replacing its variable; blocks, with the GIL
@@ -224,13 +239,14 @@ fn start(
             ))
         }
     };
-    let mut cfg = check(Config::from_lookup(role, &Overrides::default(), |k| {
+    let cfg = Config::from_lookup(role, &Overrides::default(), |k| {
         if k == "DMLC_ROLE" {
             Some(role.name().to_string())
         } else {
             lookup(k)
         }
-    }))?;
+    });
+    let mut cfg = check(cfg.map_err(keywords_for_flags))?;
     // Python's own log level stays Python's; pslite logs to stderr at PS_VERBOSE.
     pslite::apps::init_logging(&cfg);
     cfg.role = role;

@@ -1,0 +1,175 @@
+"""Python workers against pslite's Rust servers: exact sums, every dtype, pull_into, malformed
+calls raising the Rust message, deadlines raising TimeoutError, the GIL released."""
+
+import builtins
+import os
+import signal
+import threading
+
+import numpy as np
+import pytest
+
+import pslite
+
+# Keys spread over both servers of a 2-server cluster (each server owns half of [0, 2^64)).
+KEYS = np.array([3, 2**40, 2**63 + 5, 2**64 - 1], dtype=np.uint64)
+LENS = np.array([1, 3, 2, 4], dtype=np.uint32)
+
+
+def test_two_python_workers_get_exact_sums(cluster):
+    """Two workers (threads of this process, each its own node) push 5 times each; both pull
+    exactly 10 × their values. The workers' barrier passes only if each thread releases the
+    GIL while it waits."""
+    c = cluster(servers=2, workers=2)
+    vals = np.arange(1, 11, dtype=np.float32)  # 10 values: lens 1+3+2+4
+    got, errors = {}, []
+
+    def work():
+        try:
+            with c.start() as po:
+                kv = pslite.KVWorker(po)
+                for _ in range(5):
+                    kv.wait(kv.push(KEYS, vals, LENS))
+                po.barrier()
+                out = np.zeros(10, np.float32)
+                kv.pull_into(KEYS, out)
+                keys, pulled, lens = kv.take_pulled(kv.pull(KEYS))
+                got[po.rank] = (out, keys, pulled, lens)
+        except Exception as e:  # reported below, with the thread's error text
+            errors.append(e)
+
+    threads = [threading.Thread(target=work) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors, errors
+    assert sorted(got) == [0, 1]
+    for out, keys, pulled, lens in got.values():
+        np.testing.assert_array_equal(out, 10 * vals)
+        np.testing.assert_array_equal(keys, KEYS)
+        np.testing.assert_array_equal(pulled, 10 * vals)
+        np.testing.assert_array_equal(lens, LENS)
+        assert pulled.dtype == np.float32 and keys.dtype == np.uint64 and lens.dtype == np.uint32
+    c.wait()
+
+
+@pytest.mark.parametrize("dtype", pslite.DTYPES)
+def test_every_dtype_round_trips(cluster, dtype):
+    """push, push_pull and pull of each dtype: exact sums (integers wrap as the servers'
+    wrapping add does), through take_pulled and push_pull_into."""
+    c = cluster(servers=2)
+    info = np.iinfo(dtype) if np.dtype(dtype).kind in "iu" else None
+    first = np.array([1, 2, 3, 4, 5, 6, 7, 8, 9, 10], dtype=dtype)
+    if info is not None:
+        first[-1] = info.max  # wraps on the second push
+    with c.start() as po:
+        kv = pslite.KVWorker(po, dtype=dtype)
+        assert kv.dtype == np.dtype(dtype)
+        kv.wait(kv.push(KEYS, first, LENS))
+        _, after, _ = kv.take_pulled(kv.push_pull(KEYS, first, LENS.tolist()))
+        want = np.add(first, first)  # NumPy's integer arrays wrap as the servers do
+        if info is not None:
+            assert want[-1] == info.max - 1 if info.min == 0 else want[-1] == -2
+        np.testing.assert_array_equal(after, want)
+        assert after.dtype == np.dtype(dtype)
+        out = np.empty(10, dtype)
+        kv.push_pull_into(KEYS, np.zeros(10, dtype), out, LENS)
+        np.testing.assert_array_equal(out, want)
+    c.wait()
+
+
+def test_pull_into_writes_into_the_callers_array(cluster):
+    """pull_into fills the given memory itself: a slice of a larger array is written in place
+    and the rest is left alone; a one-key pull too."""
+    c = cluster(servers=2)
+    with c.start() as po:
+        kv = pslite.KVWorker(po, dtype=np.float64)
+        kv.wait(kv.push(KEYS, np.arange(10, dtype=np.float64) + 0.5, LENS))
+        big = np.full(14, -1.0)
+        view = big[2:12]
+        kv.pull_into(KEYS, view)
+        assert view.base is big
+        np.testing.assert_array_equal(big[2:12], np.arange(10) + 0.5)
+        np.testing.assert_array_equal(big[[0, 1, 12, 13]], -1.0)
+        one = np.zeros(3)
+        kv.pull_into(KEYS[1:2], one)
+        np.testing.assert_array_equal(one, [1.5, 2.5, 3.5])
+    c.wait()
+
+
+def test_malformed_calls_raise_with_the_rust_message(cluster):
+    c = cluster(servers=2)
+    with c.start() as po:
+        kv = pslite.KVWorker(po)
+        vals = np.ones(4, np.float32)
+        cases = [
+            (lambda: kv.push([5, 3], vals),
+             "invalid argument: keys must be sorted and unique: keys[1] = 3 follows keys[0] = 5"),
+            (lambda: kv.push([3, 3], vals), "keys[1] = 3 follows keys[0] = 3"),
+            (lambda: kv.push([1, 2], np.ones(4)),
+             "vals: an array of float64, but this call carries float32"),
+            (lambda: kv.push([1, 2], np.ones(8, np.float32)[::2]),
+             "vals: the array is not C-contiguous"),
+            (lambda: kv.push([1, 2], vals, [1, 2]),
+             "invalid argument: lens add up to 3 values but 4 values were given"),
+            (lambda: kv.push(np.array([1, -2]), vals), "keys[1] = -2 is negative: keys are uint64"),
+            (lambda: kv.push([1, -2], vals), "Python integer -2 out of bounds for uint64"),
+            (lambda: kv.pull_into([1, 2], np.ones((2, 4), np.float32)[:, 1]),
+             "out: the array is not C-contiguous"),
+            (lambda: kv.push([1, 2], vals.astype(np.int32)),
+             "vals: an array of int32, but this call carries float32"),
+            (lambda: kv.wait(12345), "invalid argument"),
+            (lambda: pslite.KVWorker(po, dtype=np.float16), "dtype=float16 is not supported"),
+        ]
+        for call, text in cases:
+            with pytest.raises(pslite.InvalidArgumentError) as e:
+                call()
+            assert text in str(e.value), (text, str(e.value))
+            assert isinstance(e.value, ValueError)
+        kv.wait(kv.push([1, 2], vals))
+        read_only = np.zeros(4, np.float32)
+        read_only.flags.writeable = False
+        with pytest.raises(pslite.InvalidArgumentError, match="out: the array is read-only"):
+            kv.pull_into([1, 2], read_only)
+        with pytest.raises(pslite.InvalidArgumentError,
+                           match=r"pulled 4 values for 2 keys but the buffer holds 3"):
+            kv.pull_into([1, 2], np.zeros(3, np.float32))
+        # The worker goes on after every refusal.
+        out = np.zeros(4, np.float32)
+        kv.pull_into([1, 2], out)
+        np.testing.assert_array_equal(out, vals)
+    c.wait()
+
+
+def test_a_deadline_raises_timeout_error(cluster):
+    """A server that stops answering (SIGSTOP): wait raises pslite.TimeoutError, a
+    builtins.TimeoutError too, naming the server; the worker's other server still answers."""
+    c = cluster(servers=2, timeout=2)
+    with c.start() as po:
+        kv = pslite.KVWorker(po)
+        os.kill(c.servers[1].pid, signal.SIGSTOP)
+        try:
+            ts = kv.push(KEYS, np.ones(10, np.float32), LENS)
+            with pytest.raises(pslite.TimeoutError) as e:
+                kv.wait(ts)
+            assert isinstance(e.value, builtins.TimeoutError)
+            assert isinstance(e.value, pslite.Error)
+            assert "timed out" in str(e.value) and "server rank 1" in str(e.value), str(e.value)
+            kv.wait(kv.push(KEYS[:1], np.ones(1, np.float32)))  # server rank 0 answers
+        finally:
+            os.kill(c.servers[1].pid, signal.SIGCONT)
+    c.wait()
+
+
+def test_start_errors_name_the_setting(monkeypatch):
+    monkeypatch.delenv("DMLC_ROLE", raising=False)
+    with pytest.raises(pslite.Error, match="DMLC_ROLE is not set and no role was given"):
+        pslite.start()
+    with pytest.raises(pslite.InvalidArgumentError, match=r"start\(num_server=…\): unknown"):
+        pslite.start("worker", num_server=2)
+    with pytest.raises(pslite.Error, match=r'DMLC_NUM_SERVER \(or num_servers=\) is "two"'):
+        pslite.start("worker", root_uri="127.0.0.1", root_port=9, num_servers="two",
+                     num_workers=1)
+    with pytest.raises(pslite.InvalidArgumentError, match='role "boss"'):
+        pslite.start("boss")
