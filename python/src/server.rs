@@ -131,7 +131,10 @@ impl<V: PyValue> RequestHandler<V> for PyHandler {
 /// Raises `InvalidArgumentError` on a postoffice that is not a server's or for a handler that
 /// is neither "sum" nor callable; `PeerLostError` if a node was lost.
 #[pyfunction]
-#[pyo3(signature = (po, handler = None, dtype = None, app_id = 0))]
+#[pyo3(
+    signature = (po, handler = None, dtype = None, app_id = 0),
+    text_signature = "(po, handler='sum', dtype=None, app_id=0)"
+)]
 pub fn run_server(
     py: Python<'_>,
     po: &Bound<'_, PyPostoffice>,

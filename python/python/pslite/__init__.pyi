@@ -1,0 +1,19 @@
+from ._errors import Error as Error
+from ._errors import InvalidArgumentError as InvalidArgumentError
+from ._errors import PeerLostError as PeerLostError
+from ._errors import TimeoutError as TimeoutError
+from ._pslite import ALL_GROUP as ALL_GROUP
+from ._pslite import DTYPES as DTYPES
+from ._pslite import SCHEDULER_GROUP as SCHEDULER_GROUP
+from ._pslite import SERVER_GROUP as SERVER_GROUP
+from ._pslite import WORKER_GROUP as WORKER_GROUP
+from ._pslite import KVWorker as KVWorker
+from ._pslite import Postoffice as Postoffice
+from ._pslite import ReqMeta as ReqMeta
+from ._pslite import __version__ as __version__
+from ._pslite import run_server as run_server
+from ._pslite import start as start
+
+__all__ = ["ALL_GROUP", "DTYPES", "SCHEDULER_GROUP", "SERVER_GROUP", "WORKER_GROUP", "Error",
+           "InvalidArgumentError", "KVWorker", "PeerLostError", "Postoffice", "ReqMeta",
+           "TimeoutError", "__version__", "run_server", "start"]

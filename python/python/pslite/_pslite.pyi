@@ -1,0 +1,143 @@
+"""Type stubs of pslite's native module (PyO3). Shapes, dtypes and errors are in each
+docstring; every blocking call releases the GIL."""
+
+from typing import Any, Callable, Optional, Sequence, Tuple, Union, final
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = ["ALL_GROUP", "DTYPES", "KVWorker", "Postoffice", "ReqMeta", "SCHEDULER_GROUP",
+           "SERVER_GROUP", "WORKER_GROUP", "__version__", "run_server", "start"]
+
+__version__: str
+SCHEDULER_GROUP: int  # 1
+SERVER_GROUP: int  # 2
+WORKER_GROUP: int  # 4
+ALL_GROUP: int  # 7
+DTYPES: list[str]  # ["float32", "float64", "int32", "int64", "uint8", "uint32", "uint64"]
+
+#: _Keys: a uint64 array (a non-negative int64 one is taken too), or a list of ints; sorted and
+#: unique within a call.
+_Keys = Union[npt.NDArray[np.uint64], npt.NDArray[np.int64], Sequence[int]]
+#: _Values: a flat C-contiguous array of the worker's dtype (anything with the buffer
+#: protocol: NumPy arrays, PyTorch CPU tensors through ``.numpy()``), or a list.
+_Values = Union[npt.NDArray[Any], memoryview, Sequence[float]]
+#: _Values per key: uint32 array or a sequence of ints, one per key, summing to len(vals).
+_Lens = Optional[Union[npt.NDArray[np.uint32], Sequence[int]]]
+_DTypeLike = Union[str, type, np.dtype[Any], None]
+
+@final
+class Postoffice:
+    """A node's postoffice (``pslite.start``); a context manager that finalizes on exit."""
+
+    @property
+    def rank(self) -> int:
+        """This node's rank within its role, 0-based."""
+    @property
+    def id(self) -> int:
+        """Node id: scheduler 1, servers 8, 10, …, workers 9, 11, …"""
+    @property
+    def role(self) -> str:
+        """"scheduler", "server" or "worker"."""
+    @property
+    def num_servers(self) -> int: ...
+    @property
+    def num_workers(self) -> int: ...
+    @property
+    def metrics_url(self) -> Optional[str]:
+        """Where this node serves Prometheus metrics (PS_METRICS_PORT), or None."""
+    def barrier(self, group: int = ...) -> None:
+        """Waits until every node of ``group`` (default WORKER_GROUP) called barrier.
+
+        Raises TimeoutError (PS_TIMEOUT), PeerLostError, InvalidArgumentError (group not 1–7).
+        """
+    def finalize(self) -> None:
+        """Ends the node after every node finalized (no deadline); idempotent.
+
+        Raises PeerLostError naming a lost node."""
+    def __enter__(self) -> "Postoffice": ...
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool: ...
+
+def start(role: Optional[str] = None, **overrides: Any) -> Postoffice:
+    """Starts this process's node and joins the cluster (blocks until every node joined).
+
+    ``role``: "scheduler", "server" or "worker" (default: DMLC_ROLE). Settings come from the
+    DMLC_*/PS_* variables; a keyword replaces one: root_uri, root_port, num_servers,
+    num_workers, node_host, interface, van, verbose, timeout (seconds), rank, or any variable
+    by name (PS_KEY_CACHE=1).
+
+    Raises Error naming a missing or malformed variable (or keyword); InvalidArgumentError
+    for an unknown keyword or role; TimeoutError when the cluster does not form in PS_TIMEOUT.
+    """
+
+@final
+class KVWorker:
+    """The worker side of a key-value application (ps-lite's KVWorker).
+
+    A call's keys are sorted and unique; ``vals`` holds all keys' values concatenated in key
+    order, ``lens[i]`` values for key i (default: ``len(vals) // len(keys)`` each). Calls
+    return a timestamp to ``wait`` on.
+    """
+
+    def __new__(cls, po: Postoffice, app_id: int = 0, customer_id: int = 0,
+                dtype: _DTypeLike = None) -> "KVWorker":
+        """``dtype``: float32 (default), float64, int32, int64, uint8, uint32 or uint64.
+
+        Raises InvalidArgumentError for a taken (app_id, customer_id), another dtype, or a
+        postoffice that is not a worker's."""
+    @property
+    def dtype(self) -> np.dtype[Any]: ...
+    @property
+    def postoffice(self) -> Postoffice: ...
+    def push(self, keys: _Keys, vals: _Values, lens: _Lens = None) -> int:
+        """Pushes ``vals`` (shape (sum(lens),)); ``vals`` may change once this returns.
+
+        Raises InvalidArgumentError (unsorted keys, lens not adding up, wrong dtype,
+        non-contiguous array), Error (cannot send)."""
+    def pull(self, keys: _Keys) -> int:
+        """Pulls ``keys``; ``take_pulled(ts)`` returns the values."""
+    def push_pull(self, keys: _Keys, vals: _Values, lens: _Lens = None) -> int:
+        """Pushes and pulls the updated values in one round trip (ZPushPull)."""
+    def wait(self, ts: int) -> None:
+        """Blocks until request ``ts`` completed.
+
+        Raises TimeoutError naming the silent servers (PS_TIMEOUT), Error with a server's
+        error text, InvalidArgumentError for a timestamp not outstanding."""
+    def take_pulled(self, ts: int) -> Tuple[npt.NDArray[np.uint64], npt.NDArray[Any],
+                                            npt.NDArray[np.uint32]]:
+        """Waits for pull ``ts``: (keys uint64, vals of the dtype, lens uint32 — empty when
+        every key has len(vals) // len(keys) values). Raises as ``wait``."""
+    def pull_into(self, keys: _Keys, out: npt.NDArray[Any]) -> None:
+        """Pulls ``keys`` into ``out`` (writable, C-contiguous, the dtype, exactly the pulled
+        length) and waits. Raises as ``wait``; InvalidArgumentError for a wrong size (both
+        lengths named), dtype, layout or a read-only array."""
+    def push_pull_into(self, keys: _Keys, vals: _Values, out: npt.NDArray[Any],
+                       lens: _Lens = None) -> None:
+        """Pushes ``vals`` and pulls the updated values into ``out`` (not sharing memory
+        with ``vals``), then waits. Raises as ``push`` and ``pull_into``."""
+
+@final
+class ReqMeta:
+    """What a Python handler learns about a request besides its pairs."""
+
+    cmd: int  # application command, 0 for plain push/pull
+    push: bool  # the request carries values to apply
+    pull: bool  # the answer must carry the keys' values
+    sender: int  # the worker's node id
+    timestamp: int  # the worker's timestamp
+
+_Handler = Callable[[ReqMeta, npt.NDArray[np.uint64], npt.NDArray[Any], npt.NDArray[np.uint32]],
+                   Union[None, npt.NDArray[Any], Tuple[npt.NDArray[Any], Sequence[int]]]]
+
+def run_server(po: Postoffice, handler: Union[str, _Handler, None] = "sum",
+               dtype: _DTypeLike = None, app_id: int = 0) -> None:
+    """Serves application ``app_id`` until every node finalized, then finalizes ``po``.
+
+    ``"sum"``: pslite's default handler, every dtype. A callable ``handler(meta, keys, vals,
+    lens)`` serves ``dtype`` (default float32): ``vals`` are the pushed values (empty for a
+    pull), ``lens`` uint32 (empty: an even split); for a pull it returns the keys' values, or
+    ``(vals, lens)``. Its exception reaches the worker as Error ("… answered with an error:
+    the Python handler raised KeyError: …"). The slow path: each request takes the GIL.
+
+    Raises InvalidArgumentError for a postoffice not a server's or a bad handler;
+    PeerLostError when a node was lost."""

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# The Python package's checks (issue 17), run by .ci/run and by hand from the repository root:
+#
+#   scripts/python-tests.sh
+#
+# Builds pslite's release binaries (the tests' scheduler and servers), makes a fresh virtual
+# environment in target/pyenv, installs the package into it with `pip install ./python` (maturin
+# builds it in this repository's target/, sharing the release build of the pslite crate), then
+# lints the binding crate, checks the type stubs against the module (mypy's stubtest), runs the
+# pytest tests, and one short interleaved Python-vs-Rust bench (figures printed, not asserted).
+# Needs a Python 3.9+ with venv (python3, or $PYTHON) and PyPI for maturin, numpy, pytest, mypy.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/need-debs.sh
+PYTHON=${PYTHON:-python3}
+export CARGO_TARGET_DIR=$PWD/target
+
+cargo build --release --bins
+venv=target/pyenv
+rm -rf "$venv"
+if ! "$PYTHON" -m venv "$venv" 2>/dev/null; then
+    # Debian's own python3 has no venv module without this package.
+    need_debs python3-venv
+    "$PYTHON" -m venv "$venv"
+fi
+"$venv/bin/python" -m pip install -q --upgrade pip
+"$venv/bin/python" -m pip install -q ./python pytest mypy
+"$venv/bin/python" -c 'import pslite; print("pslite", pslite.__version__, "from", pslite.__file__)'
+
+cargo fmt --check --manifest-path python/Cargo.toml
+cargo clippy --release --manifest-path python/Cargo.toml --all-targets -- -D warnings
+# Outside the repository, so that the installed package (not python/python) is checked.
+(cd /tmp && "$OLDPWD/$venv/bin/python" -m mypy.stubtest pslite)
+"$venv/bin/python" -m mypy --ignore-missing-imports examples/python python/bench.py python/tests
+
+"$venv/bin/python" -m pytest -q python/tests
+"$venv/bin/python" python/bench.py compare --runs 1 --seconds 2
