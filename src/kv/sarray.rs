@@ -28,6 +28,31 @@ impl<V: Value> SArray<V> {
         }
     }
 
+    /// Shares memory another owner keeps (a Python array's buffer, say) without copying it:
+    /// `owner`'s bytes are the values, and `owner` is dropped when the last clone or frame of
+    /// this array is (after the van sent it). The owner must not change the bytes meanwhile:
+    /// the van reads them while it sends.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) when the bytes are not a whole
+    /// number of `V`s or not aligned for `V`.
+    pub fn from_owner<O: AsRef<[u8]> + Send + 'static>(owner: O) -> crate::Result<SArray<V>> {
+        let b = owner.as_ref();
+        let size = std::mem::size_of::<V>();
+        if !b.len().is_multiple_of(size) || (b.as_ptr() as usize) % std::mem::align_of::<V>() != 0 {
+            return Err(crate::Error::InvalidArgument(format!(
+                "an SArray of {} needs whole, aligned elements: {} bytes at address {:#x}",
+                std::any::type_name::<V>(),
+                b.len(),
+                b.as_ptr() as usize
+            )));
+        }
+        Ok(SArray {
+            bytes: Bytes::from_owner(owner),
+            _v: PhantomData,
+        })
+    }
+
     /// Elements.
     pub fn len(&self) -> usize {
         self.bytes.len() / std::mem::size_of::<V>()
@@ -48,7 +73,7 @@ impl<V: Value> SArray<V> {
 impl<V: Value> std::ops::Deref for SArray<V> {
     type Target = [V];
     fn deref(&self) -> &[V] {
-        // A Vec<V>'s memory is aligned for V, and `from_vec` is the only constructor.
+        // A Vec<V>'s memory is aligned for V, and `from_owner` checks its owner's.
         bytemuck::cast_slice(&self.bytes)
     }
 }
@@ -62,5 +87,27 @@ impl<V: Value> From<Vec<V>> for SArray<V> {
 impl<V: Value> std::fmt::Debug for SArray<V> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SArray").field("len", &self.len()).finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::SArray;
+
+    #[test]
+    fn from_owner_shares_whole_aligned_elements_only() {
+        let words: Vec<u64> = vec![1, 2, 3];
+        let bytes: Vec<u8> = bytemuck::cast_slice(&words).to_vec();
+        let shared = SArray::<u32>::from_owner(bytemuck::cast_slice::<u64, u8>(&words).to_vec());
+        assert_eq!(shared.map(|s| s.to_vec()), Ok(vec![1, 0, 2, 0, 3, 0]));
+        let short = SArray::<u32>::from_owner(bytes[..6].to_vec());
+        assert!(short.is_err_and(|e| e
+            .to_string()
+            .contains("needs whole, aligned elements: 6 bytes")));
+        // A static byte slice at an odd address is refused for u32.
+        static RAW: [u8; 9] = [0; 9];
+        let odd = &RAW[(RAW.as_ptr() as usize % 2 == 0) as usize..][..8];
+        assert!(SArray::<u32>::from_owner(odd).is_err());
+        assert!(SArray::<u8>::from_owner(odd).is_ok_and(|s| s.len() == 8));
     }
 }
