@@ -6,7 +6,7 @@
 //! caller's array, and pulled values come back as NumPy arrays that own the Rust vectors (no
 //! copy). The GIL is released for every send and wait.
 
-use crate::buffers::{input, output, slice, slice_mut, DType, Keys, Lens};
+use crate::buffers::{input, lend, output, release_retired, slice, slice_mut, DType, Keys, Lens};
 use crate::errors::{check, invalid};
 use crate::PyPostoffice;
 use numpy::PyArray1;
@@ -66,16 +66,25 @@ impl PyKVWorker {
         keys: &Bound<'_, PyAny>,
         vals: Option<&Bound<'_, PyAny>>,
         lens: Option<&Bound<'_, PyAny>>,
+        copy: bool,
     ) -> PyResult<Timestamp> {
+        release_retired(py);
         let keys = Keys::get(keys, "keys")?;
         let lens = Lens::get(lens)?;
         with_worker!(&self.kv, kv, T => {
             let vals = vals.map(|v| input::<T>(v, "vals", self.dtype)).transpose()?;
-            let (k, v, l) = (keys.as_slice(), vals.as_ref().map_or(&[][..], slice), lens.as_option());
-            check(py.detach(|| {
-                let l = l.unwrap_or(&[]);
-                kv.request(op, k, v, l, pslite::RequestOptions::default())
-            }))
+            let (k, l) = (keys.as_slice(), lens.as_option().unwrap_or(&[]));
+            let options = pslite::RequestOptions::default();
+            match vals {
+                Some(v) if !copy => {
+                    let shared = check(lend(v))?;
+                    check(py.detach(|| kv.request_shared(op, k, &shared, l, options)))
+                }
+                v => {
+                    let v = v.as_ref().map_or(&[][..], slice);
+                    check(py.detach(|| kv.request(op, k, v, l, options)))
+                }
+            }
         })
     }
 }
@@ -133,41 +142,45 @@ impl PyKVWorker {
 
     /// Pushes `vals` (shape `(sum(lens),)`, the worker's dtype) for `keys` (`uint64`, sorted,
     /// unique); returns the timestamp to `wait` on. The values are read in place and copied
-    /// once into the messages, so `vals` may change as soon as this returns.
+    /// once into the messages, so `vals` may change as soon as this returns. With
+    /// `copy=False` they are not copied at all: the messages share `vals`' memory (ps-lite's
+    /// `ZPush` of an `SArray`), which must then not change until `wait(ts)` returned.
     ///
     /// Raises `InvalidArgumentError` for unsorted or duplicate keys, lens that do not add up,
     /// a wrong dtype or a non-contiguous array; `Error` if a message cannot be sent.
-    #[pyo3(signature = (keys, vals, lens = None))]
+    #[pyo3(signature = (keys, vals, lens = None, copy = true))]
     fn push(
         &self,
         py: Python<'_>,
         keys: &Bound<'_, PyAny>,
         vals: &Bound<'_, PyAny>,
         lens: Option<&Bound<'_, PyAny>>,
+        copy: bool,
     ) -> PyResult<Timestamp> {
-        self.send(py, pslite::Op::Push, keys, Some(vals), lens)
+        self.send(py, pslite::Op::Push, keys, Some(vals), lens, copy)
     }
 
     /// Pulls the values of `keys`; after `wait` or in `take_pulled(ts)` they are returned.
     ///
     /// Raises as `push`.
     fn pull(&self, py: Python<'_>, keys: &Bound<'_, PyAny>) -> PyResult<Timestamp> {
-        self.send(py, pslite::Op::Pull, keys, None, None)
+        self.send(py, pslite::Op::Pull, keys, None, None, true)
     }
 
     /// Pushes `vals` and pulls the result of the update in one round trip (ps-lite's
-    /// `ZPushPull`); `take_pulled(ts)` gives the result.
+    /// `ZPushPull`); `take_pulled(ts)` gives the result. `copy` as in `push`.
     ///
     /// Raises as `push`.
-    #[pyo3(signature = (keys, vals, lens = None))]
+    #[pyo3(signature = (keys, vals, lens = None, copy = true))]
     fn push_pull(
         &self,
         py: Python<'_>,
         keys: &Bound<'_, PyAny>,
         vals: &Bound<'_, PyAny>,
         lens: Option<&Bound<'_, PyAny>>,
+        copy: bool,
     ) -> PyResult<Timestamp> {
-        self.send(py, pslite::Op::PushPull, keys, Some(vals), lens)
+        self.send(py, pslite::Op::PushPull, keys, Some(vals), lens, copy)
     }
 
     /// Blocks, the GIL released, until request `ts` completed. A pull's values stay for
@@ -177,6 +190,7 @@ impl PyKVWorker {
     /// `Error` with a server's error text; `InvalidArgumentError` for a timestamp that is not
     /// outstanding.
     fn wait(&self, py: Python<'_>, ts: Timestamp) -> PyResult<()> {
+        release_retired(py);
         with_worker!(&self.kv, kv, T => check(py.detach(|| kv.wait(ts))))
     }
 

@@ -173,3 +173,32 @@ def test_start_errors_name_the_setting(monkeypatch):
                      num_workers=1)
     with pytest.raises(pslite.InvalidArgumentError, match='role "boss"'):
         pslite.start("boss")
+
+
+def test_copy_false_shares_the_array_until_the_van_is_done(cluster):
+    """push(copy=False) sends the caller's memory itself: the sums are right, and the buffer
+    is exported while the van holds it and released afterwards (a bytearray can be resized
+    again only once no export is left)."""
+    import time
+
+    c = cluster(servers=2)
+    with c.start() as po:
+        kv = pslite.KVWorker(po, dtype=np.uint8)
+        shared = bytearray(range(8))
+        for _ in range(3):
+            ts = kv.push([1, 2**63], shared, copy=False)
+            with pytest.raises(BufferError):  # lent, not copied
+                shared.extend(b"!")
+            kv.wait(ts)
+        ts = kv.push_pull([1, 2**63], np.ones(8, np.uint8), copy=False)
+        _, vals, _ = kv.take_pulled(ts)
+        np.testing.assert_array_equal(vals, 3 * np.arange(8, dtype=np.uint8) + 1)
+        for _ in range(50):  # the van drops its frames once they are on the wire
+            kv.wait(kv.push([1], np.zeros(4, np.uint8)))  # a call releases what it let go
+            try:
+                shared.extend(b"!")
+                break
+            except BufferError:
+                time.sleep(0.01)
+        assert len(shared) == 9, "the pushed bytearray is still exported"
+    c.wait()

@@ -89,15 +89,19 @@ class KVWorker:
     def dtype(self) -> np.dtype[Any]: ...
     @property
     def postoffice(self) -> Postoffice: ...
-    def push(self, keys: _Keys, vals: _Values, lens: _Lens = None) -> int:
-        """Pushes ``vals`` (shape (sum(lens),)); ``vals`` may change once this returns.
+    def push(self, keys: _Keys, vals: _Values, lens: _Lens = None, copy: bool = True) -> int:
+        """Pushes ``vals`` (shape (sum(lens),)); ``vals`` may change once this returns. With
+        ``copy=False`` the messages share ``vals`` without a copy (ps-lite's ZPush): it must
+        not change until ``wait(ts)`` returned.
 
         Raises InvalidArgumentError (unsorted keys, lens not adding up, wrong dtype,
         non-contiguous array), Error (cannot send)."""
     def pull(self, keys: _Keys) -> int:
         """Pulls ``keys``; ``take_pulled(ts)`` returns the values."""
-    def push_pull(self, keys: _Keys, vals: _Values, lens: _Lens = None) -> int:
-        """Pushes and pulls the updated values in one round trip (ZPushPull)."""
+    def push_pull(self, keys: _Keys, vals: _Values, lens: _Lens = None,
+                  copy: bool = True) -> int:
+        """Pushes and pulls the updated values in one round trip (ZPushPull); ``copy`` as in
+        ``push``."""
     def wait(self, ts: int) -> None:
         """Blocks until request ``ts`` completed.
 
