@@ -39,7 +39,9 @@ impl<V: Value> SArray<V> {
     pub fn from_owner<O: AsRef<[u8]> + Send + 'static>(owner: O) -> crate::Result<SArray<V>> {
         let b = owner.as_ref();
         let size = std::mem::size_of::<V>();
-        if !b.len().is_multiple_of(size) || (b.as_ptr() as usize) % std::mem::align_of::<V>() != 0 {
+        if !b.len().is_multiple_of(size)
+            || !(b.as_ptr() as usize).is_multiple_of(std::mem::align_of::<V>())
+        {
             return Err(crate::Error::InvalidArgument(format!(
                 "an SArray of {} needs whole, aligned elements: {} bytes at address {:#x}",
                 std::any::type_name::<V>(),
@@ -106,7 +108,7 @@ mod tests {
             .contains("needs whole, aligned elements: 6 bytes")));
         // A static byte slice at an odd address is refused for u32.
         static RAW: [u8; 9] = [0; 9];
-        let odd = &RAW[(RAW.as_ptr() as usize % 2 == 0) as usize..][..8];
+        let odd = &RAW[(RAW.as_ptr() as usize).is_multiple_of(2) as usize..][..8];
         assert!(SArray::<u32>::from_owner(odd).is_err());
         assert!(SArray::<u8>::from_owner(odd).is_ok_and(|s| s.len() == 8));
     }
