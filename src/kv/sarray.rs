@@ -37,20 +37,24 @@ impl<V: Value> SArray<V> {
     /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) when the bytes are not a whole
     /// number of `V`s or not aligned for `V`.
     pub fn from_owner<O: AsRef<[u8]> + Send + 'static>(owner: O) -> crate::Result<SArray<V>> {
-        let b = owner.as_ref();
+        // Checked where the bytes end up: an owner holding them inline moves into `Bytes`.
+        let bytes = Bytes::from_owner(owner);
         let size = std::mem::size_of::<V>();
-        if !b.len().is_multiple_of(size)
-            || !(b.as_ptr() as usize).is_multiple_of(std::mem::align_of::<V>())
+        if bytes.is_empty() {
+            return Ok(SArray::from_vec(Vec::new()));
+        }
+        if !bytes.len().is_multiple_of(size)
+            || !(bytes.as_ptr() as usize).is_multiple_of(std::mem::align_of::<V>())
         {
             return Err(crate::Error::InvalidArgument(format!(
                 "an SArray of {} needs whole, aligned elements: {} bytes at address {:#x}",
                 std::any::type_name::<V>(),
-                b.len(),
-                b.as_ptr() as usize
+                bytes.len(),
+                bytes.as_ptr() as usize
             )));
         }
         Ok(SArray {
-            bytes: Bytes::from_owner(owner),
+            bytes,
             _v: PhantomData,
         })
     }
@@ -75,6 +79,10 @@ impl<V: Value> SArray<V> {
 impl<V: Value> std::ops::Deref for SArray<V> {
     type Target = [V];
     fn deref(&self) -> &[V] {
+        if self.bytes.is_empty() {
+            // An empty `Bytes` points anywhere, perhaps not aligned for V.
+            return &[];
+        }
         // A Vec<V>'s memory is aligned for V, and `from_owner` checks its owner's.
         bytemuck::cast_slice(&self.bytes)
     }
@@ -111,5 +119,10 @@ mod tests {
         let odd = &RAW[(RAW.as_ptr() as usize).is_multiple_of(2) as usize..][..8];
         assert!(SArray::<u32>::from_owner(odd).is_err());
         assert!(SArray::<u8>::from_owner(odd).is_ok_and(|s| s.len() == 8));
+        // Empty arrays, whatever their address, are empty.
+        assert!(
+            SArray::<u64>::from_owner(&RAW[1..1]).is_ok_and(|s| s.is_empty() && s[..].is_empty())
+        );
+        assert!(SArray::<f64>::from_vec(Vec::new())[..].is_empty());
     }
 }
