@@ -28,6 +28,15 @@ pub fn tune_allocator() {
 /// "who waits on whom" block on `SIGUSR1` ([`crate::waits::on_sigusr1`]).
 pub fn init_logging(cfg: &Config) {
     tune_allocator();
+    init_tracing(cfg);
+    // A node run by our binaries logs "who waits on whom" on SIGUSR1 (issue 16).
+    crate::waits::on_sigusr1();
+}
+
+/// Sets up `tracing` to stderr at the level of `PS_VERBOSE` (overridden by `RUST_LOG`), once
+/// per process; nothing else of the process changes (what an embedding, such as the Python
+/// bindings, wants).
+pub fn init_tracing(cfg: &Config) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(cfg.log_filter()));
     let _ = tracing_subscriber::fmt()
@@ -35,8 +44,6 @@ pub fn init_logging(cfg: &Config) {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal())
         .try_init();
-    // A node run by our binaries logs "who waits on whom" on SIGUSR1 (issue 16).
-    crate::waits::on_sigusr1();
 }
 
 /// Ends the process: exit 0 on `Ok`, else prints `NAME: error: TEXT` to stderr and exits 1.
