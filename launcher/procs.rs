@@ -119,8 +119,12 @@ pub fn spawn(launch: &Launch<'_>, node: Node) -> Result<Proc, String> {
             let mut cmd = match &node.command {
                 Some(line) => {
                     let mut cmd = Command::new("sh");
-                    // Python flushes each line, so the prefixed output keeps its order.
-                    cmd.args(["-c", line]).env("PYTHONUNBUFFERED", "1");
+                    // Python flushes each line, so the prefixed output keeps its order. A
+                    // process group of its own: stopping the node stops every process the
+                    // command started (`cd x && python t.py` runs python as a grandchild).
+                    cmd.args(["-c", line])
+                        .env("PYTHONUNBUFFERED", "1")
+                        .process_group(0);
                     cmd
                 }
                 None => {
@@ -309,6 +313,12 @@ pub fn kill_all(procs: &mut [Proc]) {
     for p in procs.iter_mut() {
         // A remote node sees its input close and stops.
         p._stdin = None;
+        if p.node.command.is_some() {
+            // SAFETY: kill(2) with a negative pid signals the process group the command leads.
+            unsafe {
+                libc::kill(-(p.child.id() as i32), libc::SIGKILL);
+            }
+        }
         let _ = p.child.kill();
     }
     for p in procs.iter_mut() {
