@@ -15,6 +15,7 @@ cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
 export CARGO_TARGET_DIR=$PWD/target
 
+need_debs procps  # pgrep, in the launcher tests
 cargo build --release --bins
 venv=target/pyenv
 rm -rf "$venv"

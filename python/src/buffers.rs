@@ -1,15 +1,16 @@
 //! Python buffers (NumPy arrays, `memoryview`s, anything with the buffer protocol) read and
 //! written as Rust slices without a copy, and the value types (`dtype`s) a worker can carry.
 //!
-//! Inputs must be C-contiguous and of the worker's dtype exactly: a mismatch raises
-//! `pslite.InvalidArgumentError` naming the argument, what it is and what was expected, rather
-//! than converting silently. A Python list or tuple (no buffer) is converted to an array of the
-//! expected dtype first. Keys are `uint64`; a non-negative `int64` array (what `numpy.arange`
-//! gives) is taken too, without a copy.
+//! Inputs must be C-contiguous, in this machine's byte order and of the worker's dtype exactly:
+//! a mismatch raises `pslite.InvalidArgumentError` naming the argument, what it is and what was
+//! expected, rather than converting silently. A Python list, tuple or range (no buffer) of
+//! numbers is converted to an array of the expected dtype first. Keys are `uint64`; a
+//! non-negative `int64` array (what `numpy.arange` gives) is taken too, without a copy.
 
 use crate::errors::invalid;
 use pyo3::buffer::{ElementType, PyBuffer, PyUntypedBuffer};
 use pyo3::prelude::*;
+use pyo3::types::{PyList, PyRange, PyTuple};
 
 /// A value type the bindings carry: each is a [`pslite::Value`] and a buffer element.
 pub trait PyValue: pslite::Value + pyo3::buffer::Element + numpy::Element {}
@@ -100,28 +101,115 @@ fn element_name(buf: &PyUntypedBuffer) -> String {
     format!("{kind}{}", buf.item_size() * 8)
 }
 
-/// The buffer of `obj`; a list or tuple (no buffer protocol) is first made an array of
-/// `dtype` with `numpy.ascontiguousarray`.
-fn untyped(obj: &Bound<'_, PyAny>, what: &str, dtype: &str) -> PyResult<PyUntypedBuffer> {
-    if let Ok(b) = PyUntypedBuffer::get(obj) {
-        return Ok(b);
+/// The buffer of `obj`. A list, tuple or range (no buffer protocol) is first made an array
+/// of `dtype` — of numbers of its kind only (whole numbers for an integer dtype), each in
+/// range: NumPy (≥ 2) refuses the others, and so no `None` becomes a NaN and no `-1` a large
+/// key.
+fn untyped(obj: &Bound<'_, PyAny>, what: &str, dtype: DType) -> PyResult<PyUntypedBuffer> {
+    if let Some(b) = buffer(obj) {
+        return b;
     }
     let py = obj.py();
-    let converted = py
-        .import("numpy")?
-        .getattr("ascontiguousarray")?
-        .call1((obj, dtype))
-        .map_err(|e| {
-            invalid(format!(
-                "{what}: expected an array of {dtype} (any object with the buffer protocol, \
-                 or a list), got {}: {e}",
-                obj.get_type()
-                    .name()
-                    .map(|n| n.to_string())
-                    .unwrap_or_default()
-            ))
-        })?;
+    let type_name = || {
+        obj.get_type()
+            .name()
+            .map(|n| n.to_string())
+            .unwrap_or_default()
+    };
+    let listed = obj.is_instance_of::<PyList>()
+        || obj.is_instance_of::<PyTuple>()
+        || obj.is_instance_of::<PyRange>();
+    if !listed {
+        return Err(invalid(format!(
+            "{what}: expected an array of {} (a NumPy array, anything with the buffer \
+             protocol, or a list of numbers), got {}",
+            dtype.name(),
+            type_name()
+        )));
+    }
+    let np = py.import("numpy")?;
+    let refuse = |listed_as: &str, expected: &str| {
+        invalid(format!(
+            "{what}: a {} of {listed_as} cannot carry {}: expected {expected} numbers",
+            type_name(),
+            dtype.name(),
+        ))
+    };
+    match dtype {
+        DType::F32 | DType::F64 => {
+            // NumPy's own reading of the list: numbers, or objects (None) and strings.
+            let plain = np
+                .getattr("asarray")?
+                .call1((obj,))
+                .map_err(|e| invalid(format!("{what}: {e}")))?;
+            let dt = plain.getattr("dtype")?;
+            let kind: String = dt.getattr("kind")?.extract()?;
+            let size: usize = plain.getattr("size")?.extract()?;
+            if size > 0 && !"biuf".contains(kind.as_str()) {
+                return Err(refuse(&dt.str()?.to_string(), "plain"));
+            }
+        }
+        _ => {
+            // Whole numbers only (Python ints, NumPy integers): NumPy would truncate 1.5.
+            for item in obj.try_iter()? {
+                let item = item?;
+                // SAFETY: PyIndex_Check only reads the object's type.
+                if unsafe { pyo3::ffi::PyIndex_Check(item.as_ptr()) } == 0 {
+                    let t = item.get_type().name().map(|n| n.to_string());
+                    return Err(refuse(&t.unwrap_or_default(), "whole"));
+                }
+            }
+        }
+    }
+    let converted = np
+        .getattr("asarray")?
+        .call1((obj, dtype.name()))
+        .map_err(|e| invalid(format!("{what}: {e}")))?;
     PyUntypedBuffer::get(&converted)
+}
+
+/// The buffer of `obj`, `None` when it has none. A buffer PyO3 does not take as it is (a
+/// ctypes array gives no strides) is taken through NumPy's view of the same memory.
+fn buffer(obj: &Bound<'_, PyAny>) -> Option<PyResult<PyUntypedBuffer>> {
+    if let Ok(b) = PyUntypedBuffer::get(obj) {
+        return Some(Ok(b));
+    }
+    // SAFETY: PyObject_CheckBuffer only reads the object's type.
+    if unsafe { pyo3::ffi::PyObject_CheckBuffer(obj.as_ptr()) } == 0 {
+        return None;
+    }
+    let view = || -> PyResult<PyUntypedBuffer> {
+        let same = obj
+            .py()
+            .import("numpy")?
+            .getattr("asarray")?
+            .call1((obj,))?;
+        PyUntypedBuffer::get(&same)
+    };
+    Some(view())
+}
+
+/// Where a buffer's format puts its bytes: in this machine's order (no prefix, `@`, `=`), in
+/// this machine's order spelled out (`<` here: ctypes writes it, PyO3 refuses it), or in the
+/// other order (`>`, `!`: network order).
+#[derive(PartialEq)]
+enum Order {
+    Native,
+    Spelled,
+    Foreign,
+}
+
+fn order(buf: &PyUntypedBuffer) -> Order {
+    let native = if cfg!(target_endian = "little") {
+        b'<'
+    } else {
+        b'>'
+    };
+    match buf.format().to_bytes() {
+        [c, _, ..] if *c == native => Order::Spelled,
+        [b'<' | b'>' | b'!', _, ..] => Order::Foreign,
+        _ => Order::Native,
+    }
 }
 
 /// Checks that `buf` is C-contiguous (and writable when `write`).
@@ -143,13 +231,14 @@ fn check_layout(buf: &PyUntypedBuffer, what: &str, write: bool) -> PyResult<()> 
 /// `obj` as a C-contiguous buffer of `T` (`dtype`'s element) to read.
 ///
 /// # Errors
-/// `InvalidArgumentError` naming `what`: another element type, not C-contiguous, no buffer.
+/// `InvalidArgumentError` naming `what`: another element type or byte order, not
+/// C-contiguous, no buffer (nor a list of numbers).
 pub fn input<T: PyValue>(
     obj: &Bound<'_, PyAny>,
     what: &str,
     dtype: DType,
 ) -> PyResult<PyBuffer<T>> {
-    typed(untyped(obj, what, dtype.name())?, what, dtype, false)
+    typed(obj, untyped(obj, what, dtype)?, what, dtype, false)
 }
 
 /// `obj` as a writable C-contiguous buffer of `T` (no conversion: the caller's own memory).
@@ -161,7 +250,7 @@ pub fn output<T: PyValue>(
     what: &str,
     dtype: DType,
 ) -> PyResult<PyBuffer<T>> {
-    let buf = PyUntypedBuffer::get(obj).map_err(|_| {
+    let buf = buffer(obj).and_then(Result::ok).ok_or_else(|| {
         invalid(format!(
             "{what}: expected a writable array of {} (e.g. numpy.empty(n, numpy.{})), got {}",
             dtype.name(),
@@ -172,10 +261,12 @@ pub fn output<T: PyValue>(
                 .unwrap_or_default()
         ))
     })?;
-    typed(buf, what, dtype, true)
+    typed(obj, buf, what, dtype, true)
 }
 
+/// `buf` (of `obj`) as `T`s after every check.
 fn typed<T: PyValue>(
+    obj: &Bound<'_, PyAny>,
     buf: PyUntypedBuffer,
     what: &str,
     dtype: DType,
@@ -190,9 +281,57 @@ fn typed<T: PyValue>(
             dtype.name()
         )));
     }
+    let buf = match order(&buf) {
+        Order::Native => buf,
+        Order::Foreign => {
+            return Err(invalid(format!(
+                "{what}: an array of {got} in the other byte order (buffer format {:?}): \
+                 convert it first, e.g. {what}.astype({what}.dtype.newbyteorder(\"=\"))",
+                buf.format().to_string_lossy()
+            )))
+        }
+        Order::Spelled => {
+            // A NumPy view of the same memory as the plain dtype has the format PyO3 reads.
+            let np = obj.py().import("numpy")?;
+            let same = np.getattr("asarray")?.call1((obj,))?;
+            let again = PyUntypedBuffer::get(&same.call_method1("view", (dtype.name(),))?)?;
+            if order(&again) != Order::Native {
+                return Err(invalid(format!(
+                    "{what}: buffer format {:?} is not one pslite reads: pass a NumPy array",
+                    buf.format().to_string_lossy()
+                )));
+            }
+            again
+        }
+    };
     check_layout(&buf, what, write)?;
     buf.into_typed::<T>()
         .map_err(|e| invalid(format!("{what}: {e}")))
+}
+
+/// The bytes `[start, end)` a slice spans.
+pub fn span<A>(a: &[A]) -> (usize, usize) {
+    let start = a.as_ptr() as usize;
+    (start, start + std::mem::size_of_val(a))
+}
+
+/// Checks that the output buffer `out` shares no memory with the inputs `ins` (keys, values,
+/// lens): writing it while they are read would be undefined behaviour, and the pulled values
+/// would overwrite what is being sent.
+///
+/// # Errors
+/// `InvalidArgumentError` naming the input that shares memory with `out`.
+pub fn disjoint<T: PyValue>(out: &PyBuffer<T>, ins: &[(&str, (usize, usize))]) -> PyResult<()> {
+    let start = out.buf_ptr() as usize;
+    let end = start + out.item_count() * std::mem::size_of::<T>();
+    for (what, (a, b)) in ins {
+        if a < b && *a < end && start < *b {
+            return Err(invalid(format!(
+                "{what} and out share memory: pull into a separate array"
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// The elements of a C-contiguous buffer.
@@ -234,9 +373,9 @@ impl Keys {
     /// # Errors
     /// `InvalidArgumentError`: another element type, a negative key, not C-contiguous.
     pub fn get(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<Keys> {
-        let buf = untyped(obj, what, "uint64")?;
+        let buf = untyped(obj, what, DType::U64)?;
         if element_name(&buf) == "int64" {
-            let b: PyBuffer<i64> = typed(buf, what, DType::I64, false)?;
+            let b: PyBuffer<i64> = typed(obj, buf, what, DType::I64, false)?;
             if let Some(i) = slice(&b).iter().position(|&k| k < 0) {
                 return Err(invalid(format!(
                     "{what}[{i}] = {} is negative: keys are uint64",
@@ -245,7 +384,7 @@ impl Keys {
             }
             return Ok(Keys::I64(b));
         }
-        Ok(Keys::U64(typed(buf, what, DType::U64, false)?))
+        Ok(Keys::U64(typed(obj, buf, what, DType::U64, false)?))
     }
 
     /// The keys as `u64`s.
@@ -277,7 +416,7 @@ impl Lens {
         };
         if let Ok(b) = PyUntypedBuffer::get(obj) {
             if element_name(&b) == "uint32" {
-                return Ok(Lens::Buffer(typed(b, "lens", DType::U32, false)?));
+                return Ok(Lens::Buffer(typed(obj, b, "lens", DType::U32, false)?));
             }
         }
         let wide: Vec<i64> = obj

@@ -3,12 +3,15 @@
 //! - this file: the module, [`start`] and the `Postoffice` class;
 //! - `worker.rs`: `KVWorker` over any supported dtype;
 //! - `server.rs`: `run_server` with the default (sum) handler or a Python callable;
-//! - `buffers.rs`: Python buffers as Rust slices, without copies;
+//! - `buffers.rs`: Python buffers as Rust slices, without copies, and lent to frames
+//!   (`copy=False`);
+//! - `blocking.rs`: cluster-wide waits that Ctrl-C interrupts;
 //! - `errors.rs`: pslite's errors as `pslite.Error` and its subclasses.
 //!
 //! The GIL is released (`Python::detach`) around every call that waits, sends or serves, so
 //! other Python threads run meanwhile.
 
+mod blocking;
 mod buffers;
 mod errors;
 mod server;
@@ -21,8 +24,7 @@ use pslite::{Config, Postoffice, Role};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 /// Keyword names of `start` and the variables they set.
 const KEYWORDS: [(&str, &str); 10] = [
@@ -43,17 +45,22 @@ const KEYWORDS: [(&str, &str); 10] = [
 #[pyclass(frozen, name = "Postoffice", module = "pslite")]
 pub struct PyPostoffice {
     pub(crate) po: Arc<Postoffice>,
-    finalized: AtomicBool,
+    /// `finalize`'s result once it returned; held while it runs, so that a second caller
+    /// (another thread, `run_server`) waits for the first and gets the same result.
+    finalized: Arc<Mutex<Option<pslite::Result<()>>>>,
 }
 
 impl PyPostoffice {
-    /// Ends the node once; later calls return at once.
+    /// Ends the node once; a later or concurrent call gets the first call's result.
+    /// Ctrl-C interrupts the wait (see [`blocking::interruptible`]).
     pub(crate) fn finalize_inner(&self, py: Python<'_>) -> PyResult<()> {
-        if self.finalized.swap(true, Ordering::AcqRel) {
-            return Ok(());
-        }
-        let po = self.po.clone();
-        check(py.detach(move || po.finalize()))
+        crate::buffers::release_retired(py);
+        let (po, done) = (self.po.clone(), self.finalized.clone());
+        let r = blocking::interruptible(py, "finalize", move || {
+            let mut done = done.lock().unwrap_or_else(|e| e.into_inner());
+            done.get_or_insert_with(|| po.finalize()).clone()
+        })?;
+        check(r)
     }
 }
 
@@ -113,11 +120,14 @@ impl PyPostoffice {
             )));
         }
         let po = self.po.clone();
-        check(py.detach(move || po.barrier(group)))
+        check(blocking::interruptible(py, "barrier", move || {
+            po.barrier(group)
+        })?)
     }
 
-    /// Ends this node: waits (without deadline, the GIL released) until every node
-    /// finalized, then stops the van. A second call returns at once.
+    /// Ends this node: waits (without deadline, the GIL released, Ctrl-C interrupting it)
+    /// until every node finalized, then stops the van. A second call (or one from another
+    /// thread) waits for the first and returns its result.
     ///
     /// Raises `PeerLostError` naming a node that was lost.
     fn finalize(&self, py: Python<'_>) -> PyResult<()> {
@@ -215,8 +225,8 @@ fn keywords_for_flags(e: pslite::Error) -> pslite::Error {
 
 /// Starts this process's node and joins the cluster (ps-lite's `ps::Start`): reads the role
 /// (`DMLC_ROLE` unless `role` is given) and every setting from the same `DMLC_*`/`PS_*`
-/// variables as the Rust binaries, each keyword replacing its variable; blocks, with the GIL
-/// released, until every node joined.
+/// variables as the Rust binaries, each keyword replacing its variable (`RDMA_*` variables are
+/// read from the environment only); blocks, with the GIL released, until every node joined.
 ///
 /// Raises `pslite.Error` naming a missing or malformed variable, or a node that did not join.
 #[pyfunction]
@@ -247,13 +257,16 @@ fn start(
         }
     });
     let mut cfg = check(cfg.map_err(keywords_for_flags))?;
-    // Python's own log level stays Python's; pslite logs to stderr at PS_VERBOSE.
-    pslite::apps::init_logging(&cfg);
+    // pslite logs to stderr at PS_VERBOSE (or RUST_LOG); nothing else of the Python process
+    // changes (the binaries also tune malloc and log the waits block on SIGUSR1).
+    pslite::apps::init_tracing(&cfg);
     cfg.role = role;
-    let po = check(py.detach(move || Postoffice::start(cfg)))?;
+    let po = check(blocking::interruptible(py, "start", move || {
+        Postoffice::start(cfg)
+    })?)?;
     Ok(PyPostoffice {
         po,
-        finalized: AtomicBool::new(false),
+        finalized: Arc::new(Mutex::new(None)),
     })
 }
 

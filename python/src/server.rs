@@ -8,8 +8,10 @@ use crate::PyPostoffice;
 use numpy::PyArray1;
 use pslite::kv::pairs::check_lens;
 use pslite::kv::{KVPairs, KVRequest, ReqMeta};
-use pslite::{DefaultHandler, KVServer, RequestHandler, Role};
+use pslite::{DefaultHandler, KVServer, Postoffice, RequestHandler, Role};
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
+use std::sync::Arc;
 
 /// What a Python handler learns about a request besides its pairs (pslite's `ReqMeta`).
 #[pyclass(frozen, get_all, name = "ReqMeta", module = "pslite")]
@@ -66,6 +68,14 @@ impl PyHandler {
         let got = self.f.bind(py).call1(args)?;
         if !meta.pull {
             return Ok(None);
+        }
+        if got.is_none() {
+            return Err(PyValueError::new_err(format!(
+                "it returned None for a pull of {} keys: return their values (an array of {}), \
+                 or (vals, lens)",
+                req.keys.len(),
+                self.dtype.name()
+            )));
         }
         let (vals, lens) = match got.extract::<(Bound<'_, PyAny>, Bound<'_, PyAny>)>() {
             Ok((v, l)) => (v, Some(l)),
@@ -149,9 +159,10 @@ pub fn run_server(
             p.role().name()
         )));
     }
+    // A server restoring a checkpoint (PS_CHECKPOINT_DIR) reads it here: without the GIL.
     let servers: Vec<Box<dyn Send>> = match handler {
-        None => sum_servers(&p, app_id)?,
-        Some(h) if h.extract::<String>().is_ok_and(|s| s == "sum") => sum_servers(&p, app_id)?,
+        None => sum_servers(py, &p, app_id)?,
+        Some(h) if h.extract::<String>().is_ok_and(|s| s == "sum") => sum_servers(py, &p, app_id)?,
         Some(h) if h.is_callable() => {
             let dtype = DType::from_py(dtype)?;
             let ph = PyHandler {
@@ -159,15 +170,13 @@ pub fn run_server(
                 dtype,
             };
             vec![match dtype {
-                DType::F32 => {
-                    Box::new(check(KVServer::<f32>::new(&p, app_id, ph))?) as Box<dyn Send>
-                }
-                DType::F64 => Box::new(check(KVServer::<f64>::new(&p, app_id, ph))?),
-                DType::I32 => Box::new(check(KVServer::<i32>::new(&p, app_id, ph))?),
-                DType::I64 => Box::new(check(KVServer::<i64>::new(&p, app_id, ph))?),
-                DType::U8 => Box::new(check(KVServer::<u8>::new(&p, app_id, ph))?),
-                DType::U32 => Box::new(check(KVServer::<u32>::new(&p, app_id, ph))?),
-                DType::U64 => Box::new(check(KVServer::<u64>::new(&p, app_id, ph))?),
+                DType::F32 => serve::<f32>(py, &p, app_id, ph)?,
+                DType::F64 => serve::<f64>(py, &p, app_id, ph)?,
+                DType::I32 => serve::<i32>(py, &p, app_id, ph)?,
+                DType::I64 => serve::<i64>(py, &p, app_id, ph)?,
+                DType::U8 => serve::<u8>(py, &p, app_id, ph)?,
+                DType::U32 => serve::<u32>(py, &p, app_id, ph)?,
+                DType::U64 => serve::<u64>(py, &p, app_id, ph)?,
             }]
         }
         Some(h) => {
@@ -184,46 +193,27 @@ pub fn run_server(
     r
 }
 
-/// The default handler's servers, one per dtype.
-fn sum_servers(
-    p: &std::sync::Arc<pslite::Postoffice>,
+/// A `KVServer` of `V` serving `app_id` with `handler`, made without the GIL (a server with
+/// a checkpoint restores it here).
+fn serve<V: PyValue>(
+    py: Python<'_>,
+    p: &Arc<Postoffice>,
     app_id: i32,
-) -> PyResult<Vec<Box<dyn Send>>> {
+    handler: impl RequestHandler<V>,
+) -> PyResult<Box<dyn Send>> {
+    let server = check(py.detach(|| KVServer::<V>::new(p, app_id, handler)))?;
+    Ok(Box::new(server))
+}
+
+/// The default handler's servers, one per dtype.
+fn sum_servers(py: Python<'_>, p: &Arc<Postoffice>, app_id: i32) -> PyResult<Vec<Box<dyn Send>>> {
     Ok(vec![
-        Box::new(check(KVServer::<f32>::new(
-            p,
-            app_id,
-            DefaultHandler::new(),
-        ))?),
-        Box::new(check(KVServer::<f64>::new(
-            p,
-            app_id,
-            DefaultHandler::new(),
-        ))?),
-        Box::new(check(KVServer::<i32>::new(
-            p,
-            app_id,
-            DefaultHandler::new(),
-        ))?),
-        Box::new(check(KVServer::<i64>::new(
-            p,
-            app_id,
-            DefaultHandler::new(),
-        ))?),
-        Box::new(check(KVServer::<u8>::new(
-            p,
-            app_id,
-            DefaultHandler::new(),
-        ))?),
-        Box::new(check(KVServer::<u32>::new(
-            p,
-            app_id,
-            DefaultHandler::new(),
-        ))?),
-        Box::new(check(KVServer::<u64>::new(
-            p,
-            app_id,
-            DefaultHandler::new(),
-        ))?),
+        serve::<f32>(py, p, app_id, DefaultHandler::new())?,
+        serve::<f64>(py, p, app_id, DefaultHandler::new())?,
+        serve::<i32>(py, p, app_id, DefaultHandler::new())?,
+        serve::<i64>(py, p, app_id, DefaultHandler::new())?,
+        serve::<u8>(py, p, app_id, DefaultHandler::new())?,
+        serve::<u32>(py, p, app_id, DefaultHandler::new())?,
+        serve::<u64>(py, p, app_id, DefaultHandler::new())?,
     ])
 }

@@ -6,7 +6,9 @@
 //! caller's array, and pulled values come back as NumPy arrays that own the Rust vectors (no
 //! copy). The GIL is released for every send and wait.
 
-use crate::buffers::{input, lend, output, release_retired, slice, slice_mut, DType, Keys, Lens};
+use crate::buffers::{
+    disjoint, input, lend, output, release_retired, slice, slice_mut, span, DType, Keys, Lens,
+};
 use crate::errors::{check, invalid};
 use crate::PyPostoffice;
 use numpy::PyArray1;
@@ -204,6 +206,7 @@ impl PyKVWorker {
         py: Python<'py>,
         ts: Timestamp,
     ) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyAny>, Bound<'py, PyAny>)> {
+        release_retired(py);
         with_worker!(&self.kv, kv, T => {
             let pairs = check(py.detach(|| kv.take_pulled(ts)))?;
             Ok((
@@ -225,10 +228,13 @@ impl PyKVWorker {
         keys: &Bound<'_, PyAny>,
         out: &Bound<'_, PyAny>,
     ) -> PyResult<()> {
+        release_retired(py);
         let keys = Keys::get(keys, "keys")?;
         with_worker!(&self.kv, kv, T => {
             let out = output::<T>(out, "out", self.dtype)?;
-            let (k, o) = (keys.as_slice(), slice_mut(&out));
+            let k = keys.as_slice();
+            disjoint(&out, &[("keys", span(k))])?;
+            let o = slice_mut(&out);
             check(py.detach(|| kv.pull_into(k, o)))
         })
     }
@@ -246,18 +252,16 @@ impl PyKVWorker {
         out: &Bound<'_, PyAny>,
         lens: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
+        release_retired(py);
         let keys = Keys::get(keys, "keys")?;
         let lens = Lens::get(lens)?;
         with_worker!(&self.kv, kv, T => {
             let vals = input::<T>(vals, "vals", self.dtype)?;
             let out = output::<T>(out, "out", self.dtype)?;
-            let v = slice(&vals);
-            let span = |p: *const T, n: usize| (p as usize, p as usize + n * std::mem::size_of::<T>());
-            let (a, b) = (span(v.as_ptr(), v.len()), span(out.buf_ptr().cast::<T>(), out.item_count()));
-            if a.0 < b.1 && b.0 < a.1 {
-                return Err(invalid("vals and out share memory: pull into a separate array"));
-            }
-            let (k, l, o) = (keys.as_slice(), lens.as_option(), slice_mut(&out));
+            let (k, v, l) = (keys.as_slice(), slice(&vals), lens.as_option());
+            let lens_span = l.map_or((0, 0), span);
+            disjoint(&out, &[("keys", span(k)), ("vals", span(v)), ("lens", lens_span)])?;
+            let o = slice_mut(&out);
             check(py.detach(|| kv.push_pull_into(k, v, l, o)))
         })
     }

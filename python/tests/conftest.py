@@ -10,7 +10,7 @@ import os
 import signal
 import socket
 import subprocess
-import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -41,7 +41,7 @@ class Cluster:
     (a Python server).
     """
 
-    def __init__(self, servers=1, workers=1, timeout=10, server_cmd=None, env=None):
+    def __init__(self, servers=1, workers=1, timeout=20, server_cmd=None, env=None):
         self.port = free_port()
         self.settings = dict(root_uri="127.0.0.1", root_port=self.port, num_servers=servers,
                              num_workers=workers, timeout=timeout)
@@ -61,8 +61,13 @@ class Cluster:
         env = dict(self.env, DMLC_ROLE=role)
         if rank is not None:
             env["PSLITE_RANK"] = str(rank)
-        return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                text=True)
+        p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             text=True)
+        # Read as it comes, so that a node writing much never blocks on a full pipe.
+        p.lines = []
+        p.reader = threading.Thread(target=lambda: p.lines.extend(p.stdout), daemon=True)
+        p.reader.start()
+        return p
 
     def start(self, **more):
         """This process's worker node (a ``pslite.Postoffice``)."""
@@ -74,7 +79,9 @@ class Cluster:
         """Waits for every node to exit; returns their outputs. Fails on a non-zero exit."""
         outs = []
         for p in self.procs:
-            out, _ = p.communicate(timeout=timeout)
+            p.wait(timeout=timeout)
+            p.reader.join(timeout)
+            out = "".join(p.lines)
             outs.append(out)
             if p.returncode != 0:
                 pytest.fail(f"{p.args} exited with {p.returncode}:\n{out}")
@@ -85,7 +92,7 @@ class Cluster:
             if p.poll() is None:
                 p.send_signal(signal.SIGCONT)
                 p.kill()
-            p.communicate()
+            p.wait()
 
 
 @pytest.fixture

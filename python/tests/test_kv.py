@@ -38,7 +38,7 @@ def test_two_python_workers_get_exact_sums(cluster):
         except Exception as e:  # reported below, with the thread's error text
             errors.append(e)
 
-    threads = [threading.Thread(target=work) for _ in range(2)]
+    threads = [threading.Thread(target=work, daemon=True) for _ in range(2)]
     for t in threads:
         t.start()
     for t in threads:
@@ -87,9 +87,7 @@ def test_pull_into_writes_into_the_callers_array(cluster):
         kv = pslite.KVWorker(po, dtype=np.float64)
         kv.wait(kv.push(KEYS, np.arange(10, dtype=np.float64) + 0.5, LENS))
         big = np.full(14, -1.0)
-        view = big[2:12]
-        kv.pull_into(KEYS, view)
-        assert view.base is big
+        kv.pull_into(KEYS, big[2:12])
         np.testing.assert_array_equal(big[2:12], np.arange(10) + 0.5)
         np.testing.assert_array_equal(big[[0, 1, 12, 13]], -1.0)
         one = np.zeros(3)
@@ -144,15 +142,27 @@ def test_malformed_calls_raise_with_the_rust_message(cluster):
 
 def test_a_deadline_raises_timeout_error(cluster):
     """A server that stops answering (SIGSTOP): wait raises pslite.TimeoutError, a
-    builtins.TimeoutError too, naming the server; the worker's other server still answers."""
-    c = cluster(servers=2, timeout=2)
-    with c.start() as po:
+    builtins.TimeoutError too, naming the server; the worker's other server still answers.
+    Another Python thread runs all the while (the GIL is released)."""
+    c = cluster(servers=2)
+    with c.start(timeout=3) as po:
         kv = pslite.KVWorker(po)
         os.kill(c.servers[1].pid, signal.SIGSTOP)
+        ticks, stop = [0], threading.Event()
+
+        def count():
+            while not stop.is_set():
+                ticks[0] += 1
+
+        counter = threading.Thread(target=count, daemon=True)
         try:
             ts = kv.push(KEYS, np.ones(10, np.float32), LENS)
+            counter.start()
             with pytest.raises(pslite.TimeoutError) as e:
                 kv.wait(ts)
+            stop.set()
+            counter.join()
+            assert ticks[0] > 100_000, f"the other thread ran only {ticks[0]} loops in 3 s"
             assert isinstance(e.value, builtins.TimeoutError)
             assert isinstance(e.value, pslite.Error)
             assert "timed out" in str(e.value) and "server rank 1" in str(e.value), str(e.value)
@@ -201,4 +211,120 @@ def test_copy_false_shares_the_array_until_the_van_is_done(cluster):
             except BufferError:
                 time.sleep(0.01)
         assert len(shared) == 9, "the pushed bytearray is still exported"
+    c.wait()
+
+
+def test_byte_order_is_checked_and_ctypes_arrays_work(cluster):
+    """Arrays in the other byte order are refused (not read byte-swapped); buffers that spell
+    out this machine's order (ctypes: '<f') are read and written in place."""
+    import ctypes
+
+    c = cluster(servers=2)
+    with c.start() as po:
+        kv = pslite.KVWorker(po)
+        swapped = np.arange(4, dtype=">f4")
+        with pytest.raises(pslite.InvalidArgumentError,
+                           match=r"vals: an array of float32 in the other byte order"):
+            kv.push([1, 2], swapped)
+        with pytest.raises(pslite.InvalidArgumentError,
+                           match=r"keys: an array of uint64 in the other byte order"):
+            kv.push(np.array([1, 2], dtype=">u8"), np.ones(4, np.float32))
+        vals = (ctypes.c_float * 4)(1.5, 2.5, 3.5, 4.5)
+        assert memoryview(vals).format == "<f"
+        kv.wait(kv.push([1, 2], vals))
+        out = (ctypes.c_float * 4)()
+        kv.pull_into([1, 2], out)
+        assert list(out) == [1.5, 2.5, 3.5, 4.5]
+        with pytest.raises(pslite.InvalidArgumentError, match="out: an array of float32 in"):
+            kv.pull_into([1, 2], np.zeros(4, ">f4"))
+    c.wait()
+
+
+def test_out_may_not_share_memory_with_an_input(cluster):
+    c = cluster()
+    with c.start() as po:
+        kv = pslite.KVWorker(po, dtype=np.uint64)
+        keys = np.array([1, 2], dtype=np.uint64)
+        kv.wait(kv.push(keys, keys))
+        with pytest.raises(pslite.InvalidArgumentError, match="keys and out share memory"):
+            kv.pull_into(keys, keys)
+        both = np.array([1, 2, 0, 0], dtype=np.uint64)
+        with pytest.raises(pslite.InvalidArgumentError, match="vals and out share memory"):
+            kv.push_pull_into(keys, both[1:3], both[2:])
+        np.testing.assert_array_equal(both, [1, 2, 0, 0])  # nothing was sent or written
+        out = np.zeros(2, np.uint64)
+        kv.push_pull_into(keys, keys, out)
+        np.testing.assert_array_equal(out, [2, 4])
+    c.wait()
+
+
+def test_lists_are_converted_strictly(cluster):
+    """Lists, tuples and ranges of numbers are converted; a None, a float where whole numbers
+    are expected, or another object is refused instead of becoming a NaN or a truncated key."""
+    c = cluster()
+    with c.start() as po:
+        kv = pslite.KVWorker(po)
+        kv8 = pslite.KVWorker(po, customer_id=1, dtype=np.uint8)
+        cases = [
+            (lambda: kv.push([1], [None]), "vals: a list of object cannot carry float32"),
+            (lambda: kv.push([1], None), "vals: expected an array of float32"),
+            (lambda: kv.push([1.5], [1.0]), "keys: a list of float cannot carry uint64"),
+            (lambda: kv8.push([1], [1.5]), "vals: a list of float cannot carry uint8"),
+            (lambda: kv8.push([1], [300]), "vals: OverflowError: Python integer 300 out of bounds for uint8"),
+            (lambda: kv.push({1: 2}, [1.0]), "keys: expected an array of uint64"),
+        ]
+        for call, text in cases:
+            with pytest.raises(pslite.InvalidArgumentError) as e:
+                call()
+            assert text in str(e.value), (text, str(e.value))
+        kv.wait(kv.push(range(1, 3), (1, 2.5)))
+        kv8.wait(kv8.push((3,), [7, 8]))
+        out = np.zeros(2, np.float32)
+        kv.pull_into([1, 2], out)
+        np.testing.assert_array_equal(out, [1, 2.5])
+    c.wait()
+
+
+def test_ctrl_c_interrupts_a_barrier(cluster):
+    """SIGINT (Ctrl-C) during a barrier raises KeyboardInterrupt at once; the node stays and
+    finalizes once the barrier completes."""
+    import time
+
+    c = cluster(workers=2)
+    started, release = threading.Event(), threading.Event()
+    other_error = []
+
+    def other():
+        try:
+            with c.start() as po:
+                started.set()
+                release.wait(30)
+                po.barrier()
+        except Exception as e:
+            other_error.append(e)
+
+    t = threading.Thread(target=other, daemon=True)
+    t.start()
+    with c.start() as po:
+        assert started.wait(30)
+        timer = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT))
+        timer.start()
+        t0 = time.monotonic()
+        with pytest.raises(KeyboardInterrupt):
+            po.barrier()
+        assert time.monotonic() - t0 < 5
+        release.set()  # the other worker arrives: the interrupted barrier completes alone
+    t.join(30)
+    assert not other_error, other_error
+    c.wait()
+
+
+def test_finalize_is_idempotent_and_exit_keeps_the_exception(cluster):
+    c = cluster()
+    with pytest.raises(RuntimeError, match="training failed"):
+        with c.start() as po:
+            kv = pslite.KVWorker(po)
+            kv.wait(kv.push([1], [1.0]))
+            raise RuntimeError("training failed")
+    po.finalize()  # already finalized on exit: returns at once
     c.wait()

@@ -30,6 +30,22 @@ def test_a_failing_python_worker_fails_the_run():
     assert "worker 0 exited with exit status: 3" in r.stderr, r.stderr
 
 
+def test_a_failure_stops_a_compound_worker_command():
+    """Worker 1's command is compound (python is the shell's grandchild) and would wait for
+    ten minutes; worker 0 fails: the launcher stops the whole command and exits at once."""
+    import time
+
+    script = ("import sys, time, pslite; po = pslite.start(); "
+              "sys.exit(3) if po.rank == 0 else time.sleep(600)")
+    t0 = time.monotonic()
+    r = launch("--workers", "2", "--no-metrics", "--worker-cmd",
+               f"cd /tmp && {sys.executable} -c '{script}' && true", timeout=60)
+    assert r.returncode == 3, r.stdout + r.stderr
+    assert time.monotonic() - t0 < 30, r.stderr
+    left = subprocess.run(["pgrep", "-f", "time.sleep\\(600\\)"], capture_output=True, text=True)
+    assert left.stdout == "", f"left running: {left.stdout}"
+
+
 def test_the_mlp_example_reaches_its_accuracy():
     """examples/python/mlp_a8a.py with 2 servers and 2 workers: test accuracy ≥ 0.845."""
     r = launch("--servers", "2", "--workers", "2", "--worker-cmd",

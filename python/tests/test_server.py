@@ -9,7 +9,8 @@ import pytest
 
 import pslite
 
-# A Python server: a dict store; pushes add, pulls answer; key 13 makes the handler raise.
+# A Python server: a dict store; pushes add, pulls answer. Key 13 makes the handler raise,
+# key 14 return None, and a pull with cmd 5 answers (vals, lens) of varying lengths.
 PY_SERVER = textwrap.dedent("""
     import numpy as np, pslite
     store = {}
@@ -17,6 +18,8 @@ PY_SERVER = textwrap.dedent("""
         assert keys.dtype == np.uint64 and vals.dtype == np.float64 and lens.dtype == np.uint32
         if 13 in keys:
             raise KeyError("key 13 is cursed")
+        if 14 in keys:
+            return None
         if meta.push:
             width = len(vals) // len(keys)
             for i, k in enumerate(keys):
@@ -45,9 +48,15 @@ def test_a_python_callable_handler(cluster):
             kv.wait(kv.push([13], [1.0]))
         assert "server rank 0 (id 8) answered with an error: the Python handler raised " \
                "KeyError: 'key 13 is cursed'" in str(e.value), str(e.value)
+        with pytest.raises(pslite.Error, match="the Python handler raised ValueError: it "
+                           "returned None for a pull of 1 keys: return their values"):
+            kv.pull_into([14], np.zeros(1))
+        # A push-pull: the handler adds, then answers the sums.
+        _, sums, _ = kv.take_pulled(kv.push_pull(keys, np.array([1.0, 1.0, 1.0, 1.0])))
+        np.testing.assert_array_equal(sums, [4.0, 7.0, 31.0, 61.0])
         # The server goes on serving.
         kv.pull_into(keys, out)
-        np.testing.assert_array_equal(out, [3.0, 6.0, 30.0, 60.0])
+        np.testing.assert_array_equal(out, [4.0, 7.0, 31.0, 61.0])
     outs = c.wait()
     assert "served [1]" in outs[1] and "KeyError: 'key 13 is cursed'" in outs[1], outs[1]
     assert f"served [{2**63 + 1}]" in outs[2], outs[2]
@@ -76,3 +85,45 @@ def test_run_server_refuses_a_worker_and_a_bad_handler(cluster):
                            match="run_server needs a server's postoffice; this one is the worker's"):
             pslite.run_server(po)
     c.wait()
+
+
+VARYING_SERVER = textwrap.dedent("""
+    import numpy as np, pslite
+    def handler(meta, keys, vals, lens):
+        # Key k holds k values k, k, ...: answered with their lens.
+        if meta.pull:
+            lens = [int(k) for k in keys]
+            return np.concatenate([np.full(n, n, np.int32) for n in lens]), lens
+    with pslite.start() as po:
+        pslite.run_server(po, handler, dtype="int32")
+""")
+
+
+def test_a_handler_answering_lens(cluster):
+    """A handler returning (vals, lens): the worker gets every key's own length."""
+    c = cluster(server_cmd=[sys.executable, "-c", VARYING_SERVER])
+    with c.start() as po:
+        kv = pslite.KVWorker(po, dtype=np.int32)
+        keys, vals, lens = kv.take_pulled(kv.pull([1, 2, 3]))
+        np.testing.assert_array_equal(lens, [1, 2, 3])
+        np.testing.assert_array_equal(vals, [1, 2, 2, 3, 3, 3])
+    c.wait()
+
+
+def test_a_lost_server_raises_peer_lost_error(cluster):
+    """A server killed (SIGKILL): once the scheduler declares it lost (PS_HEARTBEAT_TIMEOUT),
+    the worker's wait raises pslite.PeerLostError naming it."""
+    import os
+    import signal
+
+    c = cluster(servers=2, env={"PS_HEARTBEAT_TIMEOUT": "2", "PS_HEARTBEAT_INTERVAL": "0.5"})
+    po = c.start(PS_HEARTBEAT_TIMEOUT=2, PS_HEARTBEAT_INTERVAL=0.5)
+    kv = pslite.KVWorker(po)
+    kv.wait(kv.push([1, 2**63 + 1], [1.0, 2.0]))
+    os.kill(c.servers[1].pid, signal.SIGKILL)
+    with pytest.raises(pslite.PeerLostError) as e:
+        for _ in range(100):  # until the loss is known, pushes to server 0 alone succeed
+            kv.wait(kv.push([1, 2**63 + 1], [1.0, 2.0]))
+    assert "peer lost" in str(e.value) and "server rank 1" in str(e.value), str(e.value)
+    with pytest.raises(pslite.PeerLostError):
+        po.finalize()
