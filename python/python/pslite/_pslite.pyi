@@ -47,12 +47,14 @@ class Postoffice:
     def metrics_url(self) -> Optional[str]:
         """Where this node serves Prometheus metrics (PS_METRICS_PORT), or None."""
     def barrier(self, group: int = ...) -> None:
-        """Waits until every node of ``group`` (default WORKER_GROUP) called barrier.
+        """Waits until every node of ``group`` (default WORKER_GROUP) called barrier; Ctrl-C
+        interrupts the wait (KeyboardInterrupt).
 
         Raises TimeoutError (PS_TIMEOUT), PeerLostError, InvalidArgumentError (group not 1–7).
         """
     def finalize(self) -> None:
-        """Ends the node after every node finalized (no deadline); idempotent.
+        """Ends the node after every node finalized (no deadline; Ctrl-C interrupts the
+        wait). A second or concurrent call waits for the first and returns its result.
 
         Raises PeerLostError naming a lost node."""
     def __enter__(self) -> "Postoffice": ...
@@ -65,6 +67,9 @@ def start(role: Optional[str] = None, **overrides: Any) -> Postoffice:
     DMLC_*/PS_* variables; a keyword replaces one: root_uri, root_port, num_servers,
     num_workers, node_host, interface, van, verbose, timeout (seconds), rank, or any variable
     by name (PS_KEY_CACHE=1).
+
+    RDMA_* variables are read from the environment only. Only pslite's log (stderr,
+    PS_VERBOSE) is set up in the process. Ctrl-C interrupts the wait.
 
     Raises Error naming a missing or malformed variable (or keyword); InvalidArgumentError
     for an unknown keyword or role; TimeoutError when the cluster does not form in PS_TIMEOUT.
