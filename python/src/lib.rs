@@ -107,7 +107,7 @@ impl PyPostoffice {
 
     /// Blocks until every node of `group` (a sum of `SCHEDULER_GROUP` 1, `SERVER_GROUP` 2,
     /// `WORKER_GROUP` 4; default the workers) called `barrier` with the same group. The GIL is
-    /// released while it waits.
+    /// released while it waits, and Ctrl-C interrupts it.
     ///
     /// Raises `TimeoutError` naming who did not arrive within PS_TIMEOUT; `PeerLostError`
     /// once a node was lost.
@@ -226,7 +226,8 @@ fn keywords_for_flags(e: pslite::Error) -> pslite::Error {
 /// Starts this process's node and joins the cluster (ps-lite's `ps::Start`): reads the role
 /// (`DMLC_ROLE` unless `role` is given) and every setting from the same `DMLC_*`/`PS_*`
 /// variables as the Rust binaries, each keyword replacing its variable (`RDMA_*` variables are
-/// read from the environment only); blocks, with the GIL released, until every node joined.
+/// read from the environment only); blocks, with the GIL released and Ctrl-C interrupting
+/// it, until every node joined.
 ///
 /// Raises `pslite.Error` naming a missing or malformed variable, or a node that did not join.
 #[pyfunction]
