@@ -130,7 +130,7 @@ pub(super) struct PulledPart {
 }
 
 /// Merges pulled parts (in key order) into one [`KVPairs`]: `lens` is filled in for every key
-/// when any part has lens.
+/// when any part has lens or the parts' keys have different numbers of values.
 ///
 /// # Errors
 /// [`Error::Remote`] naming the server whose answer is malformed.
@@ -140,7 +140,15 @@ pub(super) fn merge<V: Value>(parts: Vec<PulledPart>) -> Result<KVPairs<V>> {
         node: Node::describe(Node::server_id(server)),
         message: format!("malformed answer: {e}"),
     };
-    let any_lens = parts.iter().any(|p| !p.lens.is_empty());
+    // Each part without lens has one width (values per key); parts of different widths, like
+    // parts with lens, need lens in the merged answer (one key per server, 1 and 3 values).
+    let width = |p: &PulledPart| {
+        let keys = p.keys.len() / std::mem::size_of::<Key>();
+        (keys > 0).then(|| p.vals.len() / keys)
+    };
+    let mut widths = parts.iter().filter_map(width);
+    let first = widths.next();
+    let any_lens = parts.iter().any(|p| !p.lens.is_empty()) || widths.any(|w| Some(w) != first);
     for p in &parts {
         let keys = view::<Key>(&p.keys, "keys").map_err(|e| bad(p.server, e))?;
         let vals = view::<V>(&p.vals, "values").map_err(|e| bad(p.server, e))?;
@@ -162,4 +170,38 @@ pub(super) fn merge<V: Value>(parts: Vec<PulledPart>) -> Result<KVPairs<V>> {
         out.vals.extend_from_slice(&vals);
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{merge, PulledPart};
+    use crate::kv::pairs::frame_of;
+
+    fn part(server: usize, keys: Vec<u64>, vals: Vec<f32>) -> PulledPart {
+        PulledPart {
+            server,
+            keys: frame_of(keys),
+            vals: frame_of(vals),
+            lens: bytes::Bytes::new(),
+        }
+    }
+
+    #[test]
+    fn parts_of_different_widths_merge_with_lens() {
+        // One key per server, each answer without lens (all its keys alike): 1 and 3 values.
+        let merged = merge::<f32>(vec![
+            part(0, vec![4], vec![1.0]),
+            part(1, vec![1 << 63], vec![2.0, 3.0, 4.0]),
+        ]);
+        let merged = merged.expect("well-formed parts");
+        assert_eq!(merged.keys, [4, 1 << 63]);
+        assert_eq!(merged.vals, [1.0, 2.0, 3.0, 4.0]);
+        assert_eq!(merged.lens, [1, 3]);
+        // Parts of one width stay without lens.
+        let even = merge::<f32>(vec![
+            part(0, vec![4], vec![1.0, 2.0]),
+            part(1, vec![9], vec![3.0, 4.0]),
+        ]);
+        assert!(even.expect("well-formed parts").lens.is_empty());
+    }
 }
