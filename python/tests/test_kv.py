@@ -140,6 +140,28 @@ def test_malformed_calls_raise_with_the_rust_message(cluster):
     c.wait()
 
 
+def stop_process(pid):
+    """SIGSTOP, and waits until every thread of ``pid`` is stopped (the signal takes effect
+    asynchronously: a thread running elsewhere stops a moment later)."""
+    import glob
+    import time
+
+    os.kill(pid, signal.SIGSTOP)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        states = []
+        for stat in glob.glob(f"/proc/{pid}/task/*/stat"):
+            try:
+                with open(stat) as f:
+                    states.append(f.read().rsplit(")", 1)[1].split()[0])
+            except OSError:
+                pass
+        if states and all(s == "T" for s in states):
+            return
+        time.sleep(0.01)
+    pytest.fail(f"process {pid} did not stop within 10 s")
+
+
 def test_a_deadline_raises_timeout_error(cluster):
     """A server that stops answering (SIGSTOP): wait raises pslite.TimeoutError, a
     builtins.TimeoutError too, naming the server; the worker's other server still answers.
@@ -147,7 +169,7 @@ def test_a_deadline_raises_timeout_error(cluster):
     c = cluster(servers=2)
     with c.start(timeout=3) as po:
         kv = pslite.KVWorker(po)
-        os.kill(c.servers[1].pid, signal.SIGSTOP)
+        stop_process(c.servers[1].pid)
         ticks, stop = [0], threading.Event()
 
         def count():
