@@ -8,7 +8,7 @@ use crate::PyPostoffice;
 use numpy::PyArray1;
 use pslite::kv::pairs::check_lens;
 use pslite::kv::{KVPairs, KVRequest, ReqMeta};
-use pslite::{DefaultHandler, KVServer, Postoffice, RequestHandler, Role};
+use pslite::{KVServer, Postoffice, RequestHandler, Role};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use std::sync::Arc;
@@ -161,8 +161,8 @@ pub fn run_server(
     }
     // A server restoring a checkpoint (PS_CHECKPOINT_DIR) reads it here: without the GIL.
     let servers: Vec<Box<dyn Send>> = match handler {
-        None => sum_servers(py, &p, app_id)?,
-        Some(h) if h.extract::<String>().is_ok_and(|s| s == "sum") => sum_servers(py, &p, app_id)?,
+        None => sums(py, &p, app_id)?,
+        Some(h) if h.extract::<String>().is_ok_and(|s| s == "sum") => sums(py, &p, app_id)?,
         Some(h) if h.is_callable() => {
             let dtype = DType::from_py(dtype)?;
             let ph = PyHandler {
@@ -205,15 +205,7 @@ fn serve<V: PyValue>(
     Ok(Box::new(server))
 }
 
-/// The default handler's servers, one per dtype.
-fn sum_servers(py: Python<'_>, p: &Arc<Postoffice>, app_id: i32) -> PyResult<Vec<Box<dyn Send>>> {
-    Ok(vec![
-        serve::<f32>(py, p, app_id, DefaultHandler::new())?,
-        serve::<f64>(py, p, app_id, DefaultHandler::new())?,
-        serve::<i32>(py, p, app_id, DefaultHandler::new())?,
-        serve::<i64>(py, p, app_id, DefaultHandler::new())?,
-        serve::<u8>(py, p, app_id, DefaultHandler::new())?,
-        serve::<u32>(py, p, app_id, DefaultHandler::new())?,
-        serve::<u64>(py, p, app_id, DefaultHandler::new())?,
-    ])
+/// The default handler's servers, one per dtype (`pslite-server`'s), made without the GIL.
+fn sums(py: Python<'_>, p: &Arc<Postoffice>, app_id: i32) -> PyResult<Vec<Box<dyn Send>>> {
+    check(py.detach(|| pslite::kv::server::serve_sums(p, app_id)))
 }

@@ -5,7 +5,7 @@
 use super::{bench, init_logging, kv_app, lr};
 use crate::config::Overrides;
 use crate::error::{Error, Result};
-use crate::{Config, DefaultHandler, KVServer, Postoffice, Role};
+use crate::{Config, KVServer, Postoffice, Role};
 use clap::{Args, Subcommand};
 
 /// Options of the scheduler.
@@ -65,13 +65,7 @@ pub fn run_server(cli: &ServerCli) -> Result<()> {
     let cfg = Config::from_env(Role::Server, &cli.cfg)?;
     init_logging(&cfg);
     let po = Postoffice::start(cfg)?;
-    let _f32 = KVServer::<f32>::new(&po, 0, DefaultHandler::new())?;
-    let _f64 = KVServer::<f64>::new(&po, 0, DefaultHandler::new())?;
-    let _i32 = KVServer::<i32>::new(&po, 0, DefaultHandler::new())?;
-    let _i64 = KVServer::<i64>::new(&po, 0, DefaultHandler::new())?;
-    let _u8 = KVServer::<u8>::new(&po, 0, DefaultHandler::new())?;
-    let _u32 = KVServer::<u32>::new(&po, 0, DefaultHandler::new())?;
-    let _u64 = KVServer::<u64>::new(&po, 0, DefaultHandler::new())?;
+    let _sums = crate::kv::server::serve_sums(&po, 0)?;
     let _lr = KVServer::<f32>::new(&po, lr::LR_APP, lr::OptimizerHandler::new())?;
     po.finalize()
 }

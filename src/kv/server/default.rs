@@ -25,6 +25,28 @@ pub struct DefaultHandler<V> {
     store: KeyStore<V>,
 }
 
+/// A [`KVServer`](super::KVServer) with a [`DefaultHandler`] for every value type (`f32`,
+/// `f64`, `i32`, `i64`, `u8`, `u32`, `u64`) of application `app_id`: what `pslite-server`
+/// serves as application 0. Dropping them stops serving.
+///
+/// # Errors
+/// As [`KVServer::new`](super::KVServer::new).
+pub fn serve_sums(
+    po: &std::sync::Arc<crate::postoffice::Postoffice>,
+    app_id: i32,
+) -> crate::Result<Vec<Box<dyn Send>>> {
+    use super::KVServer;
+    Ok(vec![
+        Box::new(KVServer::<f32>::new(po, app_id, DefaultHandler::new())?),
+        Box::new(KVServer::<f64>::new(po, app_id, DefaultHandler::new())?),
+        Box::new(KVServer::<i32>::new(po, app_id, DefaultHandler::new())?),
+        Box::new(KVServer::<i64>::new(po, app_id, DefaultHandler::new())?),
+        Box::new(KVServer::<u8>::new(po, app_id, DefaultHandler::new())?),
+        Box::new(KVServer::<u32>::new(po, app_id, DefaultHandler::new())?),
+        Box::new(KVServer::<u64>::new(po, app_id, DefaultHandler::new())?),
+    ])
+}
+
 impl<V: Value> Default for DefaultHandler<V> {
     fn default() -> Self {
         Self::new()

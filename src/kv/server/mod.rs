@@ -18,7 +18,7 @@ pub mod default;
 pub(crate) mod durable;
 mod zserve;
 
-pub use default::DefaultHandler;
+pub use default::{serve_sums, DefaultHandler};
 
 use super::carrier::{self, Arrival};
 use super::keycache::KeptLists;
