@@ -23,13 +23,10 @@ pub fn raise(name: &str, text: String) -> PyErr {
 }
 
 /// `pslite.InvalidArgumentError` (a `ValueError` too) for a call the Python layer refuses
-/// before Rust sees it (a wrong dtype, a non-contiguous array), worded as the Rust checks word
-/// theirs.
+/// before Rust sees it (a wrong dtype, a non-contiguous array): pslite's own
+/// `Error::InvalidArgument`, so it reads as the Rust checks' errors do.
 pub fn invalid(text: impl Into<String>) -> PyErr {
-    raise(
-        "InvalidArgumentError",
-        format!("invalid argument: {}", text.into()),
-    )
+    to_py(pslite::Error::InvalidArgument(text.into()))
 }
 
 /// The Python exception of a pslite error: `TimeoutError` for deadlines (`PS_TIMEOUT`),
