@@ -133,6 +133,11 @@ struct Local {
     /// are pslite's own.
     #[arg(long, value_name = "CMD", conflicts_with = "worker_args")]
     worker_cmd: Option<String>,
+    /// An embedding table every server serves (repeatable), passed on as its `--table`, e.g.
+    /// 'app=0,dim=16,init=normal:0:0.01,opt=adagrad:lr=0.05,budget=512MiB' (see
+    /// `pslite-server --help`); checked here first.
+    #[arg(long = "table", value_name = "SPEC")]
+    tables: Vec<pslite::kv::table::TableSpec>,
     /// Arguments of pslite-worker, e.g. `bench --mode push` or `kv-app`.
     #[arg(last = true, required_unless_present = "worker_cmd")]
     worker_args: Vec<String>,
@@ -331,6 +336,14 @@ fn run(local: &Local) -> Result<i32, String> {
     let mut all = nodes(servers, workers, &local.worker_args);
     for n in all.iter_mut().filter(|n| n.role == "worker") {
         n.command.clone_from(&local.worker_cmd);
+    }
+    for spec in &local.tables {
+        pslite::kv::table::Table::new(spec)?;
+    }
+    for n in all.iter_mut().filter(|n| n.role == "server") {
+        for spec in &local.tables {
+            n.args.extend(["--table".to_string(), spec.to_string()]);
+        }
     }
     start_and_watch(&launch, all, local.restart)
 }

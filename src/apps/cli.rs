@@ -22,6 +22,21 @@ pub struct ServerCli {
     /// Cluster configuration (each flag overrides its DMLC_*/PS_* variable).
     #[command(flatten)]
     pub cfg: Overrides,
+    /// An embedding table to serve, one per application id (repeat the flag, or separate
+    /// specs with ';' in PS_TABLES), e.g.
+    /// 'app=0,dim=16,init=normal:0:0.01,opt=adagrad:lr=0.05,admit=count:2,budget=512MiB,evict=lru'.
+    /// Fields: app, dim (required), init (zeros | uniform:A:B | normal:MEAN:STD), seed,
+    /// opt (sgd | adagrad | adam | ftrl, with :lr=X and the rule's own :NAME=X; :wd=X),
+    /// admit (all | count:N | prob:P), budget (bytes: 512MiB, 2GiB), evict (lru | ttl:T).
+    /// A table on application 0 takes its f32 requests from the summing handler, on
+    /// application 1 the lr optimizer's.
+    #[arg(
+        long = "table",
+        value_name = "SPEC",
+        env = "PS_TABLES",
+        value_delimiter = ';'
+    )]
+    pub tables: Vec<crate::kv::table::TableSpec>,
 }
 
 /// Options of a worker: the configuration and the application to run.
@@ -56,17 +71,39 @@ pub fn run_scheduler(cli: &SchedulerCli) -> Result<()> {
     Postoffice::start(cfg)?.finalize()
 }
 
-/// Runs a server until every worker finalized: application 0 with the default handler for
-/// every value type, and application [`lr::LR_APP`] with the logistic-regression optimizer.
+/// Runs a server until every worker finalized: its embedding tables (`--table`), application
+/// 0 with the default handler for every value type (but `f32` when a table serves it), and
+/// application [`lr::LR_APP`] with the logistic-regression optimizer (unless a table serves it).
 ///
 /// # Errors
-/// Configuration, start-up and barrier errors (a lost worker among them).
+/// Configuration, start-up and barrier errors (a lost worker among them); a bad table spec
+/// or two tables of one application, before the server joins.
 pub fn run_server(cli: &ServerCli) -> Result<()> {
+    use crate::kv::server::serve_sums_of;
+    use crate::wire::DType;
+    // A spec that cannot make a table is refused before the server joins the cluster.
+    for spec in &cli.tables {
+        crate::kv::table::Table::new(spec).map_err(Error::InvalidArgument)?;
+    }
     let cfg = Config::from_env(Role::Server, &cli.cfg)?;
     init_logging(&cfg);
     let po = Postoffice::start(cfg)?;
-    let _sums = crate::kv::server::serve_sums(&po, 0)?;
-    let _lr = KVServer::<f32>::new(&po, lr::LR_APP, lr::OptimizerHandler::new())?;
+    let _tables = crate::kv::table::serve_tables(&po, &cli.tables)?;
+    let taken = |app: i32| cli.tables.iter().any(|t| t.app == app);
+    let sums: Vec<DType> = DType::VALUES
+        .into_iter()
+        .filter(|&d| !(d == DType::F32 && taken(0)))
+        .collect();
+    let _sums = serve_sums_of(&po, 0, &sums)?;
+    let _lr = if taken(lr::LR_APP) {
+        None
+    } else {
+        Some(KVServer::<f32>::new(
+            &po,
+            lr::LR_APP,
+            lr::OptimizerHandler::new(),
+        )?)
+    };
     po.finalize()
 }
 

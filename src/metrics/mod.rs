@@ -19,6 +19,12 @@
 //! | `pslite_rdma_wc_errors_total` | counter | `queue` (`send`, `receive`) | (RDMA van) work completions with an error status other than a flush, in this process |
 //! | `pslite_rdma_credit_stalls_total` | counter | — | (RDMA van) sends that waited for ring credits or send-queue room, in this process |
 //! | `pslite_rdma_registered_bytes` | gauge | — | (RDMA van) memory registered in this process (rings, pool, key-store chunks): what counts against `RLIMIT_MEMLOCK` |
+//! | `pslite_table_rows` | gauge | `app` | (server) rows an embedding table holds |
+//! | `pslite_table_bytes`, `pslite_table_budget_bytes` | gauge | `app` | (server) bytes a table holds (records, index, sketch, free list), and its budget (0: none) |
+//! | `pslite_table_admitted_rows_total` | counter | `app` | (server) rows created (keys admitted) |
+//! | `pslite_table_not_admitted_total` | counter | `app` | (server) pushed rows dropped because their key was not admitted yet |
+//! | `pslite_table_evicted_rows_total` | counter | `app` | (server) rows evicted (budget or TTL) |
+//! | `pslite_table_initialized_on_pull_total` | counter | `app` | (server) pulled rows the table did not hold, answered with their initial row |
 //!
 //! `peer` and `server` name a node as `scheduler`, `server 0`, `worker 1` (role and rank).
 //!
@@ -95,6 +101,85 @@ pub struct QueueLabels {
     pub queue: &'static str,
 }
 
+/// Labels of an embedding table's metrics.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TableLabels {
+    /// The application id the table serves.
+    pub app: i32,
+}
+
+/// One embedding table's gauges and counters ([`Metrics::table`]); the table's handler sets
+/// them after each request.
+#[derive(Clone, Debug, Default)]
+pub struct TableMetrics {
+    /// Rows held.
+    pub rows: Gauge,
+    /// Bytes held.
+    pub bytes: Gauge,
+    /// The budget in bytes, 0 for none.
+    pub budget: Gauge,
+    /// Rows created.
+    pub admitted: Counter,
+    /// Pushed rows dropped, key not admitted yet.
+    pub not_admitted: Counter,
+    /// Rows evicted.
+    pub evicted: Counter,
+    /// Pulled rows answered with their initial row.
+    pub initialized_on_pull: Counter,
+}
+
+/// The table metrics' families.
+#[derive(Default)]
+struct TableFamilies {
+    rows: Family<TableLabels, Gauge>,
+    bytes: Family<TableLabels, Gauge>,
+    budget: Family<TableLabels, Gauge>,
+    admitted: Family<TableLabels, Counter>,
+    not_admitted: Family<TableLabels, Counter>,
+    evicted: Family<TableLabels, Counter>,
+    initialized_on_pull: Family<TableLabels, Counter>,
+}
+
+impl TableFamilies {
+    fn register(&self, r: &mut Registry) {
+        r.register(
+            "pslite_table_rows",
+            "(server) rows an embedding table holds",
+            self.rows.clone(),
+        );
+        r.register(
+            "pslite_table_bytes",
+            "(server) bytes an embedding table holds: records, index, sketch, free list",
+            self.bytes.clone(),
+        );
+        r.register(
+            "pslite_table_budget_bytes",
+            "(server) an embedding table's budget in bytes (0: none)",
+            self.budget.clone(),
+        );
+        r.register(
+            "pslite_table_admitted_rows",
+            "(server) rows created: keys admitted",
+            self.admitted.clone(),
+        );
+        r.register(
+            "pslite_table_not_admitted",
+            "(server) pushed rows dropped because their key was not admitted yet",
+            self.not_admitted.clone(),
+        );
+        r.register(
+            "pslite_table_evicted_rows",
+            "(server) rows evicted (budget or TTL)",
+            self.evicted.clone(),
+        );
+        r.register(
+            "pslite_table_initialized_on_pull",
+            "(server) pulled rows the table did not hold, answered with their initial row",
+            self.initialized_on_pull.clone(),
+        );
+    }
+}
+
 type HistogramFamily<S> = Family<S, Histogram, fn() -> Histogram>;
 
 /// Latency buckets: 20 µs to about 40 s, each twice the last.
@@ -135,6 +220,7 @@ pub struct Metrics {
     /// Duplicates dropped (resend).
     pub duplicates: Counter,
     heartbeats_missed: Family<PeerLabels, Counter>,
+    tables: TableFamilies,
 }
 
 impl Metrics {
@@ -162,6 +248,7 @@ impl Metrics {
             resent: Counter::default(),
             duplicates: Counter::default(),
             heartbeats_missed: Family::default(),
+            tables: TableFamilies::default(),
         };
         let counters = [
             (
@@ -228,6 +315,7 @@ impl Metrics {
             "duplicate messages dropped (PS_RESEND)",
             m.duplicates.clone(),
         );
+        m.tables.register(&mut r);
         more(&mut r);
         Metrics { registry: r, ..m }
     }
@@ -345,6 +433,21 @@ impl Metrics {
         self.handler_seconds
             .get_or_create(&KindLabels { kind })
             .observe(took.as_secs_f64());
+    }
+
+    /// (Server) the metrics of the embedding table serving application `app`.
+    pub fn table(&self, app: i32) -> TableMetrics {
+        let l = TableLabels { app };
+        let t = &self.tables;
+        TableMetrics {
+            rows: t.rows.get_or_create_owned(&l),
+            bytes: t.bytes.get_or_create_owned(&l),
+            budget: t.budget.get_or_create_owned(&l),
+            admitted: t.admitted.get_or_create_owned(&l),
+            not_admitted: t.not_admitted.get_or_create_owned(&l),
+            evicted: t.evicted.get_or_create_owned(&l),
+            initialized_on_pull: t.initialized_on_pull.get_or_create_owned(&l),
+        }
     }
 
     /// (Scheduler) `missed` heartbeats of `peer` went by.

@@ -156,6 +156,17 @@ pub enum DType {
 }
 
 impl DType {
+    /// The seven value types, in the order of the enum.
+    pub const VALUES: [DType; 7] = [
+        DType::F32,
+        DType::F64,
+        DType::I32,
+        DType::I64,
+        DType::U8,
+        DType::U32,
+        DType::U64,
+    ];
+
     /// Size of one element in bytes (0 for `None`).
     pub fn size(self) -> usize {
         match self {

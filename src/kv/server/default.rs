@@ -7,6 +7,7 @@ use crate::kv::pairs::{KVPairs, KVRequest};
 use crate::kv::store::{KeyStore, Resolved};
 use crate::kv::value::Value;
 use crate::kv::Key;
+use crate::wire::DType;
 
 /// Sums pushes into a store; answers pulls from it (ps-lite's `KVServerDefaultHandle`).
 ///
@@ -35,16 +36,33 @@ pub fn serve_sums(
     po: &std::sync::Arc<crate::postoffice::Postoffice>,
     app_id: i32,
 ) -> crate::Result<Vec<Box<dyn Send>>> {
+    serve_sums_of(po, app_id, &DType::VALUES)
+}
+
+/// [`serve_sums`] for the value types `dtypes` only ([`DType::None`] is skipped).
+///
+/// # Errors
+/// As [`KVServer::new`](super::KVServer::new).
+pub fn serve_sums_of(
+    po: &std::sync::Arc<crate::postoffice::Postoffice>,
+    app_id: i32,
+    dtypes: &[DType],
+) -> crate::Result<Vec<Box<dyn Send>>> {
     use super::KVServer;
-    Ok(vec![
-        Box::new(KVServer::<f32>::new(po, app_id, DefaultHandler::new())?),
-        Box::new(KVServer::<f64>::new(po, app_id, DefaultHandler::new())?),
-        Box::new(KVServer::<i32>::new(po, app_id, DefaultHandler::new())?),
-        Box::new(KVServer::<i64>::new(po, app_id, DefaultHandler::new())?),
-        Box::new(KVServer::<u8>::new(po, app_id, DefaultHandler::new())?),
-        Box::new(KVServer::<u32>::new(po, app_id, DefaultHandler::new())?),
-        Box::new(KVServer::<u64>::new(po, app_id, DefaultHandler::new())?),
-    ])
+    let mut out: Vec<Box<dyn Send>> = Vec::new();
+    for &d in dtypes {
+        out.push(match d {
+            DType::None => continue,
+            DType::F32 => Box::new(KVServer::<f32>::new(po, app_id, DefaultHandler::new())?),
+            DType::F64 => Box::new(KVServer::<f64>::new(po, app_id, DefaultHandler::new())?),
+            DType::I32 => Box::new(KVServer::<i32>::new(po, app_id, DefaultHandler::new())?),
+            DType::I64 => Box::new(KVServer::<i64>::new(po, app_id, DefaultHandler::new())?),
+            DType::U8 => Box::new(KVServer::<u8>::new(po, app_id, DefaultHandler::new())?),
+            DType::U32 => Box::new(KVServer::<u32>::new(po, app_id, DefaultHandler::new())?),
+            DType::U64 => Box::new(KVServer::<u64>::new(po, app_id, DefaultHandler::new())?),
+        });
+    }
+    Ok(out)
 }
 
 impl<V: Value> Default for DefaultHandler<V> {

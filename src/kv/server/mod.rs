@@ -18,7 +18,7 @@ pub mod default;
 pub(crate) mod durable;
 mod zserve;
 
-pub use default::{serve_sums, DefaultHandler};
+pub use default::{serve_sums, serve_sums_of, DefaultHandler};
 
 use super::carrier::{self, Arrival};
 use super::keycache::KeptLists;

@@ -1,0 +1,229 @@
+//! [`TableHandler`]: an embedding [`Table`] as a server's [`RequestHandler`] for `f32` values,
+//! and [`serve_tables`], which serves a list of specs on a server node.
+
+use super::spec::{bytes_text, TableSpec};
+use super::table::{Table, TableCounts};
+use crate::error::{Error, Result};
+use crate::kv::pairs::{KVPairs, KVRequest};
+use crate::kv::server::{KVServer, ReqMeta, RequestHandler};
+use crate::metrics::TableMetrics;
+use crate::postoffice::Postoffice;
+use std::sync::Arc;
+
+/// Answers one application's requests from an embedding table: a pull gets each key's row
+/// (`dim` values; the initial row for a key not held), a push carries one gradient row per key
+/// and applies one optimizer step to each, a push-pull answers with the rows after the step.
+///
+/// Requests: application command 0 only; keys sorted and unique (the worker's API checks);
+/// `lens` empty or all equal to `dim`; a push's values `keys · dim`. Anything else is refused
+/// with a text naming the table, the key and both lengths, and nothing of the request is
+/// applied. Zero-copy (rendezvous) pulls are not served: rows are computed for keys not held.
+///
+/// Durable with a checkpoint (`PS_CHECKPOINT_DIR`): [`save_into`](RequestHandler::save_into)
+/// and [`restore`](RequestHandler::restore) carry the whole table ([`Table::save_into`]), and
+/// the log's pushes replay to the same table (pulls change nothing).
+pub struct TableHandler {
+    table: Table,
+    metrics: Option<TableMetrics>,
+    published: TableCounts,
+}
+
+impl TableHandler {
+    /// A handler with an empty table for `spec`.
+    ///
+    /// # Errors
+    /// The spec's error ([`Table::new`]).
+    pub fn new(spec: &TableSpec) -> std::result::Result<TableHandler, String> {
+        Ok(TableHandler {
+            table: Table::new(spec)?,
+            metrics: None,
+            published: TableCounts::default(),
+        })
+    }
+
+    /// Reports into `metrics` after every request (rows, bytes, budget and the counts).
+    #[must_use]
+    pub fn with_metrics(mut self, metrics: TableMetrics) -> TableHandler {
+        metrics
+            .budget
+            .set(self.table.spec().budget.unwrap_or(0) as i64);
+        self.metrics = Some(metrics);
+        self.publish();
+        self
+    }
+
+    /// The table.
+    pub fn table(&self) -> &Table {
+        &self.table
+    }
+
+    fn publish(&mut self) {
+        let Some(m) = &self.metrics else { return };
+        let (now, was) = (self.table.counts(), self.published);
+        m.rows.set(self.table.len() as i64);
+        m.bytes.set(self.table.bytes() as i64);
+        m.admitted.inc_by(now.admitted.saturating_sub(was.admitted));
+        m.not_admitted
+            .inc_by(now.not_admitted.saturating_sub(was.not_admitted));
+        m.evicted.inc_by(now.evicted.saturating_sub(was.evicted));
+        m.initialized_on_pull.inc_by(
+            now.initialized_on_pull
+                .saturating_sub(was.initialized_on_pull),
+        );
+        self.published = now;
+    }
+
+    /// Checks the request's shape against the table.
+    fn check(&self, meta: &ReqMeta, req: &KVRequest<'_, f32>) -> std::result::Result<(), String> {
+        let (app, dim) = (self.table.spec().app, self.table.dim());
+        if meta.cmd != 0 {
+            return Err(format!(
+                "table app {app}: application command {} is not a table request: a table takes pushes of gradients and pulls (command 0)",
+                meta.cmd
+            ));
+        }
+        if !req.lens.is_empty() {
+            if let Some((k, l)) = req
+                .keys
+                .iter()
+                .zip(req.lens.iter())
+                .find(|&(_, &l)| l as usize != dim)
+            {
+                return Err(format!(
+                    "table app {app}: key {k} has {l} values, the table's rows have dim {dim}"
+                ));
+            }
+        }
+        if meta.push && req.vals.len() != req.keys.len() * dim {
+            return Err(format!(
+                "table app {app}: a push of {} values for {} keys; the table's rows have dim {dim}, so {} values",
+                req.vals.len(),
+                req.keys.len(),
+                req.keys.len() * dim
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl RequestHandler<f32> for TableHandler {
+    fn handle(
+        &mut self,
+        meta: &ReqMeta,
+        req: KVRequest<'_, f32>,
+    ) -> std::result::Result<KVPairs<f32>, String> {
+        self.check(meta, &req)?;
+        let n = req.keys.len() * self.table.dim();
+        let mut vals = Vec::new();
+        if meta.push {
+            if meta.pull {
+                vals = vec![0.0; n];
+            }
+            let out = meta.pull.then_some(&mut vals[..]);
+            self.table.push(&req.keys, &req.vals, out)?;
+        } else if meta.pull {
+            vals = vec![0.0; n];
+            self.table.pull(&req.keys, &mut vals)?;
+        }
+        self.publish();
+        Ok(KVPairs {
+            keys: Vec::new(),
+            vals,
+            lens: Vec::new(),
+        })
+    }
+
+    /// The whole table ([`Table::save_into`]).
+    fn save(&self) -> Option<Vec<u8>> {
+        let mut out = Vec::new();
+        self.table.save_into(&mut out);
+        Some(out)
+    }
+
+    fn save_into(&self, out: &mut Vec<u8>) -> bool {
+        self.table.save_into(out);
+        true
+    }
+
+    fn restore(&mut self, state: &[u8]) -> std::result::Result<(), String> {
+        self.table.restore(state)?;
+        self.published = TableCounts::default();
+        self.publish();
+        Ok(())
+    }
+}
+
+/// This host's memory in bytes (`MemTotal` of `/proc/meminfo`), `None` where unknown.
+pub fn host_memory() -> Option<u64> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = info.lines().find(|l| l.starts_with("MemTotal:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
+/// A table's budget against this host's memory, for a server's start line.
+pub fn describe_budget(table: &Table, host: Option<u64>) -> String {
+    let spec = table.spec();
+    match (spec.budget, table.max_rows()) {
+        (Some(b), Some(rows)) => {
+            let share = host
+                .map(|h| {
+                    format!(
+                        ", {:.1} % of this host's {:.1} GiB",
+                        b as f64 * 100.0 / h as f64,
+                        h as f64 / f64::from(1 << 30)
+                    )
+                })
+                .unwrap_or_default();
+            format!(
+                "budget {} ({} bytes) for up to {rows} rows{share}",
+                bytes_text(b),
+                b
+            )
+        }
+        _ => "no budget: it grows with its keys".to_string(),
+    }
+}
+
+/// Serves each of `specs` as a [`KVServer<f32>`] of its application on this server node, with
+/// its metrics, printing one line per table on standard error (`pslite: table app A: SPEC;
+/// budget … for up to N rows, P % of this host's M GiB`) and warning when the budgets add up
+/// to more than 90 % of the host's memory. Dropping the servers
+/// stops serving.
+///
+/// # Errors
+/// [`Error::InvalidArgument`] for a bad spec, two tables of one application, or an application
+/// this process already serves as `f32`.
+pub fn serve_tables(po: &Arc<Postoffice>, specs: &[TableSpec]) -> Result<Vec<KVServer<f32>>> {
+    let host = host_memory();
+    let mut servers = Vec::with_capacity(specs.len());
+    for (i, spec) in specs.iter().enumerate() {
+        if specs[..i].iter().any(|s| s.app == spec.app) {
+            return Err(Error::InvalidArgument(format!(
+                "two tables for application {}: one table per application id",
+                spec.app
+            )));
+        }
+        let handler = TableHandler::new(spec)
+            .map_err(Error::InvalidArgument)?
+            .with_metrics(po.metrics().table(spec.app));
+        eprintln!(
+            "pslite: table app {}: {}; {}",
+            spec.app,
+            spec,
+            describe_budget(handler.table(), host)
+        );
+        servers.push(KVServer::new(po, spec.app, handler)?);
+    }
+    let total: u64 = specs.iter().filter_map(|s| s.budget).sum();
+    if let Some(h) = host {
+        if total as f64 > 0.9 * h as f64 {
+            tracing::warn!(
+                "the tables' budgets add up to {} bytes, {:.0} % of this host's memory ({h} bytes): the server may run out of memory before its tables are full",
+                total,
+                total as f64 * 100.0 / h as f64
+            );
+        }
+    }
+    Ok(servers)
+}

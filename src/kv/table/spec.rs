@@ -1,0 +1,814 @@
+//! [`TableSpec`]: what an embedding table is, in one line that reads the same from every entry
+//! point (`pslite-server --table`, `pslite-launch local --table`, `PS_TABLES`, Python's
+//! `pslite.Table`), and its builder for Rust.
+//!
+//! ```text
+//! app=0,dim=16,init=normal:0:0.01,opt=adagrad:lr=0.05,admit=count:2,budget=512MiB,evict=lru
+//! ```
+//!
+//! | field | values | default |
+//! | --- | --- | --- |
+//! | `app` | the application id (ps-lite's `app_id`) the table serves, an `i32` | required |
+//! | `dim` | values per row, 1 to 2^20 | required |
+//! | `init` | `zeros`, `uniform:A:B` (A < B), `normal:MEAN:STD` (STD ≥ 0) | `zeros` |
+//! | `seed` | the initializer's seed, a `u64` | the app id |
+//! | `opt` | `sgd[:lr=X]`, `adagrad[:lr=X][:eps=X][:init_acc=X]`, `adam[:lr=X][:b1=X][:b2=X][:eps=X]`, `ftrl[:alpha=X][:beta=X][:l1=X][:l2=X]`; `:wd=X` (L2 weight decay, not with ftrl) | `sgd:lr=0.01` |
+//! | `admit` | `all`, `count:N` (N from 1 to 255; `:width=W` counters per sketch row, a power of two), `prob:P` (0 < P ≤ 1) | `all` |
+//! | `budget` | bytes per server: `1000000`, `64KiB`, `512MiB`, `2GiB`, `1TiB` (also `KB`, `MB`, `GB`, `TB`, powers of 10) | none (unbounded) |
+//! | `evict` | `lru`, `ttl:T` (rows not pushed in the last T pushes of the table go, and LRU when full) | `lru` |
+
+use std::fmt;
+use std::str::FromStr;
+
+/// Largest `dim` a table takes (values per row).
+pub const MAX_DIM: usize = 1 << 20;
+
+/// How a row that the table does not hold starts: computed from (table seed, key) by a
+/// counter-based generator (Philox4x64-10, Salmon et al. 2011), so every server, restart,
+/// replacement and eviction gives a key the same initial row.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Init {
+    /// All values 0.
+    Zeros,
+    /// Uniform on `[low, high)`.
+    Uniform {
+        /// Lower bound.
+        low: f32,
+        /// Upper bound, > `low`.
+        high: f32,
+    },
+    /// Normal (Box–Muller) with this mean and standard deviation.
+    Normal {
+        /// Mean.
+        mean: f32,
+        /// Standard deviation, ≥ 0.
+        std: f32,
+    },
+}
+
+/// The update rule a push's gradients go through, one step per push and key. Each keeps its
+/// slots (state) beside the row; formulas per value, with `g` the pushed gradient plus
+/// `wd · w` where a weight decay is set.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Optimizer {
+    /// `w -= lr · g`. No slots.
+    Sgd {
+        /// Step size, > 0.
+        lr: f32,
+    },
+    /// AdaGrad (Duchi et al. 2011), as PyTorch's: `acc += g²; w -= lr · g / (√acc + eps)`.
+    /// One slot per value (`acc`, starting at `init_acc`).
+    Adagrad {
+        /// Step size, > 0.
+        lr: f32,
+        /// Added to `√acc`, ≥ 0 (PyTorch's default 1e-10).
+        eps: f32,
+        /// `acc`'s starting value, ≥ 0 (TensorFlow's default is 0.1, PyTorch's 0).
+        init_acc: f32,
+    },
+    /// Adam (Kingma & Ba 2015) with a step count per row, as sparse ("lazy") Adam:
+    /// `t += 1; m = b1·m + (1−b1)·g; v = b2·v + (1−b2)·g²;
+    /// w -= lr · (m / (1 − b1^t)) / (√(v / (1 − b2^t)) + eps)`. Two slots per value (`m`, `v`)
+    /// and one per row (`t`).
+    Adam {
+        /// Step size, > 0.
+        lr: f32,
+        /// First moment's decay, in [0, 1).
+        b1: f32,
+        /// Second moment's decay, in [0, 1).
+        b2: f32,
+        /// Added to the second moment's root, > 0.
+        eps: f32,
+    },
+    /// FTRL-Proximal (McMahan et al. 2013, "Ad Click Prediction: a View from the Trenches",
+    /// Algorithm 1), per value: `σ = (√(n + g²) − √n) / alpha; z += g − σ·w; n += g²;
+    /// w = 0 if |z| ≤ l1, else −(z − sgn(z)·l1) / ((beta + √n) / alpha + l2)`. Two slots per
+    /// value (`z`, `n`). The weight follows from `z` and `n` alone, so a row's initial values
+    /// last until its first push.
+    Ftrl {
+        /// Step size α, > 0.
+        alpha: f32,
+        /// β, ≥ 0.
+        beta: f32,
+        /// L1 strength λ1, ≥ 0.
+        l1: f32,
+        /// L2 strength λ2, ≥ 0.
+        l2: f32,
+    },
+}
+
+impl Optimizer {
+    /// The rule's name in a spec: `sgd`, `adagrad`, `adam`, `ftrl`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Optimizer::Sgd { .. } => "sgd",
+            Optimizer::Adagrad { .. } => "adagrad",
+            Optimizer::Adam { .. } => "adam",
+            Optimizer::Ftrl { .. } => "ftrl",
+        }
+    }
+
+    /// `f32` slots a row of `dim` values keeps beside it (Adam's step count is one of them,
+    /// held as a `u32`).
+    pub fn slot_values(&self, dim: usize) -> usize {
+        match self {
+            Optimizer::Sgd { .. } => 0,
+            Optimizer::Adagrad { .. } => dim,
+            Optimizer::Adam { .. } => 2 * dim + 1,
+            Optimizer::Ftrl { .. } => 2 * dim,
+        }
+    }
+}
+
+/// When a key not held gets a row. Until then its pulls get the initial row and its pushes
+/// are counted and dropped.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Admission {
+    /// At its first push.
+    All,
+    /// At its `n`-th push, counted by a count-min sketch (Cormode & Muthukrishnan 2005, with
+    /// conservative update; Monolith's occurrence threshold): 4 rows of `width` 8-bit counters.
+    /// A sketch can only overcount, so a key may be admitted early, never late.
+    Count {
+        /// Pushes a key needs, 1 to 255.
+        n: u32,
+        /// Counters per sketch row, a power of two.
+        width: usize,
+    },
+    /// Each push of a key not held admits it with probability `p` (Persia's admit
+    /// probability), decided by a hash of (seed, key, the table's push count): the same on a
+    /// replay of the same pushes.
+    Probability {
+        /// In (0, 1].
+        p: f64,
+    },
+}
+
+/// Counters per count-min row unless `admit=count:N:width=W` says otherwise (4 MiB for 4 rows).
+pub const DEFAULT_SKETCH_WIDTH: usize = 1 << 20;
+
+/// Which rows go when the budget is full.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Eviction {
+    /// The least recently pushed rows (a row's recency is the table's push count when it was
+    /// last pushed; pulls do not count, so a replay of the logged pushes gives the same order).
+    Lru,
+    /// Rows not pushed in the last `pushes` pushes of the table, checked every `pushes / 8`
+    /// pushes; LRU too when the budget is full.
+    Ttl {
+        /// The time to live, in pushes of this table (requests, not keys), ≥ 1.
+        pushes: u64,
+    },
+}
+
+/// An embedding table: rows of `dim` `f32` values per `u64` key, served as application `app`.
+/// Parse one from a spec line (`"app=0,dim=16,opt=adagrad:lr=0.05".parse()`; its `Display` is
+/// the canonical line) or build one:
+///
+/// ```
+/// use pslite::kv::table::{Init, Optimizer, TableSpec};
+/// let spec = TableSpec::new(0, 16)
+///     .init(Init::Normal { mean: 0.0, std: 0.01 })
+///     .optimizer(Optimizer::Adagrad { lr: 0.05, eps: 1e-10, init_acc: 0.0 })
+///     .budget(512 << 20);
+/// assert_eq!(spec.to_string(), "app=0,dim=16,init=normal:0:0.01,seed=0,opt=adagrad:lr=0.05:eps=0.0000000001:init_acc=0,admit=all,budget=512MiB,evict=lru");
+/// assert_eq!(spec.to_string().parse::<TableSpec>(), Ok(spec));
+/// ```
+#[derive(Clone, Debug, PartialEq)]
+pub struct TableSpec {
+    /// The application id whose `f32` requests the table answers.
+    pub app: i32,
+    /// Values per row, 1 to [`MAX_DIM`].
+    pub dim: usize,
+    /// Initial rows.
+    pub init: Init,
+    /// The initializer's (and probability admission's) seed.
+    pub seed: u64,
+    /// The update rule.
+    pub optimizer: Optimizer,
+    /// L2 weight decay `wd` (`g += wd · w` before the step), ≥ 0; not with FTRL (use its `l2`).
+    pub weight_decay: f32,
+    /// When a key gets a row.
+    pub admit: Admission,
+    /// Bytes this table may hold on one server (rows, slots, index, sketch), `None`: no limit.
+    pub budget: Option<u64>,
+    /// Which rows go when the budget is full.
+    pub evict: Eviction,
+}
+
+impl TableSpec {
+    /// A table of `dim` values per row for application `app`: zeros, seed `app`, SGD with
+    /// lr 0.01, every key admitted, no budget, LRU.
+    pub fn new(app: i32, dim: usize) -> TableSpec {
+        TableSpec {
+            app,
+            dim,
+            init: Init::Zeros,
+            seed: app as u64,
+            optimizer: Optimizer::Sgd { lr: 0.01 },
+            weight_decay: 0.0,
+            admit: Admission::All,
+            budget: None,
+            evict: Eviction::Lru,
+        }
+    }
+
+    /// With initial rows `init`.
+    #[must_use]
+    pub fn init(mut self, init: Init) -> TableSpec {
+        self.init = init;
+        self
+    }
+
+    /// With seed `seed`.
+    #[must_use]
+    pub fn seed(mut self, seed: u64) -> TableSpec {
+        self.seed = seed;
+        self
+    }
+
+    /// With update rule `optimizer`.
+    #[must_use]
+    pub fn optimizer(mut self, optimizer: Optimizer) -> TableSpec {
+        self.optimizer = optimizer;
+        self
+    }
+
+    /// With L2 weight decay `wd`.
+    #[must_use]
+    pub fn weight_decay(mut self, wd: f32) -> TableSpec {
+        self.weight_decay = wd;
+        self
+    }
+
+    /// With admission `admit`.
+    #[must_use]
+    pub fn admit(mut self, admit: Admission) -> TableSpec {
+        self.admit = admit;
+        self
+    }
+
+    /// With a budget of `bytes` per server.
+    #[must_use]
+    pub fn budget(mut self, bytes: u64) -> TableSpec {
+        self.budget = Some(bytes);
+        self
+    }
+
+    /// With eviction `evict`.
+    #[must_use]
+    pub fn evict(mut self, evict: Eviction) -> TableSpec {
+        self.evict = evict;
+        self
+    }
+
+    /// Checks every field's range (the parser checks the same).
+    ///
+    /// # Errors
+    /// "bad table spec 'LINE': FIELD: what is wrong; allowed: …".
+    pub fn validate(&self) -> Result<(), String> {
+        let bad =
+            |field: &str, why: String| Err(format!("bad table spec '{self}': {field}: {why}"));
+        if self.dim == 0 || self.dim > MAX_DIM {
+            return bad(
+                "dim",
+                format!("{} is out of range; allowed: 1 to {MAX_DIM}", self.dim),
+            );
+        }
+        match self.init {
+            Init::Zeros => {}
+            Init::Uniform { low, high } => {
+                if !(low.is_finite() && high.is_finite() && low < high) {
+                    return bad(
+                        "init",
+                        format!("uniform:{low}:{high} needs finite bounds A < B"),
+                    );
+                }
+            }
+            Init::Normal { mean, std } => {
+                if !(mean.is_finite() && std.is_finite() && std >= 0.0) {
+                    return bad(
+                        "init",
+                        format!("normal:{mean}:{std} needs a finite mean and STD ≥ 0"),
+                    );
+                }
+            }
+        }
+        let positive = |v: f32| v.is_finite() && v > 0.0;
+        let non_negative = |v: f32| v.is_finite() && v >= 0.0;
+        let fraction = |v: f32| v.is_finite() && (0.0..1.0).contains(&v);
+        let ok = match self.optimizer {
+            Optimizer::Sgd { lr } => positive(lr),
+            Optimizer::Adagrad { lr, eps, init_acc } => {
+                positive(lr) && non_negative(eps) && non_negative(init_acc)
+            }
+            Optimizer::Adam { lr, b1, b2, eps } => {
+                positive(lr) && fraction(b1) && fraction(b2) && positive(eps)
+            }
+            Optimizer::Ftrl {
+                alpha,
+                beta,
+                l1,
+                l2,
+            } => positive(alpha) && non_negative(beta) && non_negative(l1) && non_negative(l2),
+        };
+        if !ok {
+            return bad(
+                "opt",
+                format!(
+                    "{} is out of range; allowed: lr, alpha, eps (adam) > 0; b1, b2 in [0, 1); eps (adagrad), init_acc, beta, l1, l2 ≥ 0",
+                    OptText(&self.optimizer, self.weight_decay)
+                ),
+            );
+        }
+        if !non_negative(self.weight_decay) {
+            return bad("opt", format!("wd={} must be ≥ 0", self.weight_decay));
+        }
+        if self.weight_decay != 0.0 && matches!(self.optimizer, Optimizer::Ftrl { .. }) {
+            return bad("opt", "ftrl takes no wd: use its l2".into());
+        }
+        match self.admit {
+            Admission::All => {}
+            Admission::Count { n, width } => {
+                if !(1..=255).contains(&n) {
+                    return bad("admit", format!("count:{n}: allowed: 1 to 255 pushes"));
+                }
+                if !width.is_power_of_two() || !(64..=1 << 32).contains(&width) {
+                    return bad(
+                        "admit",
+                        format!("width={width}: allowed: a power of two from 64 to 2^32"),
+                    );
+                }
+            }
+            Admission::Probability { p } => {
+                if !(p > 0.0 && p <= 1.0) {
+                    return bad("admit", format!("prob:{p}: allowed: 0 < P ≤ 1"));
+                }
+            }
+        }
+        if let Eviction::Ttl { pushes: 0 } = self.evict {
+            return bad("evict", "ttl:0: allowed: ttl:T with T ≥ 1 pushes".into());
+        }
+        Ok(())
+    }
+}
+
+/// The fields a spec line has.
+const FIELDS: &str = "app, dim, init, seed, opt, admit, budget, evict";
+
+impl FromStr for TableSpec {
+    type Err = String;
+
+    /// Parses a spec line (the module's table); fields in any order, each at most once.
+    fn from_str(line: &str) -> Result<TableSpec, String> {
+        let bad = |field: &str, why: String| format!("bad table spec '{line}': {field}: {why}");
+        let mut seen: Vec<&str> = Vec::new();
+        let (mut app, mut dim) = (None, None);
+        let mut spec = TableSpec::new(0, 1);
+        let mut seed = None;
+        let mut opt_text = None;
+        let mut admit_text = None;
+        for part in line.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let Some((field, value)) = part.split_once('=') else {
+                return Err(format!(
+                    "bad table spec '{line}': '{part}' is not FIELD=VALUE; fields: {FIELDS}"
+                ));
+            };
+            let (field, value) = (field.trim(), value.trim());
+            if seen.contains(&field) {
+                return Err(bad(field, "given twice".into()));
+            }
+            seen.push(field);
+            match field {
+                "app" => {
+                    app = Some(value.parse::<i32>().map_err(|_| {
+                        bad(
+                            "app",
+                            format!("'{value}' is not an application id (an i32)"),
+                        )
+                    })?)
+                }
+                "dim" => {
+                    dim = Some(
+                        value
+                            .parse::<usize>()
+                            .ok()
+                            .filter(|d| (1..=MAX_DIM).contains(d))
+                            .ok_or_else(|| {
+                                bad("dim", format!("'{value}': allowed: 1 to {MAX_DIM}"))
+                            })?,
+                    )
+                }
+                "init" => spec.init = parse_init(value).map_err(|e| bad("init", e))?,
+                "seed" => {
+                    seed = Some(value.parse::<u64>().map_err(|_| {
+                        bad(
+                            "seed",
+                            format!("'{value}' is not a whole number ≥ 0 (a u64)"),
+                        )
+                    })?)
+                }
+                "opt" => opt_text = Some(value),
+                "admit" => admit_text = Some(value),
+                "budget" => spec.budget = Some(parse_bytes(value).map_err(|e| bad("budget", e))?),
+                "evict" => spec.evict = parse_evict(value).map_err(|e| bad("evict", e))?,
+                other => {
+                    return Err(format!(
+                        "bad table spec '{line}': unknown field '{other}'; fields: {FIELDS}"
+                    ))
+                }
+            }
+        }
+        spec.app = app.ok_or_else(|| bad("app", "missing: every table names its app".into()))?;
+        spec.dim = dim.ok_or_else(|| bad("dim", "missing: values per row, 1 to 1048576".into()))?;
+        spec.seed = seed.unwrap_or(spec.app as u64);
+        if let Some(t) = opt_text {
+            let (o, wd) = parse_optimizer(t).map_err(|e| bad("opt", e))?;
+            spec.optimizer = o;
+            spec.weight_decay = wd;
+        }
+        if let Some(t) = admit_text {
+            spec.admit = parse_admit(t).map_err(|e| bad("admit", e))?;
+        }
+        spec.validate().map_err(|e| {
+            // The same check names the canonical line; name the one given instead.
+            e.replacen(&format!("'{spec}'"), &format!("'{line}'"), 1)
+        })?;
+        Ok(spec)
+    }
+}
+
+fn number<T: FromStr>(text: &str, what: &str) -> Result<T, String> {
+    text.trim()
+        .parse::<T>()
+        .map_err(|_| format!("{what} '{text}' is not a number"))
+}
+
+fn parse_init(v: &str) -> Result<Init, String> {
+    let parts: Vec<&str> = v.split(':').collect();
+    match parts.as_slice() {
+        ["zeros"] => Ok(Init::Zeros),
+        ["uniform", a, b] => Ok(Init::Uniform {
+            low: number(a, "A")?,
+            high: number(b, "B")?,
+        }),
+        ["normal", m, s] => Ok(Init::Normal {
+            mean: number(m, "MEAN")?,
+            std: number(s, "STD")?,
+        }),
+        _ => Err(format!(
+            "'{v}'; allowed: zeros, uniform:A:B, normal:MEAN:STD"
+        )),
+    }
+}
+
+/// The optimizer and its weight decay from `NAME[:k=v]*`.
+fn parse_optimizer(v: &str) -> Result<(Optimizer, f32), String> {
+    let mut parts = v.split(':');
+    let name = parts.next().unwrap_or("").trim();
+    let allowed: &[&str] = match name {
+        "sgd" => &["lr", "wd"],
+        "adagrad" => &["lr", "eps", "init_acc", "wd"],
+        "adam" => &["lr", "b1", "b2", "eps", "wd"],
+        "ftrl" => &["alpha", "lr", "beta", "l1", "l2"],
+        _ => {
+            return Err(format!(
+                "unknown optimizer '{name}'; allowed: sgd, adagrad, adam, ftrl"
+            ))
+        }
+    };
+    let mut given: Vec<(&str, f32)> = Vec::new();
+    for kv in parts {
+        let Some((k, x)) = kv.split_once('=') else {
+            return Err(format!(
+                "'{kv}' is not NAME=VALUE; {name} takes {}",
+                allowed.join(", ")
+            ));
+        };
+        let k = k.trim();
+        if !allowed.contains(&k) {
+            return Err(format!(
+                "{name} has no '{k}'; it takes {}",
+                allowed.join(", ")
+            ));
+        }
+        if given.iter().any(|&(g, _)| g == k) {
+            return Err(format!("{name}'s '{k}' given twice"));
+        }
+        given.push((k, number(x, k)?));
+    }
+    let get = |k: &str, default: f32| {
+        given
+            .iter()
+            .find(|&&(g, _)| g == k)
+            .map_or(default, |&(_, x)| x)
+    };
+    let opt = match name {
+        "sgd" => Optimizer::Sgd {
+            lr: get("lr", 0.01),
+        },
+        "adagrad" => Optimizer::Adagrad {
+            lr: get("lr", 0.01),
+            eps: get("eps", 1e-10),
+            init_acc: get("init_acc", 0.0),
+        },
+        "adam" => Optimizer::Adam {
+            lr: get("lr", 0.001),
+            b1: get("b1", 0.9),
+            b2: get("b2", 0.999),
+            eps: get("eps", 1e-8),
+        },
+        _ => {
+            if given.iter().any(|&(g, _)| g == "alpha") && given.iter().any(|&(g, _)| g == "lr") {
+                return Err("ftrl's alpha and lr are the same step size: give one".into());
+            }
+            Optimizer::Ftrl {
+                alpha: get("alpha", get("lr", 0.05)),
+                beta: get("beta", 1.0),
+                l1: get("l1", 0.0),
+                l2: get("l2", 0.0),
+            }
+        }
+    };
+    Ok((opt, get("wd", 0.0)))
+}
+
+fn parse_admit(v: &str) -> Result<Admission, String> {
+    let parts: Vec<&str> = v.split(':').collect();
+    match parts.as_slice() {
+        ["all"] => Ok(Admission::All),
+        ["count", n] | ["count", n, _] => {
+            let width = match parts.get(2) {
+                None => DEFAULT_SKETCH_WIDTH,
+                Some(w) => {
+                    let w = w
+                        .strip_prefix("width=")
+                        .ok_or_else(|| format!("'{w}'; allowed after count:N: width=W"))?;
+                    number(w, "width")?
+                }
+            };
+            Ok(Admission::Count {
+                n: number(n, "N")?,
+                width,
+            })
+        }
+        ["prob", p] => Ok(Admission::Probability { p: number(p, "P")? }),
+        _ => Err(format!("'{v}'; allowed: all, count:N[:width=W], prob:P")),
+    }
+}
+
+fn parse_evict(v: &str) -> Result<Eviction, String> {
+    match v.split_once(':') {
+        None if v == "lru" => Ok(Eviction::Lru),
+        Some(("ttl", t)) => Ok(Eviction::Ttl {
+            pushes: number(t, "T")?,
+        }),
+        _ => Err(format!("'{v}'; allowed: lru, ttl:T (T pushes)")),
+    }
+}
+
+/// Bytes from `1000`, `64KiB`, `512MiB`, `2GiB`, `1TiB`, `10MB` (10^6), `1GB`, `1TB`.
+///
+/// # Errors
+/// A text naming the value and the forms allowed.
+pub fn parse_bytes(v: &str) -> Result<u64, String> {
+    let v = v.trim();
+    let split = v.find(|c: char| !c.is_ascii_digit()).unwrap_or(v.len());
+    let (digits, unit) = v.split_at(split);
+    let scale: u64 = match unit.trim() {
+        "" | "B" => 1,
+        "KiB" => 1 << 10,
+        "MiB" => 1 << 20,
+        "GiB" => 1 << 30,
+        "TiB" => 1 << 40,
+        "KB" | "kB" => 1_000,
+        "MB" => 1_000_000,
+        "GB" => 1_000_000_000,
+        "TB" => 1_000_000_000_000,
+        _ => u64::MAX,
+    };
+    let n = digits.parse::<u64>().ok();
+    match n.and_then(|n| n.checked_mul(scale)).filter(|_| scale != u64::MAX) {
+        Some(b) => Ok(b),
+        None => Err(format!(
+            "'{v}'; allowed: a whole number of bytes, or with KiB, MiB, GiB, TiB (powers of 2) or KB, MB, GB, TB (powers of 10)"
+        )),
+    }
+}
+
+/// `bytes` in the largest binary unit that divides it (`512MiB`), else in bytes.
+pub fn bytes_text(bytes: u64) -> String {
+    for (unit, shift) in [("TiB", 40), ("GiB", 30), ("MiB", 20), ("KiB", 10)] {
+        if bytes >= 1 << shift && bytes.is_multiple_of(1 << shift) {
+            return format!("{}{unit}", bytes >> shift);
+        }
+    }
+    bytes.to_string()
+}
+
+/// An optimizer and its weight decay as a spec's `opt=` value.
+struct OptText<'a>(&'a Optimizer, f32);
+
+impl fmt::Display for OptText<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self.0 {
+            Optimizer::Sgd { lr } => write!(f, "sgd:lr={lr}")?,
+            Optimizer::Adagrad { lr, eps, init_acc } => {
+                write!(f, "adagrad:lr={lr}:eps={eps}:init_acc={init_acc}")?
+            }
+            Optimizer::Adam { lr, b1, b2, eps } => {
+                write!(f, "adam:lr={lr}:b1={b1}:b2={b2}:eps={eps}")?
+            }
+            Optimizer::Ftrl {
+                alpha,
+                beta,
+                l1,
+                l2,
+            } => write!(f, "ftrl:alpha={alpha}:beta={beta}:l1={l1}:l2={l2}")?,
+        }
+        if self.1 != 0.0 {
+            write!(f, ":wd={}", self.1)?;
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Display for Init {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            Init::Zeros => write!(f, "zeros"),
+            Init::Uniform { low, high } => write!(f, "uniform:{low}:{high}"),
+            Init::Normal { mean, std } => write!(f, "normal:{mean}:{std}"),
+        }
+    }
+}
+
+impl fmt::Display for TableSpec {
+    /// The canonical spec line: every field, in the module table's order.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "app={},dim={},init={},seed={},opt={},admit=",
+            self.app,
+            self.dim,
+            self.init,
+            self.seed,
+            OptText(&self.optimizer, self.weight_decay)
+        )?;
+        match self.admit {
+            Admission::All => write!(f, "all")?,
+            Admission::Count { n, width } if width == DEFAULT_SKETCH_WIDTH => {
+                write!(f, "count:{n}")?
+            }
+            Admission::Count { n, width } => write!(f, "count:{n}:width={width}")?,
+            Admission::Probability { p } => write!(f, "prob:{p}")?,
+        }
+        if let Some(b) = self.budget {
+            write!(f, ",budget={}", bytes_text(b))?;
+        }
+        match self.evict {
+            Eviction::Lru => write!(f, ",evict=lru"),
+            Eviction::Ttl { pushes } => write!(f, ",evict=ttl:{pushes}"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_issue_s_line_parses_and_prints_back() {
+        let s: TableSpec =
+            "app=0,dim=16,init=normal:0:0.01,opt=adagrad:lr=0.05,admit=count:2,budget=512MiB,evict=lru"
+                .parse()
+                .expect("parses");
+        assert_eq!(s.app, 0);
+        assert_eq!(s.dim, 16);
+        assert_eq!(
+            s.init,
+            Init::Normal {
+                mean: 0.0,
+                std: 0.01
+            }
+        );
+        assert_eq!(
+            s.optimizer,
+            Optimizer::Adagrad {
+                lr: 0.05,
+                eps: 1e-10,
+                init_acc: 0.0
+            }
+        );
+        assert_eq!(
+            s.admit,
+            Admission::Count {
+                n: 2,
+                width: DEFAULT_SKETCH_WIDTH
+            }
+        );
+        assert_eq!(s.budget, Some(512 << 20));
+        assert_eq!(s.evict, Eviction::Lru);
+        assert_eq!(s.seed, 0);
+        assert_eq!(s.to_string().parse::<TableSpec>(), Ok(s));
+    }
+
+    #[test]
+    fn every_form_round_trips() {
+        for line in [
+            "app=3,dim=1",
+            "app=-2,dim=8,init=uniform:-0.5:0.5,seed=99,opt=sgd:lr=0.1:wd=0.001",
+            "app=1,dim=4,opt=adam:lr=0.002:b1=0.8:b2=0.99:eps=0.000001,admit=prob:0.25",
+            "app=1,dim=4,opt=ftrl:alpha=0.1:beta=1:l1=0.5:l2=2,admit=count:5:width=1024,budget=1000,evict=ttl:100",
+        ] {
+            let s: TableSpec = line.parse().unwrap_or_else(|e| panic!("{line}: {e}"));
+            let back: TableSpec = s.to_string().parse().expect("canonical line parses");
+            assert_eq!(back, s, "{line} → {s}");
+        }
+    }
+
+    #[test]
+    fn bad_specs_name_the_field_and_what_is_allowed() {
+        for (line, want) in [
+            ("dim=4", "app: missing"),
+            ("app=0", "dim: missing"),
+            ("app=0,dim=0", "dim: '0': allowed: 1 to 1048576"),
+            ("app=x,dim=4", "app: 'x' is not an application id"),
+            (
+                "app=0,dim=4,colour=red",
+                "unknown field 'colour'; fields: app, dim",
+            ),
+            ("app=0,dim=4,dim=5", "dim: given twice"),
+            (
+                "app=0,dim=4,init=gauss",
+                "init: 'gauss'; allowed: zeros, uniform:A:B",
+            ),
+            (
+                "app=0,dim=4,init=uniform:1:1",
+                "init: uniform:1:1 needs finite bounds A < B",
+            ),
+            (
+                "app=0,dim=4,opt=rmsprop",
+                "opt: unknown optimizer 'rmsprop'; allowed: sgd",
+            ),
+            (
+                "app=0,dim=4,opt=sgd:beta=1",
+                "opt: sgd has no 'beta'; it takes lr, wd",
+            ),
+            (
+                "app=0,dim=4,opt=sgd:lr=-1",
+                "opt: sgd:lr=-1 is out of range",
+            ),
+            ("app=0,dim=4,opt=adam:b1=1", "opt: adam:lr=0.001:b1=1"),
+            (
+                "app=0,dim=4,opt=ftrl:alpha=1:lr=1",
+                "alpha and lr are the same",
+            ),
+            (
+                "app=0,dim=4,admit=count:0",
+                "admit: count:0: allowed: 1 to 255",
+            ),
+            (
+                "app=0,dim=4,admit=count:2:width=1000",
+                "width=1000: allowed: a power of two",
+            ),
+            (
+                "app=0,dim=4,admit=prob:1.5",
+                "admit: prob:1.5: allowed: 0 < P ≤ 1",
+            ),
+            (
+                "app=0,dim=4,admit=maybe",
+                "admit: 'maybe'; allowed: all, count:N",
+            ),
+            (
+                "app=0,dim=4,budget=12XB",
+                "budget: '12XB'; allowed: a whole number of bytes",
+            ),
+            (
+                "app=0,dim=4,evict=fifo",
+                "evict: 'fifo'; allowed: lru, ttl:T",
+            ),
+            (
+                "app=0,dim=4,evict=ttl:0",
+                "ttl:0: allowed: ttl:T with T ≥ 1",
+            ),
+            ("app=0,dim=4,junk", "'junk' is not FIELD=VALUE"),
+        ] {
+            let e = line.parse::<TableSpec>().expect_err(line);
+            assert!(e.starts_with(&format!("bad table spec '{line}': ")), "{e}");
+            assert!(e.contains(want), "{line}: {e}");
+        }
+    }
+
+    #[test]
+    fn byte_units() {
+        assert_eq!(parse_bytes("1000"), Ok(1000));
+        assert_eq!(parse_bytes("64KiB"), Ok(64 << 10));
+        assert_eq!(parse_bytes("256MiB"), Ok(256 << 20));
+        assert_eq!(parse_bytes("2GB"), Ok(2_000_000_000));
+        assert!(parse_bytes("MiB").is_err());
+        assert!(parse_bytes("99999999999TiB").is_err());
+        assert_eq!(bytes_text(512 << 20), "512MiB");
+        assert_eq!(bytes_text(1000), "1000");
+    }
+}

@@ -1,0 +1,535 @@
+//! [`Table`]: one embedding table's rows, optimizer, admission and eviction, with no IO — the
+//! server's [`TableHandler`](super::TableHandler) drives it, and a single process can train on
+//! it directly (the reference a distributed run is compared with).
+//!
+//! **Determinism.** Everything a push changes follows from the table's spec, its state and the
+//! push itself: initial rows come from (seed, key), probability admission from (seed, key, push
+//! number), recency stamps from the push number, eviction from the stamps. Pulls change nothing
+//! but counters. So a snapshot plus the replay of the pushes logged after it gives back the
+//! same table, bit for bit.
+//!
+//! **Memory.** With a budget, the most rows that fit are computed up front: records (key,
+//! stamp, row, slots), the index at 80 % load, the admission sketch and the free list, all
+//! counted at their allocated size ([`Table::bytes`]), and nothing grows past them. When a new
+//! row finds the table full, the least recently pushed `1/64` of the rows go at once (found by a
+//! threshold on their stamps, from a sample of 1024 stamps; every row at or below it is
+//! evicted, so the evicted rows are exactly the oldest ones).
+
+use super::admit::Admit;
+use super::index::{self, Index};
+use super::init::initial_row;
+use super::optim::{init_slots, step};
+use super::rows::{Rows, FREE};
+use super::spec::{bytes_text, Eviction, TableSpec};
+use crate::kv::durable::bytes::Reader;
+
+/// A stamp is `push << POS_BITS | position of the key in the push` (clamped), so stamps are
+/// ordered by push, then by key order within a push.
+const POS_BITS: u32 = 24;
+
+/// An eviction pass frees about `1 / EVICT_SHARE` of the rows.
+const EVICT_SHARE: usize = 64;
+
+/// Stamps sampled to find an eviction pass's threshold.
+const SAMPLE: usize = 1024;
+
+/// Bytes counted for the table's own fields.
+const FIXED_BYTES: usize = 4096;
+
+/// What a table has done, since it started (restored with it from a snapshot).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TableCounts {
+    /// Pushes (requests) applied.
+    pub pushes: u64,
+    /// Rows created (keys admitted).
+    pub admitted: u64,
+    /// Pushed rows dropped because their key was not admitted yet.
+    pub not_admitted: u64,
+    /// Rows evicted (budget or TTL).
+    pub evicted: u64,
+    /// Pulled rows the table did not hold, answered with their initial row.
+    pub initialized_on_pull: u64,
+}
+
+/// One embedding table (see the module docs).
+pub struct Table {
+    spec: TableSpec,
+    dim: usize,
+    rows: Rows,
+    index: Index,
+    /// Slots freed by eviction, reused last-freed first.
+    free: Vec<u32>,
+    admit: Admit,
+    /// The most rows the budget holds (`usize::MAX` without one).
+    max_rows: usize,
+    /// The push count at which the next TTL sweep runs.
+    next_sweep: u64,
+    counts: TableCounts,
+}
+
+impl std::fmt::Debug for Table {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Table")
+            .field("spec", &self.spec.to_string())
+            .field("rows", &self.len())
+            .field("bytes", &self.bytes())
+            .finish()
+    }
+}
+
+/// The most rows a budget of `budget` bytes holds for `spec`, with the bytes they take.
+fn rows_in_budget(spec: &TableSpec, budget: u64) -> Result<usize, String> {
+    let floats = spec.dim + spec.optimizer.slot_values(spec.dim);
+    let fixed = FIXED_BYTES + Admit::bytes_for(&spec.admit);
+    let bytes_for = |n: usize| {
+        Rows::bytes_for(floats, n)
+            + index::bytes_for(index::buckets_for(n))
+            + free_capacity(n) * 4
+            + fixed
+    };
+    let per_row = (Rows::stride_for(floats) * 8) as f64 + 6.25 + 4.0 / EVICT_SHARE as f64;
+    let budget = usize::try_from(budget).unwrap_or(usize::MAX);
+    let mut n = (budget.saturating_sub(fixed) as f64 / per_row) as usize;
+    n = n.min(u32::MAX as usize - 1);
+    while n > 0 && bytes_for(n) > budget {
+        n -= n.div_ceil(1000).max(1).min(n);
+    }
+    if n == 0 {
+        return Err(format!(
+            "bad table spec '{spec}': budget: {} holds no row: a row takes {} bytes with its index, and the table {} more{}",
+            bytes_text(budget as u64),
+            per_row.ceil(),
+            fixed,
+            if Admit::bytes_for(&spec.admit) > 0 { " (the admission sketch among them)" } else { "" }
+        ));
+    }
+    Ok(n)
+}
+
+/// Free-list entries reserved for a table of `max_rows` rows.
+fn free_capacity(max_rows: usize) -> usize {
+    max_rows / EVICT_SHARE + 2 * SAMPLE
+}
+
+impl Table {
+    /// An empty table for `spec` (checked first). With a budget, the index is allocated for the
+    /// most rows at once (zeroed pages, resident as they fill) and rows in chunks as they come.
+    ///
+    /// # Errors
+    /// The spec's error ([`TableSpec::validate`]), or a budget too small for one row.
+    pub fn new(spec: &TableSpec) -> Result<Table, String> {
+        spec.validate()?;
+        let floats = spec.dim + spec.optimizer.slot_values(spec.dim);
+        let (max_rows, index, free) = match spec.budget {
+            Some(b) => {
+                let n = rows_in_budget(spec, b)?;
+                (
+                    n,
+                    Index::with_buckets(index::buckets_for(n)),
+                    Vec::with_capacity(free_capacity(n)),
+                )
+            }
+            None => (usize::MAX, Index::with_buckets(0), Vec::new()),
+        };
+        let next_sweep = match spec.evict {
+            Eviction::Ttl { pushes } => (pushes / 8).max(1),
+            Eviction::Lru => u64::MAX,
+        };
+        Ok(Table {
+            rows: Rows::new(floats, max_rows),
+            index,
+            free,
+            admit: Admit::new(&spec.admit, spec.seed),
+            max_rows,
+            next_sweep,
+            counts: TableCounts::default(),
+            dim: spec.dim,
+            spec: spec.clone(),
+        })
+    }
+
+    /// The spec.
+    pub fn spec(&self) -> &TableSpec {
+        &self.spec
+    }
+
+    /// Values per row.
+    pub fn dim(&self) -> usize {
+        self.dim
+    }
+
+    /// Rows held.
+    pub fn len(&self) -> usize {
+        self.index.len()
+    }
+
+    /// Whether it holds no row.
+    pub fn is_empty(&self) -> bool {
+        self.index.is_empty()
+    }
+
+    /// The most rows its budget holds, `None` without a budget.
+    pub fn max_rows(&self) -> Option<usize> {
+        (self.max_rows != usize::MAX).then_some(self.max_rows)
+    }
+
+    /// Bytes it holds: records, index, free list, sketch and its own fields, at their allocated
+    /// sizes (never above the budget).
+    pub fn bytes(&self) -> usize {
+        self.rows.bytes()
+            + self.index.bytes()
+            + self.free.capacity() * 4
+            + self.admit.bytes()
+            + FIXED_BYTES
+    }
+
+    /// Bytes per row beyond its values and slots (`dim · 4` + slots): the record's key, stamp
+    /// and padding, and the index, at the current fill; `None` when empty.
+    pub fn overhead_per_row(&self) -> Option<f64> {
+        let n = self.len();
+        (n > 0).then(|| {
+            let floats = self.dim + self.spec.optimizer.slot_values(self.dim);
+            (self.rows.bytes() + self.index.bytes() + self.free.capacity() * 4) as f64 / n as f64
+                - (floats * 4) as f64
+        })
+    }
+
+    /// What it has done so far.
+    pub fn counts(&self) -> TableCounts {
+        self.counts
+    }
+
+    /// The row of `key` if the table holds one (its `dim` values).
+    pub fn get(&self, key: u64) -> Option<&[f32]> {
+        let slot = self.find(key)?;
+        Some(&self.rows.values(slot)[..self.dim])
+    }
+
+    /// The row, then the optimizer slots, of `key` if held.
+    pub fn get_with_slots(&self, key: u64) -> Option<&[f32]> {
+        let slot = self.find(key)?;
+        Some(self.rows.values(slot))
+    }
+
+    /// The recency stamp of `key` if held (push number << 24 | position in the push).
+    pub fn stamp(&self, key: u64) -> Option<u64> {
+        self.find(key).map(|s| self.rows.stamp(s))
+    }
+
+    /// The keys held, in slot order.
+    pub fn keys(&self) -> Vec<u64> {
+        (0..self.rows.used() as u32)
+            .filter(|&s| self.rows.stamp(s) != FREE)
+            .map(|s| self.rows.key(s))
+            .collect()
+    }
+
+    #[inline]
+    fn find(&self, key: u64) -> Option<u32> {
+        let rows = &self.rows;
+        self.index.find(key, |s| rows.key(s))
+    }
+
+    /// The initial row of `key` into `out` (`dim` values).
+    pub fn initial_row(&self, key: u64, out: &mut [f32]) {
+        initial_row(&self.spec.init, self.spec.seed, key, out);
+    }
+
+    /// The rows of `keys` into `out` (`keys.len() · dim` values, key after key): held rows, and
+    /// the initial row of a key not held (not admitted yet, evicted, or never pushed), which
+    /// the table does not keep. Keys need not be sorted.
+    ///
+    /// # Errors
+    /// When `out` has another length.
+    pub fn pull(&mut self, keys: &[u64], out: &mut [f32]) -> Result<(), String> {
+        let dim = self.dim;
+        if out.len() != keys.len() * dim {
+            return Err(format!(
+                "table app {}: {} values for the rows of {} keys of dim {dim}",
+                self.spec.app,
+                out.len(),
+                keys.len()
+            ));
+        }
+        const AHEAD: usize = 8;
+        for (i, (&key, row)) in keys.iter().zip(out.chunks_exact_mut(dim)).enumerate() {
+            if let Some(&k) = keys.get(i + AHEAD) {
+                self.index.prefetch(k);
+            }
+            match self.find(key) {
+                Some(slot) => row.copy_from_slice(&self.rows.values(slot)[..dim]),
+                None => {
+                    self.counts.initialized_on_pull += 1;
+                    initial_row(&self.spec.init, self.spec.seed, key, row);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// One push: one optimizer step per key with its gradient (`grads`: `keys.len() · dim`
+    /// values, key after key). A key not held gets its row when admission admits it (its
+    /// initial row and slots, then the step); until then the push of its row is counted and
+    /// dropped. With `out`, the rows after the step go there (`keys.len() · dim`; a key not
+    /// admitted gets its initial row). Keys need not be sorted; a key given twice takes two
+    /// steps. A full table evicts its least recently pushed rows first.
+    ///
+    /// # Errors
+    /// When `grads` or `out` has another length; nothing is applied then.
+    pub fn push(
+        &mut self,
+        keys: &[u64],
+        grads: &[f32],
+        mut out: Option<&mut [f32]>,
+    ) -> Result<(), String> {
+        let dim = self.dim;
+        if grads.len() != keys.len() * dim {
+            return Err(format!(
+                "table app {}: {} gradient values for {} keys of dim {dim} (want {})",
+                self.spec.app,
+                grads.len(),
+                keys.len(),
+                keys.len() * dim
+            ));
+        }
+        if let Some(o) = out.as_deref() {
+            if o.len() != grads.len() {
+                return Err(format!(
+                    "table app {}: {} values for the rows of {} keys of dim {dim}",
+                    self.spec.app,
+                    o.len(),
+                    keys.len()
+                ));
+            }
+        }
+        self.counts.pushes += 1;
+        let push = self.counts.pushes;
+        if push >= self.next_sweep {
+            self.sweep(push);
+        }
+        const AHEAD: usize = 8;
+        for (i, (&key, g)) in keys.iter().zip(grads.chunks_exact(dim)).enumerate() {
+            if let Some(&k) = keys.get(i + AHEAD) {
+                self.index.prefetch(k);
+            }
+            let stamp = push << POS_BITS | (i as u64).min((1 << POS_BITS) - 1);
+            let slot = match self.find(key) {
+                Some(slot) => slot,
+                None if self.admit.admits(key, push) => self.create(key),
+                None => {
+                    self.counts.not_admitted += 1;
+                    if let Some(o) = out.as_deref_mut() {
+                        initial_row(
+                            &self.spec.init,
+                            self.spec.seed,
+                            key,
+                            &mut o[i * dim..(i + 1) * dim],
+                        );
+                    }
+                    continue;
+                }
+            };
+            self.rows.set_stamp(slot, stamp);
+            let (opt, wd) = (self.spec.optimizer, self.spec.weight_decay);
+            let values = self.rows.values_mut(slot);
+            let (w, slots) = values.split_at_mut(dim);
+            step(&opt, wd, w, slots, g);
+            if let Some(o) = out.as_deref_mut() {
+                o[i * dim..(i + 1) * dim].copy_from_slice(w);
+            }
+        }
+        Ok(())
+    }
+
+    /// A row for `key` (not held): a free slot, a new one, or one freed by evicting the least
+    /// recently pushed rows; set to the key's initial row and fresh slots.
+    fn create(&mut self, key: u64) -> u32 {
+        self.counts.admitted += 1;
+        let slot = match self.free.pop().or_else(|| self.rows.take()) {
+            Some(s) => s,
+            None => {
+                self.evict_oldest();
+                // An eviction pass frees at least the oldest row.
+                self.free.pop().unwrap_or(0)
+            }
+        };
+        if !self.index.has_room() {
+            let rows = &self.rows;
+            self.index.grow(|s| rows.key(s));
+        }
+        self.rows.set_head(slot, key, 0);
+        self.index.insert(key, slot);
+        let dim = self.dim;
+        let (init, seed, opt) = (self.spec.init, self.spec.seed, self.spec.optimizer);
+        let values = self.rows.values_mut(slot);
+        let (w, slots) = values.split_at_mut(dim);
+        initial_row(&init, seed, key, w);
+        init_slots(&opt, slots);
+        slot
+    }
+
+    /// Evicts the row in `slot`.
+    fn evict(&mut self, slot: u32) {
+        let key = self.rows.key(slot);
+        let rows = &self.rows;
+        self.index.remove(key, |s| rows.key(s));
+        self.rows.set_stamp(slot, FREE);
+        self.free.push(slot);
+        self.counts.evicted += 1;
+    }
+
+    /// Evicts every row stamped at or below `threshold`.
+    fn evict_through(&mut self, threshold: u64) {
+        for slot in 0..self.rows.used() as u32 {
+            let st = self.rows.stamp(slot);
+            if st != FREE && st <= threshold {
+                self.evict(slot);
+            }
+        }
+    }
+
+    /// Frees about `1 / EVICT_SHARE` of the rows, the least recently pushed: the threshold is
+    /// the matching quantile of a sample of stamps (evenly spaced slots), and at least the
+    /// oldest row goes.
+    fn evict_oldest(&mut self) {
+        let used = self.rows.used();
+        let step = (used / SAMPLE).max(1);
+        let mut sample: Vec<u64> = (0..used)
+            .step_by(step)
+            .map(|s| self.rows.stamp(s as u32))
+            .filter(|&st| st != FREE)
+            .collect();
+        if sample.is_empty() {
+            return;
+        }
+        sample.sort_unstable();
+        let want = (self.max_rows / EVICT_SHARE).max(1);
+        let q = (want * sample.len())
+            .div_ceil(used.max(1))
+            .saturating_sub(1)
+            .min(sample.len() - 1);
+        self.evict_through(sample[q]);
+    }
+
+    /// Evicts the rows not pushed in the last TTL pushes, and schedules the next sweep.
+    fn sweep(&mut self, push: u64) {
+        let Eviction::Ttl { pushes: ttl } = self.spec.evict else {
+            self.next_sweep = u64::MAX;
+            return;
+        };
+        self.next_sweep = push + (ttl / 8).max(1);
+        if push > ttl {
+            // Last pushed at push p: expired when p + ttl < push.
+            let threshold = ((push - ttl) << POS_BITS).saturating_sub(1);
+            self.evict_through(threshold);
+        }
+    }
+
+    /// The table's state as bytes: a header, the spec line, counts, the records of every slot
+    /// handed out (free ones too: a restored table reuses the same slots in the same order),
+    /// the free list and the admission sketch. Little-endian.
+    pub fn save_into(&self, out: &mut Vec<u8>) {
+        out.clear();
+        out.extend_from_slice(MAGIC);
+        let spec = self.spec.to_string();
+        out.extend_from_slice(&(spec.len() as u64).to_le_bytes());
+        out.extend_from_slice(spec.as_bytes());
+        let c = self.counts;
+        for v in [
+            c.pushes,
+            c.admitted,
+            c.not_admitted,
+            c.evicted,
+            c.initialized_on_pull,
+            self.next_sweep,
+            self.rows.used() as u64,
+        ] {
+            out.extend_from_slice(&v.to_le_bytes());
+        }
+        let words: usize = self.rows.words().map(<[u64]>::len).sum();
+        out.extend_from_slice(&(words as u64 * 8).to_le_bytes());
+        out.reserve(words * 8 + self.free.len() * 4 + self.admit.bytes() + 16);
+        for chunk in self.rows.words() {
+            out.extend_from_slice(bytemuck::cast_slice(chunk));
+        }
+        out.extend_from_slice(&(self.free.len() as u64 * 4).to_le_bytes());
+        for &s in &self.free {
+            out.extend_from_slice(&s.to_le_bytes());
+        }
+        let counters: &[u8] = match &self.admit {
+            Admit::Count { sketch, .. } => sketch.counters(),
+            _ => &[],
+        };
+        out.extend_from_slice(&(counters.len() as u64).to_le_bytes());
+        out.extend_from_slice(counters);
+    }
+
+    /// Replaces the table's state with what [`save_into`](Self::save_into) wrote.
+    ///
+    /// # Errors
+    /// A text naming what is wrong: another table's spec (both named), a truncation (with its
+    /// offset), rows beyond this table's budget. The table is unchanged then.
+    pub fn restore(&mut self, state: &[u8]) -> Result<(), String> {
+        let mut fresh = Table::new(&self.spec)?;
+        let mut r = Reader::new("saved table", state);
+        if r.take(MAGIC.len(), "the header")? != MAGIC {
+            return Err(
+                "saved table: not an embedding table's state (no 'pslite-table/1' header)".into(),
+            );
+        }
+        let spec = r.sized("the spec line")?;
+        let mine = self.spec.to_string();
+        if spec != mine.as_bytes() {
+            return Err(format!(
+                "saved table: it was saved by a table with spec '{}', this server's is '{mine}'",
+                String::from_utf8_lossy(spec)
+            ));
+        }
+        let c = TableCounts {
+            pushes: r.u64("the push count")?,
+            admitted: r.u64("the admitted count")?,
+            not_admitted: r.u64("the not-admitted count")?,
+            evicted: r.u64("the evicted count")?,
+            initialized_on_pull: r.u64("the initialized-on-pull count")?,
+        };
+        fresh.next_sweep = r.u64("the next TTL sweep")?;
+        let used = usize::try_from(r.u64("the slots used")?)
+            .map_err(|_| "saved table: too many slots".to_string())?;
+        let words = r.sized("the rows")?;
+        fresh.rows.fill(used, words)?;
+        let free = r.sized("the free list")?;
+        fresh.free.clear();
+        for b in free.chunks_exact(4) {
+            let s = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+            if s as usize >= used {
+                return Err(format!("saved table: free slot {s} beyond the {used} used"));
+            }
+            fresh.free.push(s);
+        }
+        if let Admit::Count { sketch, .. } = &mut fresh.admit {
+            sketch.restore(&mut r)?;
+        } else {
+            r.sized("the admission sketch")?;
+        }
+        r.finish("the saved table")?;
+        for slot in 0..used as u32 {
+            if fresh.rows.stamp(slot) != FREE {
+                if !fresh.index.has_room() {
+                    let rows = &fresh.rows;
+                    fresh.index.grow(|s| rows.key(s));
+                }
+                let key = fresh.rows.key(slot);
+                if fresh.find(key).is_some() {
+                    return Err(format!("saved table: key {key} held twice"));
+                }
+                fresh.index.insert(key, slot);
+            }
+        }
+        fresh.counts = c;
+        *self = fresh;
+        Ok(())
+    }
+}
+
+/// The first bytes of a saved table.
+const MAGIC: &[u8] = b"pslite-table/1\n";

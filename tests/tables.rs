@@ -1,0 +1,137 @@
+//! Embedding tables on a cluster: a worker pulls rows of keys never pushed (their initial rows),
+//! pushes gradients and gets the optimizer's rows back, across two servers; bad requests and bad
+//! specs are refused with their text; the server's metrics count what the table did.
+
+mod common;
+
+use common::cluster_with;
+use pslite::kv::table::{serve_tables, Table, TableSpec};
+use pslite::{Error, KVWorker};
+use std::process::Command;
+
+fn spec(line: &str) -> TableSpec {
+    line.parse().unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// The rows a table of `s` gives `keys` after `pushes` (gradients per push), computed in
+/// this process: the reference the servers must match bit for bit.
+fn reference(s: &TableSpec, keys: &[u64], pushes: &[Vec<f32>]) -> Vec<f32> {
+    let mut t = Table::new(s).expect("table");
+    for g in pushes {
+        t.push(keys, g, None).expect("push");
+    }
+    let mut out = vec![0.0; keys.len() * s.dim];
+    t.pull(keys, &mut out).expect("pull");
+    out
+}
+
+#[test]
+fn a_worker_trains_rows_on_two_servers_with_the_table_s_optimizer() {
+    let line = "app=3,dim=4,init=normal:0:0.01,seed=5,opt=adagrad:lr=0.05";
+    let c = cluster_with(2, 1, 20.0, move |po| {
+        Ok(Box::new(serve_tables(po, &[spec(line)])?))
+    });
+    let kv = KVWorker::<f32>::new(&c.workers[0], 3, 0).expect("worker");
+    // Keys on both servers' ranges.
+    let keys = [7u64, 1 << 40, u64::MAX / 2 + 11, u64::MAX - 3];
+    // A pull of keys never pushed: their initial rows, not an error.
+    let mut rows = vec![0.0f32; 16];
+    kv.pull_into(&keys, &mut rows).expect("pull of new keys");
+    assert_eq!(rows, reference(&spec(line), &keys, &[]));
+    assert!(rows.iter().any(|&x| x != 0.0), "normal initial rows");
+    // Three pushes of gradients, the last a push-pull answering the rows after its step.
+    let pushes: Vec<Vec<f32>> = (0..3)
+        .map(|p| (0..16).map(|i| ((i * 5 + p) % 7) as f32 - 3.0).collect())
+        .collect();
+    for g in &pushes[..2] {
+        kv.wait(kv.push(&keys, g, None).expect("push"))
+            .expect("pushed");
+    }
+    kv.push_pull_into(&keys, &pushes[2], None, &mut rows)
+        .expect("push-pull");
+    let want = reference(&spec(line), &keys, &pushes);
+    assert_eq!(
+        rows.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+        want.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+        "the servers' rows are the in-process table's, bit for bit"
+    );
+    // A push of the wrong width is refused by name, and the table goes on.
+    let e = kv
+        .wait(kv.push(&keys[..1], &[1.0; 3], None).expect("sent"))
+        .expect_err("wrong width");
+    match e {
+        Error::Remote { message, .. } => assert!(
+            message.contains(
+                "table app 3: a push of 3 values for 1 keys; the table's rows have dim 4"
+            ),
+            "{message}"
+        ),
+        other => panic!("{other}"),
+    }
+    kv.pull_into(&keys, &mut rows)
+        .expect("pull after the refusal");
+    assert_eq!(rows, want);
+    drop(kv);
+    c.finish();
+}
+
+#[test]
+fn a_server_refuses_a_bad_table_spec_before_it_joins() {
+    let out = Command::new(env!("CARGO_BIN_EXE_pslite-server"))
+        .args(["--table", "app=0,dim=16,opt=adagrad:rate=0.1"])
+        .output()
+        .expect("runs");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("bad table spec 'app=0,dim=16,opt=adagrad:rate=0.1': opt: adagrad has no 'rate'; it takes lr, eps, init_acc, wd"),
+        "{err}"
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_pslite-launch"))
+        .args(["local", "--table", "app=0,dim=0", "--", "kv-app"])
+        .output()
+        .expect("runs");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("dim: '0': allowed: 1 to 1048576"), "{err}");
+    // Through PS_TABLES, and a budget too small.
+    let out = Command::new(env!("CARGO_BIN_EXE_pslite-server"))
+        .env("PS_TABLES", "app=1,dim=4;app=2,dim=64,budget=1KiB")
+        .output()
+        .expect("runs");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("budget: 1KiB holds no row"), "{err}");
+}
+
+#[test]
+fn the_launcher_serves_tables_and_kv_app_still_sums_on_app_0() {
+    // A table on app 5 beside the summing handler: kv-app's exact sums are untouched.
+    let out = Command::new(env!("CARGO_BIN_EXE_pslite-launch"))
+        .args([
+            "local",
+            "--servers",
+            "2",
+            "--workers",
+            "2",
+            "--no-metrics",
+            "--table",
+            "app=5,dim=8,opt=adam,budget=64MiB",
+            "--",
+            "kv-app",
+        ])
+        .output()
+        .expect("runs");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("error: 0, 0"), "{text}");
+    assert!(
+        text.contains("pslite: table app 5: app=5,dim=8,init=zeros,seed=5,opt=adam:lr=0.001:b1=0.9:b2=0.999:eps=0.00000001,admit=all,budget=64MiB,evict=lru; budget 64MiB (67108864 bytes) for up to"),
+        "{text}"
+    );
+    assert!(text.contains("% of this host's"), "{text}");
+}
