@@ -45,9 +45,12 @@ impl Index {
     /// An index of `buckets` buckets (zeroed memory: fresh pages, touched as they fill).
     pub fn with_buckets(buckets: usize) -> Index {
         let buckets = buckets.max(MIN_BUCKETS);
+        let (tags, slots) = (vec![0u8; buckets], vec![0u32; buckets]);
+        crate::kv::store::advise_huge_pages(tags.as_ptr() as usize, buckets);
+        crate::kv::store::advise_huge_pages(slots.as_ptr() as usize, buckets * 4);
         Index {
-            tags: vec![0; buckets],
-            slots: vec![0; buckets],
+            tags,
+            slots,
             len: 0,
         }
     }
@@ -97,6 +100,26 @@ impl Index {
         let i = self.home(fmix64(key));
         prefetch_read(self.tags.as_ptr().wrapping_add(i));
         prefetch_read(self.slots.as_ptr().wrapping_add(i));
+    }
+
+    /// The slot of the first bucket on `key`'s probe whose tag matches, without reading a key:
+    /// a candidate to check against its record (a tag matches by chance 1 time in 255), or
+    /// `None` when the key is surely not held.
+    #[inline]
+    pub fn candidate(&self, key: u64) -> Option<u32> {
+        let h = fmix64(key);
+        let tag = tag_of(h);
+        let mut i = self.home(h);
+        loop {
+            let t = self.tags[i];
+            if t == 0 {
+                return None;
+            }
+            if t == tag {
+                return Some(self.slots[i]);
+            }
+            i = self.next(i);
+        }
     }
 
     /// `key`'s slot, `None` when it holds none.

@@ -33,6 +33,13 @@ const EVICT_SHARE: usize = 64;
 /// Stamps sampled to find an eviction pass's threshold.
 const SAMPLE: usize = 1024;
 
+/// Keys looked up together: their index buckets are fetched at once, then their records, so
+/// the cache misses of a block overlap instead of following one another.
+const BLOCK: usize = 32;
+
+/// A key with no candidate slot.
+const NONE: u32 = u32::MAX;
+
 /// Bytes counted for the table's own fields.
 const FIXED_BYTES: usize = 4096;
 
@@ -65,6 +72,8 @@ pub struct Table {
     /// The push count at which the next TTL sweep runs.
     next_sweep: u64,
     counts: TableCounts,
+    /// Rows created or evicted so far: a block's candidates are stale once it moves.
+    moves: u64,
 }
 
 impl std::fmt::Debug for Table {
@@ -143,6 +152,7 @@ impl Table {
             max_rows,
             next_sweep,
             counts: TableCounts::default(),
+            moves: 0,
             dim: spec.dim,
             spec: spec.clone(),
         })
@@ -230,6 +240,41 @@ impl Table {
         self.index.find(key, |s| rows.key(s))
     }
 
+    /// Candidate slots of a block of keys ([`NONE`]: not held), with their buckets and then
+    /// their records asked of the CPU ahead of use.
+    #[inline]
+    fn candidates(&self, keys: &[u64], out: &mut [u32; BLOCK]) {
+        for &k in keys {
+            self.index.prefetch(k);
+        }
+        for (o, &k) in out.iter_mut().zip(keys) {
+            *o = match self.index.candidate(k) {
+                Some(s) => {
+                    self.rows.prefetch(s);
+                    s
+                }
+                None => NONE,
+            };
+        }
+    }
+
+    /// `key`'s slot from its candidate, found when the block's candidates were (`moves` then):
+    /// a held record of `key` confirms it; otherwise the index is asked again when the
+    /// candidate was a chance tag match or rows moved since.
+    #[inline]
+    fn confirm(&self, key: u64, candidate: u32, moves: u64) -> Option<u32> {
+        if candidate != NONE
+            && self.rows.key(candidate) == key
+            && self.rows.stamp(candidate) != FREE
+        {
+            return Some(candidate);
+        }
+        if candidate == NONE && moves == self.moves {
+            return None;
+        }
+        self.find(key)
+    }
+
     /// The initial row of `key` into `out` (`dim` values).
     pub fn initial_row(&self, key: u64, out: &mut [f32]) {
         initial_row(&self.spec.init, self.spec.seed, key, out);
@@ -251,16 +296,16 @@ impl Table {
                 keys.len()
             ));
         }
-        const AHEAD: usize = 8;
-        for (i, (&key, row)) in keys.iter().zip(out.chunks_exact_mut(dim)).enumerate() {
-            if let Some(&k) = keys.get(i + AHEAD) {
-                self.index.prefetch(k);
-            }
-            match self.find(key) {
-                Some(slot) => row.copy_from_slice(&self.rows.values(slot)[..dim]),
-                None => {
-                    self.counts.initialized_on_pull += 1;
-                    initial_row(&self.spec.init, self.spec.seed, key, row);
+        let mut cands = [NONE; BLOCK];
+        for (block, rows) in keys.chunks(BLOCK).zip(out.chunks_mut(BLOCK * dim)) {
+            self.candidates(block, &mut cands);
+            for ((&key, &cand), row) in block.iter().zip(&cands).zip(rows.chunks_exact_mut(dim)) {
+                match self.confirm(key, cand, self.moves) {
+                    Some(slot) => row.copy_from_slice(&self.rows.values(slot)[..dim]),
+                    None => {
+                        self.counts.initialized_on_pull += 1;
+                        initial_row(&self.spec.init, self.spec.seed, key, row);
+                    }
                 }
             }
         }
@@ -307,35 +352,38 @@ impl Table {
         if push >= self.next_sweep {
             self.sweep(push);
         }
-        const AHEAD: usize = 8;
-        for (i, (&key, g)) in keys.iter().zip(grads.chunks_exact(dim)).enumerate() {
-            if let Some(&k) = keys.get(i + AHEAD) {
-                self.index.prefetch(k);
-            }
-            let stamp = push << POS_BITS | (i as u64).min((1 << POS_BITS) - 1);
-            let slot = match self.find(key) {
-                Some(slot) => slot,
-                None if self.admit.admits(key, push) => self.create(key),
-                None => {
-                    self.counts.not_admitted += 1;
-                    if let Some(o) = out.as_deref_mut() {
-                        initial_row(
-                            &self.spec.init,
-                            self.spec.seed,
-                            key,
-                            &mut o[i * dim..(i + 1) * dim],
-                        );
+        let mut cands = [NONE; BLOCK];
+        for (b, block) in keys.chunks(BLOCK).enumerate() {
+            self.candidates(block, &mut cands);
+            let moves = self.moves;
+            for (j, (&key, &cand)) in block.iter().zip(&cands).enumerate() {
+                let i = b * BLOCK + j;
+                let g = &grads[i * dim..(i + 1) * dim];
+                let stamp = push << POS_BITS | (i as u64).min((1 << POS_BITS) - 1);
+                let slot = match self.confirm(key, cand, moves) {
+                    Some(slot) => slot,
+                    None if self.admit.admits(key, push) => self.create(key),
+                    None => {
+                        self.counts.not_admitted += 1;
+                        if let Some(o) = out.as_deref_mut() {
+                            initial_row(
+                                &self.spec.init,
+                                self.spec.seed,
+                                key,
+                                &mut o[i * dim..(i + 1) * dim],
+                            );
+                        }
+                        continue;
                     }
-                    continue;
+                };
+                self.rows.set_stamp(slot, stamp);
+                let (opt, wd) = (self.spec.optimizer, self.spec.weight_decay);
+                let values = self.rows.values_mut(slot);
+                let (w, slots) = values.split_at_mut(dim);
+                step(&opt, wd, w, slots, g);
+                if let Some(o) = out.as_deref_mut() {
+                    o[i * dim..(i + 1) * dim].copy_from_slice(w);
                 }
-            };
-            self.rows.set_stamp(slot, stamp);
-            let (opt, wd) = (self.spec.optimizer, self.spec.weight_decay);
-            let values = self.rows.values_mut(slot);
-            let (w, slots) = values.split_at_mut(dim);
-            step(&opt, wd, w, slots, g);
-            if let Some(o) = out.as_deref_mut() {
-                o[i * dim..(i + 1) * dim].copy_from_slice(w);
             }
         }
         Ok(())
@@ -345,6 +393,7 @@ impl Table {
     /// recently pushed rows; set to the key's initial row and fresh slots.
     fn create(&mut self, key: u64) -> u32 {
         self.counts.admitted += 1;
+        self.moves += 1;
         let slot = match self.free.pop().or_else(|| self.rows.take()) {
             Some(s) => s,
             None => {
@@ -376,6 +425,7 @@ impl Table {
         self.rows.set_stamp(slot, FREE);
         self.free.push(slot);
         self.counts.evicted += 1;
+        self.moves += 1;
     }
 
     /// Evicts every row stamped at or below `threshold`.
