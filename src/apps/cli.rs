@@ -59,6 +59,8 @@ pub enum WorkerApp {
     Bench(bench::BenchArgs),
     /// Distributed sparse logistic regression on LIBSVM data (worker 0 reports per epoch).
     Lr(lr::LrArgs),
+    /// A deterministic stream of push-pulls into an embedding table (rows/s, memory, a digest).
+    Table(super::table_app::TableAppArgs),
 }
 
 /// Runs the scheduler until every node finalized.
@@ -169,6 +171,13 @@ pub fn run_worker(cli: &WorkerCli) -> Result<()> {
             }
         })
         .map(|_| ()),
+        WorkerApp::Table(a) => super::table_app::run(&po, a).map(|rep| {
+            if a.json {
+                println!("{}", serde_json::to_string(&rep).unwrap_or_default());
+            } else {
+                println!("{}", rep.text());
+            }
+        }),
     };
     if let Err(e @ Error::Timeout(_)) = &result {
         // Before finalize, which may wait for the same silent nodes.

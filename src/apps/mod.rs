@@ -7,6 +7,7 @@ pub mod inspect;
 pub mod kv_app;
 pub mod lr;
 pub mod stats;
+pub mod table_app;
 
 use crate::config::Config;
 use crate::error::Result;

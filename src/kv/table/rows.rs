@@ -155,18 +155,24 @@ impl Rows {
         &mut bytemuck::cast_slice_mut::<u64, f32>(&mut self.record_mut(slot)[2..])[..floats]
     }
 
-    /// Asks the CPU to fetch `slot`'s record's first line.
+    /// Asks the CPU to fetch `slot`'s record, every cache line of it.
     #[inline]
     pub fn prefetch(&self, slot: u32) {
         let (c, off) = self.at(slot);
         if let Some(chunk) = self.chunks.get(c) {
             #[cfg(target_arch = "x86_64")]
-            // SAFETY: a prefetch is a hint; the address is inside the chunk anyway.
-            unsafe {
-                std::arch::x86_64::_mm_prefetch(
-                    chunk.as_ptr().wrapping_add(off).cast::<i8>(),
-                    std::arch::x86_64::_MM_HINT_T0,
-                );
+            for line in (0..self.stride * 8).step_by(64) {
+                // SAFETY: a prefetch is a hint; the addresses are inside the chunk anyway.
+                unsafe {
+                    std::arch::x86_64::_mm_prefetch(
+                        chunk
+                            .as_ptr()
+                            .wrapping_add(off)
+                            .cast::<i8>()
+                            .wrapping_add(line),
+                        std::arch::x86_64::_MM_HINT_T0,
+                    );
+                }
             }
             #[cfg(not(target_arch = "x86_64"))]
             let _ = (chunk, off);
