@@ -23,6 +23,13 @@
 //! customer thread), the list the server holds under a digest is always the last one the worker
 //! registered under it: a collision costs the keys' bytes, never a push to the wrong keys.
 //!
+//! **Lists that never repeat pay nothing.** A sparse model's worker sends a new key list almost
+//! every request. The worker registers a list only the second time it meets it: the first time
+//! its keys travel plainly and only its digest is remembered (among the digests of the last
+//! lists seen once, as many lists as `PS_KEY_CACHE_KEYS` keys would hold). So a list that
+//! never comes back costs its digest, and neither side keeps or copies its keys; a list that
+//! does costs its keys once more than registering at once would.
+//!
 //! The worker's LRU decides what is kept: it evicts least recently used lists once their keys
 //! exceed `PS_KEY_CACHE_KEYS`, and tells the server in the next `Register`; the server follows,
 //! so both hold the same lists and `Unknown` does not happen in a steady cluster. The server
@@ -82,6 +89,13 @@ pub struct Mirror {
     /// Last use → digest.
     order: BTreeMap<u64, u64>,
     digest: fn(&[Key]) -> u64,
+    /// Lists seen once and not registered: digest → (keys, when seen).
+    seen: HashMap<u64, (usize, u64)>,
+    /// `seen` in the order seen: (when, digest); entries whose time no longer matches are
+    /// stale.
+    seen_order: VecDeque<(u64, u64)>,
+    /// Keys of the lists in `seen`.
+    seen_keys: usize,
 }
 
 impl Mirror {
@@ -100,7 +114,39 @@ impl Mirror {
             by_shape: HashMap::new(),
             order: BTreeMap::new(),
             digest,
+            seen: HashMap::new(),
+            seen_order: VecDeque::new(),
+            seen_keys: 0,
         }
+    }
+
+    /// Whether the list of digest `d` (`n` keys) was seen once before; if not, remembers it
+    /// (forgetting the oldest lists seen once beyond the capacity in keys).
+    fn seen_before(&mut self, d: u64, n: usize) -> bool {
+        if let Some((len, _)) = self.seen.remove(&d) {
+            self.seen_keys -= len;
+            return true;
+        }
+        self.tick += 1;
+        self.seen.insert(d, (n, self.tick));
+        self.seen_order.push_back((self.tick, d));
+        self.seen_keys += n;
+        while self.seen_keys > self.capacity {
+            let Some((when, old)) = self.seen_order.pop_front() else {
+                break;
+            };
+            if self.seen.get(&old).is_some_and(|&(_, w)| w == when) {
+                if let Some((len, _)) = self.seen.remove(&old) {
+                    self.seen_keys -= len;
+                }
+            }
+        }
+        if self.seen_order.len() > 2 * self.seen.len() + 64 {
+            let seen = &self.seen;
+            self.seen_order
+                .retain(|&(when, d)| seen.get(&d).is_some_and(|&(_, w)| w == when));
+        }
+        false
     }
 
     /// Forgets list `d` (a held one) and what indexes it.
@@ -172,10 +218,18 @@ impl Mirror {
                 };
             }
         }
-        // A new list, or one whose digest another list holds (a collision): register it; the
-        // server replaces whatever it keeps under that digest.
+        // A list not held: sent plainly the first time; registered when it comes again (the
+        // server replaces whatever it keeps under that digest: a collision costs keys, never
+        // a wrong list).
         let d = (self.digest)(keys);
         let keys_bytes = Bytes::copy_from_slice(bytes);
+        if !self.seen_before(d, keys.len()) {
+            return Prepared {
+                key_ref: None,
+                keys: keys_bytes,
+                send: true,
+            };
+        }
         self.insert(d, keys_bytes.clone());
         let mut evict = Vec::new();
         while self.held > self.capacity {

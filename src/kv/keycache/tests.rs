@@ -106,8 +106,11 @@ fn repeats_send_a_digest_and_short_lists_send_keys() {
     let mut m = Mirror::new(1000);
     let keys = list(1, 100);
     let first = m.prepare(&keys);
-    assert!(first.send);
-    assert!(matches!(first.key_ref, Some(KeyRef::Register { ref evict, .. }) if evict.is_empty()));
+    assert!(first.send && first.key_ref.is_none(), "seen once: keys, nothing kept");
+    assert_eq!(m.held_keys(), 0);
+    let second = m.prepare(&keys);
+    assert!(second.send);
+    assert!(matches!(second.key_ref, Some(KeyRef::Register { ref evict, .. }) if evict.is_empty()));
     let again = m.prepare(&keys);
     assert!(!again.send);
     assert_eq!(
@@ -128,9 +131,13 @@ fn repeats_send_a_digest_and_short_lists_send_keys() {
 fn the_least_recently_used_list_is_evicted_and_the_server_told() {
     let mut m = Mirror::new(100);
     let (a, b, c) = (list(1, 40), list(2, 40), list(3, 40));
+    // Each list is registered at its second sighting.
+    m.prepare(&a);
     m.prepare(&a);
     m.prepare(&b);
+    m.prepare(&b);
     m.prepare(&a); // a is now more recent than b
+    assert!(m.prepare(&c).key_ref.is_none(), "c seen once");
     let p = m.prepare(&c);
     assert_eq!(
         p.key_ref,
@@ -158,6 +165,23 @@ fn the_least_recently_used_list_is_evicted_and_the_server_told() {
     );
     assert!(k.get(digest(&b)).is_none());
     assert!(k.get(digest(&a)).is_some() && k.get(digest(&c)).is_some());
+}
+
+#[test]
+fn lists_that_never_repeat_are_never_kept() {
+    let mut m = Mirror::new(1000);
+    for seed in 0..10_000u64 {
+        let keys: Vec<Key> = (0..50).map(|i| seed * 1000 + i).collect();
+        let p = m.prepare(&keys);
+        assert!(p.send && p.key_ref.is_none(), "list {seed}");
+        assert_eq!(m.held_keys(), 0);
+        assert!(m.seen_keys <= 1000, "{} keys of lists seen once", m.seen_keys);
+        assert!(m.seen_order.len() <= 2 * m.seen.len() + 64);
+    }
+    // A list seen once long ago (forgotten since) is sent plainly again, then registered.
+    let old: Vec<Key> = (0..50).collect();
+    assert!(m.prepare(&old).key_ref.is_none());
+    assert!(matches!(m.prepare(&old).key_ref, Some(KeyRef::Register { .. })));
 }
 
 #[test]
