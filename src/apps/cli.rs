@@ -61,6 +61,8 @@ pub enum WorkerApp {
     Lr(lr::LrArgs),
     /// A deterministic stream of push-pulls into an embedding table (rows/s, memory, a digest).
     Table(super::table_app::TableAppArgs),
+    /// Click-through-rate prediction: a factorization machine on the servers' embedding tables.
+    Ctr(super::ctr::CtrArgs),
 }
 
 /// Runs the scheduler until every node finalized.
@@ -106,7 +108,23 @@ pub fn run_server(cli: &ServerCli) -> Result<()> {
             lr::OptimizerHandler::new(),
         )?)
     };
-    po.finalize()
+    let done = po.finalize();
+    for spec in &cli.tables {
+        eprintln!(
+            "pslite: {}",
+            crate::kv::table::handler::summary(spec, &po.metrics().table(spec.app))
+        );
+    }
+    if !cli.tables.is_empty() {
+        if let Some(peak) = super::peak_rss_bytes() {
+            eprintln!(
+                "pslite: server {}: peak RSS {:.1} MiB",
+                po.my_rank(),
+                peak as f64 / f64::from(1 << 20)
+            );
+        }
+    }
+    done
 }
 
 /// Appends `line` and a newline to `file` in one write (O_APPEND: the lines of workers writing
@@ -178,6 +196,9 @@ pub fn run_worker(cli: &WorkerCli) -> Result<()> {
                 println!("{}", rep.text());
             }
         }),
+        WorkerApp::Ctr(a) => {
+            super::ctr::run(&po, a, |rep| println!("{}", rep.line(a.json))).map(|_| ())
+        }
     };
     if let Err(e @ Error::Timeout(_)) = &result {
         // Before finalize, which may wait for the same silent nodes.

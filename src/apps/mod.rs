@@ -3,6 +3,7 @@
 
 pub mod bench;
 pub mod cli;
+pub mod ctr;
 pub mod inspect;
 pub mod kv_app;
 pub mod lr;
@@ -23,6 +24,15 @@ pub fn tune_allocator() {
         libc::mallopt(libc::M_MMAP_THRESHOLD, 256 << 20);
         libc::mallopt(libc::M_TRIM_THRESHOLD, 512 << 20);
     }
+}
+
+/// This process's peak resident set in bytes (`VmHWM` of `/proc/self/status`), `None` where
+/// unknown.
+pub fn peak_rss_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
 }
 
 /// Sets up `tracing` to stderr at the level of `PS_VERBOSE` (overridden by `RUST_LOG`), and the

@@ -153,6 +153,24 @@ impl RequestHandler<f32> for TableHandler {
     }
 }
 
+/// One line on what the table of `spec` did, from its metrics: `table app A: N rows, B bytes
+/// (budget …), admitted, not admitted, evicted, initialized on pull`.
+pub fn summary(spec: &TableSpec, m: &TableMetrics) -> String {
+    let budget = spec
+        .budget
+        .map_or_else(|| "no budget".to_string(), |b| format!("budget {b}"));
+    format!(
+        "table app {}: {} rows, {} bytes ({budget}); {} rows admitted, {} pushed rows not admitted, {} evicted, {} initialized on pull",
+        spec.app,
+        m.rows.get(),
+        m.bytes.get(),
+        m.admitted.get(),
+        m.not_admitted.get(),
+        m.evicted.get(),
+        m.initialized_on_pull.get()
+    )
+}
+
 /// This host's memory in bytes (`MemTotal` of `/proc/meminfo`), `None` where unknown.
 pub fn host_memory() -> Option<u64> {
     let info = std::fs::read_to_string("/proc/meminfo").ok()?;
