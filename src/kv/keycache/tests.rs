@@ -106,7 +106,10 @@ fn repeats_send_a_digest_and_short_lists_send_keys() {
     let mut m = Mirror::new(1000);
     let keys = list(1, 100);
     let first = m.prepare(&keys);
-    assert!(first.send && first.key_ref.is_none(), "seen once: keys, nothing kept");
+    assert!(
+        first.send && first.key_ref.is_none(),
+        "seen once: keys, nothing kept"
+    );
     assert_eq!(m.held_keys(), 0);
     let second = m.prepare(&keys);
     assert!(second.send);
@@ -175,13 +178,20 @@ fn lists_that_never_repeat_are_never_kept() {
         let p = m.prepare(&keys);
         assert!(p.send && p.key_ref.is_none(), "list {seed}");
         assert_eq!(m.held_keys(), 0);
-        assert!(m.seen_keys <= 1000, "{} keys of lists seen once", m.seen_keys);
+        assert!(
+            m.seen_keys <= 1000,
+            "{} keys of lists seen once",
+            m.seen_keys
+        );
         assert!(m.seen_order.len() <= 2 * m.seen.len() + 64);
     }
     // A list seen once long ago (forgotten since) is sent plainly again, then registered.
     let old: Vec<Key> = (0..50).collect();
     assert!(m.prepare(&old).key_ref.is_none());
-    assert!(matches!(m.prepare(&old).key_ref, Some(KeyRef::Register { .. })));
+    assert!(matches!(
+        m.prepare(&old).key_ref,
+        Some(KeyRef::Register { .. })
+    ));
 }
 
 #[test]
