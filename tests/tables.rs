@@ -215,3 +215,63 @@ fn a_table_server_killed_and_replaced_ends_with_the_undisturbed_table_bit_for_bi
         "the replaced server's table differs from the undisturbed run's:\n{out}"
     );
 }
+
+#[test]
+fn a_stream_of_new_keys_keeps_a_server_within_its_table_budget() {
+    // 1M distinct keys, each pushed once, into a table whose budget holds about 220k rows.
+    let out = Command::new(env!("CARGO_BIN_EXE_pslite-launch"))
+        .args([
+            "local",
+            "--no-metrics",
+            "--table",
+            "app=0,dim=16,opt=adagrad:lr=0.05,budget=32MiB",
+            "--",
+            "table",
+            "--dim",
+            "16",
+            "--universe",
+            "0",
+            "--keys",
+            "20000",
+            "--rounds",
+            "50",
+        ])
+        .output()
+        .expect("runs");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{text}");
+    // "table app 0: ROWS rows, BYTES bytes (budget B); A rows admitted, … E evicted, …"
+    let summary = text
+        .lines()
+        .find_map(|l| {
+            l.split("pslite: table app 0: ")
+                .nth(1)
+                .filter(|r| r.contains(" rows admitted, "))
+        })
+        .unwrap_or_else(|| panic!("no table summary:\n{text}"));
+    let numbers: Vec<u64> = summary
+        .split(|c: char| !c.is_ascii_digit())
+        .filter_map(|w| w.parse().ok())
+        .collect();
+    let (rows, bytes, budget, admitted, _not_admitted, evicted) = (
+        numbers[0], numbers[1], numbers[2], numbers[3], numbers[4], numbers[5],
+    );
+    assert_eq!(budget, 32 << 20, "{summary}");
+    assert!(bytes <= budget, "{summary}");
+    assert_eq!(admitted, 1_000_000, "{summary}");
+    assert_eq!(rows + evicted, admitted, "{summary}");
+    assert!(rows > 200_000, "{summary}");
+    let peak: f64 = text
+        .lines()
+        .find_map(|l| l.split("peak RSS ").nth(1))
+        .and_then(|l| l.trim_end_matches(" MiB").parse().ok())
+        .unwrap_or_else(|| panic!("no peak RSS:\n{text}"));
+    assert!(
+        peak < 32.0 + 64.0,
+        "the server's peak RSS was {peak} MiB with a 32 MiB table budget:\n{text}"
+    );
+}

@@ -245,3 +245,88 @@ pub fn serve_tables(po: &Arc<Postoffice>, specs: &[TableSpec]) -> Result<Vec<KVS
     }
     Ok(servers)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::Metrics;
+    use prometheus_client::metrics::gauge::Gauge;
+    use std::borrow::Cow;
+
+    fn meta(push: bool, pull: bool, cmd: i32) -> ReqMeta {
+        ReqMeta {
+            cmd,
+            push,
+            pull,
+            sender: 9,
+            timestamp: 0,
+        }
+    }
+
+    fn req<'a>(keys: &'a [u64], vals: &'a [f32], lens: &'a [u32]) -> KVRequest<'a, f32> {
+        KVRequest {
+            keys: Cow::Borrowed(keys),
+            vals: Cow::Borrowed(vals),
+            lens: Cow::Borrowed(lens),
+            memo: None,
+        }
+    }
+
+    #[test]
+    fn the_metrics_count_what_the_table_did() {
+        let m = Metrics::new("zmq", Gauge::default(), |_| {});
+        let spec: TableSpec = "app=7,dim=2,admit=count:2:width=64,budget=64KiB"
+            .parse()
+            .expect("spec");
+        let mut h = TableHandler::new(&spec)
+            .expect("table")
+            .with_metrics(m.table(7));
+        // Pulls of three keys not held; a push of two (not admitted), again (admitted).
+        h.handle(&meta(false, true, 0), req(&[1, 2, 3], &[], &[]))
+            .expect("pull");
+        for _ in 0..2 {
+            h.handle(&meta(true, false, 0), req(&[1, 2], &[0.5; 4], &[]))
+                .expect("push");
+        }
+        let text = m.render();
+        for line in [
+            r#"pslite_table_rows{app="7"} 2"#,
+            r#"pslite_table_budget_bytes{app="7"} 65536"#,
+            r#"pslite_table_admitted_rows_total{app="7"} 2"#,
+            r#"pslite_table_not_admitted_total{app="7"} 2"#,
+            r#"pslite_table_evicted_rows_total{app="7"} 0"#,
+            r#"pslite_table_initialized_on_pull_total{app="7"} 3"#,
+        ] {
+            assert!(text.contains(line), "no {line} in:\n{text}");
+        }
+        assert!(summary(&spec, &m.table(7)).contains("2 rows, "));
+    }
+
+    #[test]
+    fn requests_that_do_not_fit_the_table_are_refused_by_name() {
+        let spec: TableSpec = "app=7,dim=2".parse().expect("spec");
+        let mut h = TableHandler::new(&spec).expect("table");
+        let e = h
+            .handle(&meta(true, false, 3), req(&[1], &[0.5; 2], &[]))
+            .expect_err("a command");
+        assert!(
+            e.contains("table app 7: application command 3 is not a table request"),
+            "{e}"
+        );
+        let e = h
+            .handle(&meta(true, false, 0), req(&[1, 4], &[0.5; 5], &[2, 3]))
+            .expect_err("lens");
+        assert_eq!(
+            e,
+            "table app 7: key 4 has 3 values, the table's rows have dim 2"
+        );
+        let e = h
+            .handle(&meta(true, true, 0), req(&[1, 4], &[0.5; 3], &[]))
+            .expect_err("width");
+        assert!(
+            e.contains("a push of 3 values for 2 keys; the table's rows have dim 2, so 4 values"),
+            "{e}"
+        );
+        assert!(h.table().is_empty(), "nothing applied");
+    }
+}
