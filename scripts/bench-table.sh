@@ -50,16 +50,17 @@ for i in $(seq "$RUNS"); do
 done
 
 mk() { printf '%s\n' ${R[$1]} | median 0 | awk '{printf "%.2f", $1 / 1e6}'; }
+runs() { printf '%s\n' ${R[$1]} | awk '{printf "%.2f ", $1 / 1e6}'; }
 echo "| figure (median of $RUNS, M rows/s = M keys/s for dim 1) | value | runs |"
 echo "| --- | --- | --- |"
-echo "| ~77k random single-f32 keys per push-pull, summing handler, key caching on | $(mk random_new_1) | ${R[random_new_1]}|"
-echo "| the same, key caching off | $(mk random_new_0) | ${R[random_new_0]}|"
+echo "| ~77k random single-f32 keys per push-pull, summing handler, key caching on | $(mk random_new_1) | $(runs random_new_1)|"
+echo "| the same, key caching off | $(mk random_new_0) | $(runs random_new_0)|"
 if [ -n "$OLD" ]; then
-    echo "| the same at $BASE, key caching on | $(mk random_old_1) | ${R[random_old_1]}|"
-    echo "| the same at $BASE, key caching off | $(mk random_old_0) | ${R[random_old_0]}|"
+    echo "| the same at $BASE, key caching on | $(mk random_old_1) | $(runs random_old_1)|"
+    echo "| the same at $BASE, key caching off | $(mk random_old_0) | $(runs random_old_0)|"
 fi
-echo "| dim-16 AdaGrad table, 100k Zipf draws per push-pull, no checkpoint | $(mk table_plain) | ${R[table_plain]}|"
-echo "| the same with PS_CHECKPOINT_DIR (log + snapshots) | $(mk table_cp) | ${R[table_cp]}|"
+echo "| dim-16 AdaGrad table, 100k Zipf draws per push-pull, no checkpoint | $(mk table_plain) | $(runs table_plain)|"
+echo "| the same with PS_CHECKPOINT_DIR (log + snapshots) | $(mk table_cp) | $(runs table_cp)|"
 echo "| checkpoint cost on the table path | $(pct "$(median_of "${R[table_plain]}")" "$(median_of "${R[table_cp]}")") | |"
 
 # Memory: one run (deterministic in what it stores).

@@ -33,12 +33,29 @@ const EVICT_SHARE: usize = 64;
 /// Stamps sampled to find an eviction pass's threshold.
 const SAMPLE: usize = 1024;
 
-/// Keys looked up together: their index buckets are fetched at once, then their records, so
-/// the cache misses of a block overlap instead of following one another.
+/// Keys looked up together: a block's index buckets are fetched two blocks ahead and its
+/// records one block ahead ([`Table::look_ahead`]), so cache misses overlap instead of following
+/// one another.
 const BLOCK: usize = 32;
 
 /// A key with no candidate slot.
 const NONE: u32 = u32::MAX;
+
+/// The candidate slots of the block being processed and of the next one, and the table's
+/// `moves` when each was probed ([`Table::look_ahead`]).
+struct Lookahead {
+    cands: [[u32; BLOCK]; 2],
+    moves: [u64; 2],
+}
+
+impl Default for Lookahead {
+    fn default() -> Lookahead {
+        Lookahead {
+            cands: [[NONE; BLOCK]; 2],
+            moves: [0; 2],
+        }
+    }
+}
 
 /// Bytes counted for the table's own fields.
 const FIXED_BYTES: usize = 4096;
@@ -240,13 +257,40 @@ impl Table {
         self.index.find(key, |s| rows.key(s))
     }
 
-    /// Candidate slots of a block of keys ([`NONE`]: not held), with their buckets and then
-    /// their records asked of the CPU ahead of use.
+    /// The keys of block `b`.
     #[inline]
-    fn candidates(&self, keys: &[u64], out: &mut [u32; BLOCK]) {
-        for &k in keys {
+    fn block(keys: &[u64], b: usize) -> &[u64] {
+        &keys[(b * BLOCK).min(keys.len())..((b + 1) * BLOCK).min(keys.len())]
+    }
+
+    /// Before block `b` of `keys` is processed: asks the CPU for the index buckets of block
+    /// `b + 2`, and probes block `b + 1`'s candidate slots (their buckets fetched one step
+    /// earlier), asking for their records. A three-stage pipeline: each stage's cache misses
+    /// overlap the others' work. At `b = 0` it starts the pipeline.
+    #[inline]
+    fn look_ahead(&self, keys: &[u64], b: usize, la: &mut Lookahead) {
+        if b == 0 {
+            Table::block(keys, 0)
+                .iter()
+                .chain(Table::block(keys, 1))
+                .for_each(|&k| self.index.prefetch(k));
+            self.probe(Table::block(keys, 0), &mut la.cands[0]);
+            la.moves[0] = self.moves;
+        }
+        for &k in Table::block(keys, b + 2) {
             self.index.prefetch(k);
         }
+        let next = Table::block(keys, b + 1);
+        if !next.is_empty() {
+            let i = (b + 1) % 2;
+            self.probe(next, &mut la.cands[i]);
+            la.moves[i] = self.moves;
+        }
+    }
+
+    /// Candidate slots of a block of keys ([`NONE`]: not held), asking for their records.
+    #[inline]
+    fn probe(&self, keys: &[u64], out: &mut [u32; BLOCK]) {
         for (o, &k) in out.iter_mut().zip(keys) {
             *o = match self.index.candidate(k) {
                 Some(s) => {
@@ -296,11 +340,16 @@ impl Table {
                 keys.len()
             ));
         }
-        let mut cands = [NONE; BLOCK];
-        for (block, rows) in keys.chunks(BLOCK).zip(out.chunks_mut(BLOCK * dim)) {
-            self.candidates(block, &mut cands);
+        let mut la = Lookahead::default();
+        for (b, (block, rows)) in keys
+            .chunks(BLOCK)
+            .zip(out.chunks_mut(BLOCK * dim))
+            .enumerate()
+        {
+            self.look_ahead(keys, b, &mut la);
+            let (cands, moves) = (la.cands[b % 2], la.moves[b % 2]);
             for ((&key, &cand), row) in block.iter().zip(&cands).zip(rows.chunks_exact_mut(dim)) {
-                match self.confirm(key, cand, self.moves) {
+                match self.confirm(key, cand, moves) {
                     Some(slot) => row.copy_from_slice(&self.rows.values(slot)[..dim]),
                     None => {
                         self.counts.initialized_on_pull += 1;
@@ -352,10 +401,10 @@ impl Table {
         if push >= self.next_sweep {
             self.sweep(push);
         }
-        let mut cands = [NONE; BLOCK];
+        let mut la = Lookahead::default();
         for (b, block) in keys.chunks(BLOCK).enumerate() {
-            self.candidates(block, &mut cands);
-            let moves = self.moves;
+            self.look_ahead(keys, b, &mut la);
+            let (cands, moves) = (la.cands[b % 2], la.moves[b % 2]);
             for (j, (&key, &cand)) in block.iter().zip(&cands).enumerate() {
                 let i = b * BLOCK + j;
                 let g = &grads[i * dim..(i + 1) * dim];
