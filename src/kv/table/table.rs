@@ -9,11 +9,13 @@
 //! same table, bit for bit.
 //!
 //! **Memory.** With a budget, the most rows that fit are computed up front: records (key,
-//! stamp, row, slots), the index at 80 % load, the admission sketch and the free list, all
-//! counted at their allocated size ([`Table::bytes`]), and nothing grows past them. When a new
+//! stamp, row, slots), the index at 80 % load and the admission sketch, all counted at their
+//! allocated size ([`Table::bytes`]), and nothing grows past them. When a new
 //! row finds the table full, the least recently pushed `1/64` of the rows go at once (found by a
 //! threshold on their stamps, from a sample of 1024 stamps; every row at or below it is
-//! evicted, so the evicted rows are exactly the oldest ones).
+//! evicted, so the evicted rows are exactly the oldest ones). Freed records are chained
+//! through their key words (a free list that takes no memory of its own) and reused
+//! last-freed first.
 
 use super::admit::Admit;
 use super::index::{self, Index};
@@ -81,8 +83,11 @@ pub struct Table {
     dim: usize,
     rows: Rows,
     index: Index,
-    /// Slots freed by eviction, reused last-freed first.
-    free: Vec<u32>,
+    /// The last slot freed by eviction ([`NONE`]: none); each free record's key word holds the
+    /// slot freed before it.
+    free: u32,
+    /// Free slots.
+    free_len: usize,
     admit: Admit,
     /// The most rows the budget holds (`usize::MAX` without one).
     max_rows: usize,
@@ -107,13 +112,9 @@ impl std::fmt::Debug for Table {
 fn rows_in_budget(spec: &TableSpec, budget: u64) -> Result<usize, String> {
     let floats = spec.dim + spec.optimizer.slot_values(spec.dim);
     let fixed = FIXED_BYTES + Admit::bytes_for(&spec.admit);
-    let bytes_for = |n: usize| {
-        Rows::bytes_for(floats, n)
-            + index::bytes_for(index::buckets_for(n))
-            + free_capacity(n) * 4
-            + fixed
-    };
-    let per_row = (Rows::stride_for(floats) * 8) as f64 + 6.25 + 4.0 / EVICT_SHARE as f64;
+    let bytes_for =
+        |n: usize| Rows::bytes_for(floats, n) + index::bytes_for(index::buckets_for(n)) + fixed;
+    let per_row = (Rows::stride_for(floats) * 8) as f64 + 6.25;
     let budget = usize::try_from(budget).unwrap_or(usize::MAX);
     let mut n = (budget.saturating_sub(fixed) as f64 / per_row) as usize;
     n = n.min(u32::MAX as usize - 1);
@@ -132,11 +133,6 @@ fn rows_in_budget(spec: &TableSpec, budget: u64) -> Result<usize, String> {
     Ok(n)
 }
 
-/// Free-list entries reserved for a table of `max_rows` rows.
-fn free_capacity(max_rows: usize) -> usize {
-    max_rows / EVICT_SHARE + 2 * SAMPLE
-}
-
 impl Table {
     /// An empty table for `spec` (checked first). With a budget, the index is allocated for the
     /// most rows at once (zeroed pages, resident as they fill) and rows in chunks as they come.
@@ -146,16 +142,12 @@ impl Table {
     pub fn new(spec: &TableSpec) -> Result<Table, String> {
         spec.validate()?;
         let floats = spec.dim + spec.optimizer.slot_values(spec.dim);
-        let (max_rows, index, free) = match spec.budget {
+        let (max_rows, index) = match spec.budget {
             Some(b) => {
                 let n = rows_in_budget(spec, b)?;
-                (
-                    n,
-                    Index::with_buckets(index::buckets_for(n)),
-                    Vec::with_capacity(free_capacity(n)),
-                )
+                (n, Index::with_buckets(index::buckets_for(n)))
             }
-            None => (usize::MAX, Index::with_buckets(0), Vec::new()),
+            None => (usize::MAX, Index::with_buckets(0)),
         };
         let next_sweep = match spec.evict {
             Eviction::Ttl { pushes } => (pushes / 8).max(1),
@@ -164,7 +156,8 @@ impl Table {
         Ok(Table {
             rows: Rows::new(floats, max_rows),
             index,
-            free,
+            free: NONE,
+            free_len: 0,
             admit: Admit::new(&spec.admit, spec.seed),
             max_rows,
             next_sweep,
@@ -200,14 +193,10 @@ impl Table {
         (self.max_rows != usize::MAX).then_some(self.max_rows)
     }
 
-    /// Bytes it holds: records, index, free list, sketch and its own fields, at their allocated
+    /// Bytes it holds: records, index, sketch and its own fields, at their allocated
     /// sizes (never above the budget).
     pub fn bytes(&self) -> usize {
-        self.rows.bytes()
-            + self.index.bytes()
-            + self.free.capacity() * 4
-            + self.admit.bytes()
-            + FIXED_BYTES
+        self.rows.bytes() + self.index.bytes() + self.admit.bytes() + FIXED_BYTES
     }
 
     /// Bytes per row beyond its values and slots (`dim · 4` + slots): the record's key, stamp
@@ -216,8 +205,7 @@ impl Table {
         let n = self.len();
         (n > 0).then(|| {
             let floats = self.dim + self.spec.optimizer.slot_values(self.dim);
-            (self.rows.bytes() + self.index.bytes() + self.free.capacity() * 4) as f64 / n as f64
-                - (floats * 4) as f64
+            (self.rows.bytes() + self.index.bytes()) as f64 / n as f64 - (floats * 4) as f64
         })
     }
 
@@ -443,12 +431,12 @@ impl Table {
     fn create(&mut self, key: u64) -> u32 {
         self.counts.admitted += 1;
         self.moves += 1;
-        let slot = match self.free.pop().or_else(|| self.rows.take()) {
+        let slot = match self.pop_free().or_else(|| self.rows.take()) {
             Some(s) => s,
             None => {
                 self.evict_oldest();
                 // An eviction pass frees at least the oldest row.
-                self.free.pop().unwrap_or(0)
+                self.pop_free().unwrap_or(0)
             }
         };
         if !self.index.has_room() {
@@ -471,10 +459,22 @@ impl Table {
         let key = self.rows.key(slot);
         let rows = &self.rows;
         self.index.remove(key, |s| rows.key(s));
-        self.rows.set_stamp(slot, FREE);
-        self.free.push(slot);
+        self.rows.set_head(slot, u64::from(self.free), FREE);
+        self.free = slot;
+        self.free_len += 1;
         self.counts.evicted += 1;
         self.moves += 1;
+    }
+
+    /// The last slot freed, taken off the free list.
+    fn pop_free(&mut self) -> Option<u32> {
+        if self.free == NONE {
+            return None;
+        }
+        let slot = self.free;
+        self.free = self.rows.key(slot) as u32;
+        self.free_len -= 1;
+        Some(slot)
     }
 
     /// Evicts every row stamped at or below `threshold`.
@@ -525,8 +525,8 @@ impl Table {
     }
 
     /// The table's state as bytes: a header, the spec line, counts, the records of every slot
-    /// handed out (free ones too: a restored table reuses the same slots in the same order),
-    /// the free list and the admission sketch. Little-endian.
+    /// handed out (free ones too, with their links: a restored table reuses the same slots in
+    /// the same order), the free list's head and the admission sketch. Little-endian.
     pub fn save_into(&self, out: &mut Vec<u8>) {
         out.clear();
         out.extend_from_slice(MAGIC);
@@ -547,14 +547,12 @@ impl Table {
         }
         let words: usize = self.rows.words().map(<[u64]>::len).sum();
         out.extend_from_slice(&(words as u64 * 8).to_le_bytes());
-        out.reserve(words * 8 + self.free.len() * 4 + self.admit.bytes() + 16);
+        out.reserve(words * 8 + self.admit.bytes() + 32);
         for chunk in self.rows.words() {
             out.extend_from_slice(bytemuck::cast_slice(chunk));
         }
-        out.extend_from_slice(&(self.free.len() as u64 * 4).to_le_bytes());
-        for &s in &self.free {
-            out.extend_from_slice(&s.to_le_bytes());
-        }
+        out.extend_from_slice(&u64::from(self.free).to_le_bytes());
+        out.extend_from_slice(&(self.free_len as u64).to_le_bytes());
         let counters: &[u8] = match &self.admit {
             Admit::Count { sketch, .. } => sketch.counters(),
             _ => &[],
@@ -596,15 +594,26 @@ impl Table {
             .map_err(|_| "saved table: too many slots".to_string())?;
         let words = r.sized("the rows")?;
         fresh.rows.fill(used, words)?;
-        let free = r.sized("the free list")?;
-        fresh.free.clear();
-        for b in free.chunks_exact(4) {
-            let s = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
-            if s as usize >= used {
-                return Err(format!("saved table: free slot {s} beyond the {used} used"));
+        let head = r.u64("the free list's head")?;
+        let free_len = r.u64("the free list's length")?;
+        // The free list: slots below `used`, each free, as many as it says (no cycle).
+        let (mut at, mut walked) = (head, 0u64);
+        while at != u64::from(NONE) {
+            if at >= used as u64 || fresh.rows.stamp(at as u32) != FREE || walked >= used as u64 {
+                return Err(format!(
+                    "saved table: the free list is damaged at slot {at} (step {walked} of {used} slots)"
+                ));
             }
-            fresh.free.push(s);
+            at = fresh.rows.key(at as u32);
+            walked += 1;
         }
+        if walked != free_len {
+            return Err(format!(
+                "saved table: the free list holds {walked} slots, its count says {free_len}"
+            ));
+        }
+        fresh.free = head as u32;
+        fresh.free_len = walked as usize;
         if let Admit::Count { sketch, .. } = &mut fresh.admit {
             sketch.restore(&mut r)?;
         } else {
