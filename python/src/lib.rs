@@ -2,7 +2,9 @@
 //!
 //! - this file: the module, [`start`] and the `Postoffice` class;
 //! - `worker.rs`: `KVWorker` over any supported dtype;
-//! - `server.rs`: `run_server` with the default (sum) handler or a Python callable;
+//! - `server.rs`: `run_server` with the default (sum) handler or a Python callable, and
+//!   embedding tables beside it;
+//! - `tables.rs`: table specs through pslite's own parser (`table_spec`, `run_server(tables=…)`);
 //! - `buffers.rs`: Python buffers as Rust slices, without copies, and lent to frames
 //!   (`copy=False`);
 //! - `blocking.rs`: cluster-wide waits that Ctrl-C interrupts;
@@ -15,6 +17,7 @@ mod blocking;
 mod buffers;
 mod errors;
 mod server;
+mod tables;
 mod worker;
 
 use errors::{check, invalid};
@@ -279,6 +282,7 @@ fn _pslite(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<server::PyReqMeta>()?;
     m.add_function(wrap_pyfunction!(start, m)?)?;
     m.add_function(wrap_pyfunction!(server::run_server, m)?)?;
+    m.add_function(wrap_pyfunction!(tables::table_spec, m)?)?;
     m.add("SCHEDULER_GROUP", SCHEDULER_GROUP)?;
     m.add("SERVER_GROUP", SERVER_GROUP)?;
     m.add("WORKER_GROUP", WORKER_GROUP)?;

@@ -1,14 +1,16 @@
 //! `run_server`: a server node's key-value service from Python, with pslite's default handler
 //! (sum pushes, answer pulls; every dtype) or a Python callable (one dtype; the slow path: the
-//! GIL is taken for every request).
+//! GIL is taken for every request), and embedding tables beside it (`tables.rs`).
 
 use crate::buffers::{input, slice, DType, Lens, PyValue};
 use crate::errors::{check, invalid};
+use crate::tables;
 use crate::PyPostoffice;
 use numpy::PyArray1;
 use pslite::kv::pairs::check_lens;
+use pslite::kv::table::TableSpec;
 use pslite::kv::{KVPairs, KVRequest, ReqMeta};
-use pslite::{KVServer, Postoffice, RequestHandler, Role};
+use pslite::{DType as WireDType, KVServer, Postoffice, RequestHandler, Role};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use std::sync::Arc;
@@ -126,8 +128,17 @@ impl<V: PyValue> RequestHandler<V> for PyHandler {
     }
 }
 
-/// Serves application `app_id` on this server node until every node finalized, then
-/// finalizes it; the GIL is released meanwhile (a Python handler takes it per request).
+/// What `run_server` serves application `app_id` with.
+enum Handler {
+    /// The default handler for every dtype (but `float32` when a table serves `app_id`).
+    Sums,
+    /// A Python callable for one dtype.
+    Python(PyHandler),
+}
+
+/// Serves application `app_id` on this server node, and the embedding tables `tables`, until
+/// every node finalized, then finalizes it; the GIL is released meanwhile (a Python handler
+/// takes it per request).
 ///
 /// `handler="sum"`: pslite's default handler (pushes are summed into the stored values, pulls
 /// answered with them) for every dtype. A callable: `handler(meta, keys, vals, lens)` for
@@ -138,12 +149,19 @@ impl<V: PyValue> RequestHandler<V> for PyHandler {
 /// raised KeyError: …"), and the server goes on serving. This is the slow path: every request
 /// takes the GIL and copies its arrays.
 ///
-/// Raises `InvalidArgumentError` on a postoffice that is not a server's or for a handler that
-/// is neither "sum" nor callable; `PeerLostError` if a node was lost.
+/// `tables`: `pslite.Table` objects or spec lines, each served as its application's float32
+/// requests (`pslite-server --table`); a table on `app_id` takes that application's float32
+/// requests from the "sum" handler, which serves the other dtypes.
+///
+/// Raises `InvalidArgumentError` on a postoffice that is not a server's, for a handler that
+/// is neither "sum" nor callable, for a bad table spec (the text of `pslite-server --table`),
+/// two tables of one application, or a table on `app_id` beside a float32 callable, all before
+/// anything is served; for a budget too small for one row when its table is made (the tables
+/// made before it are stopped again). `PeerLostError` if a node was lost.
 #[pyfunction]
 #[pyo3(
-    signature = (po, handler = None, dtype = None, app_id = 0),
-    text_signature = "(po, handler='sum', dtype=None, app_id=0)"
+    signature = (po, handler = None, dtype = None, app_id = 0, tables = None),
+    text_signature = "(po, handler='sum', dtype=None, app_id=0, tables=None)"
 )]
 pub fn run_server(
     py: Python<'_>,
@@ -151,6 +169,7 @@ pub fn run_server(
     handler: Option<&Bound<'_, PyAny>>,
     dtype: Option<&Bound<'_, PyAny>>,
     app_id: i32,
+    tables: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<()> {
     let p = po.get().po.clone();
     if p.role() != Role::Server {
@@ -159,25 +178,34 @@ pub fn run_server(
             p.role().name()
         )));
     }
-    // A server restoring a checkpoint (PS_CHECKPOINT_DIR) reads it here: without the GIL.
-    let servers: Vec<Box<dyn Send>> = match handler {
-        None => sums(py, &p, app_id)?,
-        Some(h) if h.extract::<String>().is_ok_and(|s| s == "sum") => sums(py, &p, app_id)?,
+    let specs = tables::specs_of(tables)?;
+    if let Some(app) = specs
+        .iter()
+        .enumerate()
+        .find(|&(i, s)| specs[..i].iter().any(|t| t.app == s.app))
+        .map(|(_, s)| s.app)
+    {
+        return Err(invalid(format!(
+            "run_server(tables=…): two tables for application {app}: one table per application id"
+        )));
+    }
+    let table_on_app = specs.iter().any(|s| s.app == app_id);
+    let handler = match handler {
+        None => Handler::Sums,
+        Some(h) if h.extract::<String>().is_ok_and(|s| s == "sum") => Handler::Sums,
         Some(h) if h.is_callable() => {
             let dtype = DType::from_py(dtype)?;
-            let ph = PyHandler {
+            if dtype == DType::F32 && table_on_app {
+                return Err(invalid(format!(
+                    "run_server: a table serves application {app_id}'s float32 requests, and so \
+                     would the handler: give the handler another dtype or app_id, or the table \
+                     another app"
+                )));
+            }
+            Handler::Python(PyHandler {
                 f: h.clone().unbind(),
                 dtype,
-            };
-            vec![match dtype {
-                DType::F32 => serve::<f32>(py, &p, app_id, ph)?,
-                DType::F64 => serve::<f64>(py, &p, app_id, ph)?,
-                DType::I32 => serve::<i32>(py, &p, app_id, ph)?,
-                DType::I64 => serve::<i64>(py, &p, app_id, ph)?,
-                DType::U8 => serve::<u8>(py, &p, app_id, ph)?,
-                DType::U32 => serve::<u32>(py, &p, app_id, ph)?,
-                DType::U64 => serve::<u64>(py, &p, app_id, ph)?,
-            }]
+            })
         }
         Some(h) => {
             return Err(invalid(format!(
@@ -187,10 +215,53 @@ pub fn run_server(
             )))
         }
     };
-    let r = po.get().finalize_inner(py);
+    // A server restoring a checkpoint (PS_CHECKPOINT_DIR) reads it here: without the GIL.
+    let mut servers: Vec<Box<dyn Send>> = Vec::new();
+    let made = serve_all(py, &p, app_id, &specs, handler, &mut servers);
+    let r = match made {
+        Ok(()) => po.get().finalize_inner(py),
+        Err(e) => Err(e),
+    };
     // A Python handler's thread may be waiting for the GIL: drop (join) it without holding it.
     py.detach(move || drop(servers));
     r
+}
+
+/// Makes the servers of `run_server` into `servers`: the tables first, then `handler`'s.
+fn serve_all(
+    py: Python<'_>,
+    p: &Arc<Postoffice>,
+    app_id: i32,
+    specs: &[TableSpec],
+    handler: Handler,
+    servers: &mut Vec<Box<dyn Send>>,
+) -> PyResult<()> {
+    if !specs.is_empty() {
+        let made = check(py.detach(|| pslite::kv::table::serve_tables(p, specs)))?;
+        servers.extend(made.into_iter().map(|s| Box::new(s) as Box<dyn Send>));
+    }
+    match handler {
+        Handler::Sums => {
+            let table_on_app = specs.iter().any(|s| s.app == app_id);
+            let dtypes: Vec<WireDType> = WireDType::VALUES
+                .into_iter()
+                .filter(|&d| !(d == WireDType::F32 && table_on_app))
+                .collect();
+            servers.extend(check(
+                py.detach(|| pslite::kv::server::serve_sums_of(p, app_id, &dtypes)),
+            )?);
+        }
+        Handler::Python(ph) => servers.push(match ph.dtype {
+            DType::F32 => serve::<f32>(py, p, app_id, ph)?,
+            DType::F64 => serve::<f64>(py, p, app_id, ph)?,
+            DType::I32 => serve::<i32>(py, p, app_id, ph)?,
+            DType::I64 => serve::<i64>(py, p, app_id, ph)?,
+            DType::U8 => serve::<u8>(py, p, app_id, ph)?,
+            DType::U32 => serve::<u32>(py, p, app_id, ph)?,
+            DType::U64 => serve::<u64>(py, p, app_id, ph)?,
+        }),
+    }
+    Ok(())
 }
 
 /// A `KVServer` of `V` serving `app_id` with `handler`, made without the GIL (a server with
@@ -203,9 +274,4 @@ fn serve<V: PyValue>(
 ) -> PyResult<Box<dyn Send>> {
     let server = check(py.detach(|| KVServer::<V>::new(p, app_id, handler)))?;
     Ok(Box::new(server))
-}
-
-/// The default handler's servers, one per dtype (`pslite-server`'s), made without the GIL.
-fn sums(py: Python<'_>, p: &Arc<Postoffice>, app_id: i32) -> PyResult<Vec<Box<dyn Send>>> {
-    check(py.detach(|| pslite::kv::server::serve_sums(p, app_id)))
 }

@@ -3,8 +3,10 @@
 A job has one scheduler, S servers and W workers. Each process calls :func:`start`, which
 reads its role and settings from the ``DMLC_*``/``PS_*`` variables (what ``pslite-launch``
 sets), and joins the cluster. Workers push and pull through a :class:`KVWorker`; servers run
-:func:`run_server`. The core is Rust (bound with PyO3): the GIL is released during every wait,
-send and server loop, so other Python threads run meanwhile.
+:func:`run_server` with pslite's default handler, a Python callable, or embedding tables
+(:class:`Table`: rows per key, initialized lazily and updated by an optimizer on the servers).
+The core is Rust (bound with PyO3): the GIL is released during every wait, send and server
+loop, so other Python threads run meanwhile.
 
 Example (a worker; run it under ``pslite-launch local --worker-cmd 'python train.py'``)::
 
@@ -33,6 +35,18 @@ from ._pslite import (
     run_server,
     start,
 )
+from ._tables import (
+    FTRL,
+    SGD,
+    TTL,
+    Adagrad,
+    Adam,
+    AdmitCount,
+    AdmitProbability,
+    Normal,
+    Table,
+    Uniform,
+)
 
 __all__ = [
     "ALL_GROUP",
@@ -40,13 +54,23 @@ __all__ = [
     "SCHEDULER_GROUP",
     "SERVER_GROUP",
     "WORKER_GROUP",
+    "FTRL",
+    "SGD",
+    "TTL",
+    "Adagrad",
+    "Adam",
+    "AdmitCount",
+    "AdmitProbability",
     "Error",
     "InvalidArgumentError",
     "KVWorker",
+    "Normal",
     "PeerLostError",
     "Postoffice",
     "ReqMeta",
+    "Table",
     "TimeoutError",
+    "Uniform",
     "__version__",
     "run_server",
     "start",

@@ -13,7 +13,19 @@ from ._pslite import ReqMeta as ReqMeta
 from ._pslite import __version__ as __version__
 from ._pslite import run_server as run_server
 from ._pslite import start as start
+from ._tables import FTRL as FTRL
+from ._tables import SGD as SGD
+from ._tables import TTL as TTL
+from ._tables import Adagrad as Adagrad
+from ._tables import Adam as Adam
+from ._tables import AdmitCount as AdmitCount
+from ._tables import AdmitProbability as AdmitProbability
+from ._tables import Normal as Normal
+from ._tables import Table as Table
+from ._tables import Uniform as Uniform
 
-__all__ = ["ALL_GROUP", "DTYPES", "SCHEDULER_GROUP", "SERVER_GROUP", "WORKER_GROUP", "Error",
-           "InvalidArgumentError", "KVWorker", "PeerLostError", "Postoffice", "ReqMeta",
-           "TimeoutError", "__version__", "run_server", "start"]
+__all__ = ["ALL_GROUP", "DTYPES", "SCHEDULER_GROUP", "SERVER_GROUP", "WORKER_GROUP",
+           "FTRL", "SGD", "TTL", "Adagrad", "Adam", "AdmitCount", "AdmitProbability",
+           "Error", "InvalidArgumentError", "KVWorker", "Normal", "PeerLostError",
+           "Postoffice", "ReqMeta", "Table", "TimeoutError", "Uniform", "__version__",
+           "run_server", "start"]

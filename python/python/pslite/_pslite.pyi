@@ -1,13 +1,15 @@
 """Type stubs of pslite's native module (PyO3). Shapes, dtypes and errors are in each
 docstring; every blocking call releases the GIL."""
 
-from typing import Any, Callable, Optional, Sequence, Tuple, Union, final
+from typing import Any, Callable, Iterable, Optional, Sequence, Tuple, Union, final
 
 import numpy as np
 import numpy.typing as npt
 
+from ._tables import Table
+
 __all__ = ["ALL_GROUP", "DTYPES", "KVWorker", "Postoffice", "ReqMeta", "SCHEDULER_GROUP",
-           "SERVER_GROUP", "WORKER_GROUP", "__version__", "run_server", "start"]
+           "SERVER_GROUP", "WORKER_GROUP", "__version__", "run_server", "start", "table_spec"]
 
 __version__: str
 SCHEDULER_GROUP: int  # 1
@@ -139,8 +141,10 @@ _Handler = Callable[[ReqMeta, npt.NDArray[np.uint64], npt.NDArray[Any], npt.NDAr
                    Union[None, npt.NDArray[Any], Tuple[npt.NDArray[Any], Sequence[int]]]]
 
 def run_server(po: Postoffice, handler: Union[str, _Handler, None] = "sum",
-               dtype: _DTypeLike = None, app_id: int = 0) -> None:
-    """Serves application ``app_id`` until every node finalized, then finalizes ``po``.
+               dtype: _DTypeLike = None, app_id: int = 0,
+               tables: Optional[Iterable[Union[Table, str]]] = None) -> None:
+    """Serves application ``app_id``, and the embedding tables ``tables``, until every node
+    finalized, then finalizes ``po``.
 
     ``"sum"``: pslite's default handler, every dtype. A callable ``handler(meta, keys, vals,
     lens)`` serves ``dtype`` (default float32): ``vals`` are the pushed values (empty for a
@@ -148,5 +152,27 @@ def run_server(po: Postoffice, handler: Union[str, _Handler, None] = "sum",
     ``(vals, lens)``. Its exception reaches the worker as Error ("… answered with an error:
     the Python handler raised KeyError: …"). The slow path: each request takes the GIL.
 
-    Raises InvalidArgumentError for a postoffice not a server's or a bad handler;
-    PeerLostError when a node was lost."""
+    ``tables``: ``pslite.Table`` objects or spec lines ("app=1,dim=16,opt=adagrad:lr=0.05"),
+    each served as its application's float32 requests, as ``pslite-server --table`` does:
+    a pull gets ``dim`` values per key (the initial row for a key the table does not hold), a
+    push carries ``dim`` gradient values per key. A table on ``app_id`` takes its float32
+    requests from the "sum" handler, which serves the other dtypes. Each server prints a line
+    per table on stderr ("pslite: table app 0: SPEC; budget …").
+
+    Raises InvalidArgumentError for a postoffice not a server's, a bad handler, a bad table
+    spec (the text of ``pslite-server --table``: "invalid argument: bad table spec '…': dim:
+    …"), two tables of one application, or a table on ``app_id`` beside a float32 callable,
+    each before anything is served; for a budget too small for one row ("… budget: 100 holds
+    no row …") when its table is made, the tables made before it stopped again. The node
+    stays joined after any of these: call run_server again, or finalize. PeerLostError when
+    a node was lost."""
+
+def table_spec(line: str) -> str:
+    """The canonical form of the table spec ``line``: every field, in the order app, dim, init,
+    seed, opt, admit, budget, evict ("app=0,dim=4" gives "app=0,dim=4,init=zeros,seed=0,
+    opt=sgd:lr=0.01,admit=all,evict=lru"). pslite's own parser, the one of ``pslite-server
+    --table``.
+
+    Raises InvalidArgumentError with the parser's text ("invalid argument: bad table spec
+    'app=0,dim=4,opt=rmsprop': opt: unknown optimizer 'rmsprop'; allowed: sgd, adagrad, adam,
+    ftrl")."""
