@@ -337,9 +337,7 @@ fn run(local: &Local) -> Result<i32, String> {
     for n in all.iter_mut().filter(|n| n.role == "worker") {
         n.command.clone_from(&local.worker_cmd);
     }
-    for spec in &local.tables {
-        pslite::kv::table::Table::new(spec)?;
-    }
+    pslite::kv::table::check_specs(&local.tables).map_err(|e| e.to_string())?;
     for n in all.iter_mut().filter(|n| n.role == "server") {
         for spec in &local.tables {
             n.args.extend(["--table".to_string(), spec.to_string()]);

@@ -102,6 +102,17 @@ fn a_server_refuses_a_bad_table_spec_before_it_joins() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("budget: 1KiB holds no row"), "{err}");
+    // Two tables of one application.
+    let out = Command::new(env!("CARGO_BIN_EXE_pslite-server"))
+        .args(["--table", "app=3,dim=4", "--table", "app=3,dim=8"])
+        .output()
+        .expect("runs");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("two tables for application 3: one table per application id"),
+        "{err}"
+    );
 }
 
 #[test]

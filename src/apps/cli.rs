@@ -86,9 +86,7 @@ pub fn run_server(cli: &ServerCli) -> Result<()> {
     use crate::kv::server::serve_sums_of;
     use crate::wire::DType;
     // A spec that cannot make a table is refused before the server joins the cluster.
-    for spec in &cli.tables {
-        crate::kv::table::Table::new(spec).map_err(Error::InvalidArgument)?;
-    }
+    crate::kv::table::check_specs(&cli.tables)?;
     let cfg = Config::from_env(Role::Server, &cli.cfg)?;
     init_logging(&cfg);
     let po = Postoffice::start(cfg)?;

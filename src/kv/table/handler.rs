@@ -10,12 +10,16 @@ use crate::metrics::TableMetrics;
 use crate::postoffice::Postoffice;
 use std::sync::Arc;
 
+/// The most values (keys × dim) one request may ask a table for: 1 GiB of `f32`s.
+pub const MAX_VALUES: usize = 1 << 28;
+
 /// Answers one application's requests from an embedding table: a pull gets each key's row
 /// (`dim` values; the initial row for a key not held), a push carries one gradient row per key
 /// and applies one optimizer step to each, a push-pull answers with the rows after the step.
 ///
 /// Requests: application command 0 only; keys sorted and unique (the worker's API checks);
-/// `lens` empty or all equal to `dim`; a push's values `keys · dim`. Anything else is refused
+/// `lens` empty or all equal to `dim`; a push's values `keys · dim`; at most [`MAX_VALUES`]
+/// values. Anything else is refused
 /// with a text naming the table, the key and both lengths, and nothing of the request is
 /// applied. Zero-copy (rendezvous) pulls are not served: rows are computed for keys not held.
 ///
@@ -80,6 +84,20 @@ impl TableHandler {
             return Err(format!(
                 "table app {app}: application command {} is not a table request: a table takes pushes of gradients and pulls (command 0)",
                 meta.cmd
+            ));
+        }
+        if !req.lens.is_empty() && req.lens.len() != req.keys.len() {
+            return Err(format!(
+                "table app {app}: {} lengths for {} keys",
+                req.lens.len(),
+                req.keys.len()
+            ));
+        }
+        if req.keys.len().saturating_mul(dim) > MAX_VALUES {
+            return Err(format!(
+                "table app {app}: {} keys of dim {dim} are {} values, more than a table answers in one request ({MAX_VALUES}): split the request",
+                req.keys.len(),
+                req.keys.len().saturating_mul(dim)
             ));
         }
         if !req.lens.is_empty() {
@@ -201,6 +219,24 @@ pub fn describe_budget(table: &Table, host: Option<u64>) -> String {
         }
         _ => "no budget: it grows with its keys".to_string(),
     }
+}
+
+/// Checks `specs` as a server will serve them, before it joins a cluster: each makes a table
+/// (its spec's ranges, a budget that holds a row), and no two name one application.
+///
+/// # Errors
+/// [`Error::InvalidArgument`] naming the spec or the application.
+pub fn check_specs(specs: &[TableSpec]) -> Result<()> {
+    for (i, spec) in specs.iter().enumerate() {
+        if specs[..i].iter().any(|s| s.app == spec.app) {
+            return Err(Error::InvalidArgument(format!(
+                "two tables for application {}: one table per application id",
+                spec.app
+            )));
+        }
+        Table::new(spec).map_err(Error::InvalidArgument)?;
+    }
+    Ok(())
 }
 
 /// Serves each of `specs` as a [`KVServer<f32>`] of its application on this server node, with
@@ -325,6 +361,21 @@ mod tests {
             .expect_err("width");
         assert!(
             e.contains("a push of 3 values for 2 keys; the table's rows have dim 2, so 4 values"),
+            "{e}"
+        );
+        let e = h
+            .handle(&meta(true, false, 0), req(&[1, 4], &[0.5; 4], &[2]))
+            .expect_err("lens");
+        assert_eq!(e, "table app 7: 1 lengths for 2 keys");
+        // 257 keys of the widest rows: past MAX_VALUES, refused before anything is allocated.
+        let wide: TableSpec = "app=8,dim=1048576".parse().expect("spec");
+        let mut w = TableHandler::new(&wide).expect("table");
+        let many: Vec<u64> = (0..257).collect();
+        let e = w
+            .handle(&meta(false, true, 0), req(&many, &[], &[]))
+            .expect_err("too many values");
+        assert!(
+            e.contains("more than a table answers in one request"),
             "{e}"
         );
         assert!(h.table().is_empty(), "nothing applied");

@@ -48,6 +48,6 @@ pub mod table;
 #[cfg(test)]
 mod tests;
 
-pub use handler::{serve_tables, TableHandler};
+pub use handler::{check_specs, serve_tables, TableHandler};
 pub use spec::{Admission, Eviction, Init, Optimizer, TableSpec};
 pub use table::{Table, TableCounts};

@@ -195,13 +195,14 @@ impl Rows {
     /// # Errors
     /// When `used` is above the cap or `words` has another length.
     pub fn fill(&mut self, used: usize, words: &[u8]) -> Result<(), String> {
-        if used > self.cap {
+        if used > self.cap || used >= u32::MAX as usize {
             return Err(format!(
-                "saved table: {used} rows saved, the budget holds {}",
-                self.cap
+                "saved table: {used} rows saved, the table holds at most {}",
+                self.cap.min(u32::MAX as usize - 1)
             ));
         }
-        if words.len() != used * self.stride * 8 {
+        let want = used.checked_mul(self.stride * 8);
+        if want != Some(words.len()) {
             return Err(format!(
                 "saved table: {} bytes of rows for {used} records of {} bytes",
                 words.len(),

@@ -278,7 +278,8 @@ impl TableSpec {
         match self.init {
             Init::Zeros => {}
             Init::Uniform { low, high } => {
-                if !(low.is_finite() && high.is_finite() && low < high) {
+                if !(low.is_finite() && high.is_finite() && low < high && (high - low).is_finite())
+                {
                     return bad(
                         "init",
                         format!("uniform:{low}:{high} needs finite bounds A < B"),
@@ -320,6 +321,21 @@ impl TableSpec {
                     OptText(&self.optimizer, self.weight_decay)
                 ),
             );
+        }
+        match self.optimizer {
+            Optimizer::Adagrad { eps, init_acc, .. } if eps == 0.0 && init_acc == 0.0 => {
+                return bad(
+                    "opt",
+                    "adagrad with eps=0 and init_acc=0 divides 0 by 0 at a zero gradient: give eps > 0 or init_acc > 0".into(),
+                );
+            }
+            Optimizer::Ftrl { beta, l2, .. } if beta == 0.0 && l2 == 0.0 => {
+                return bad(
+                    "opt",
+                    "ftrl with beta=0 and l2=0 divides by 0 before a row's first gradient: give beta > 0 or l2 > 0".into(),
+                );
+            }
+            _ => {}
         }
         if !non_negative(self.weight_decay) {
             return bad("opt", format!("wd={} must be ≥ 0", self.weight_decay));
@@ -763,6 +779,18 @@ mod tests {
             (
                 "app=0,dim=4,opt=ftrl:alpha=1:lr=1",
                 "alpha and lr are the same",
+            ),
+            (
+                "app=0,dim=4,opt=adagrad:eps=0",
+                "adagrad with eps=0 and init_acc=0 divides 0 by 0",
+            ),
+            (
+                "app=0,dim=4,opt=ftrl:beta=0",
+                "ftrl with beta=0 and l2=0 divides by 0",
+            ),
+            (
+                "app=0,dim=4,init=uniform:-3e38:3e38",
+                "needs finite bounds A < B",
             ),
             (
                 "app=0,dim=4,admit=count:0",

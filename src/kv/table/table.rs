@@ -6,7 +6,8 @@
 //! push itself: initial rows come from (seed, key), probability admission from (seed, key, push
 //! number), recency stamps from the push number, eviction from the stamps. Pulls change nothing
 //! but counters. So a snapshot plus the replay of the pushes logged after it gives back the
-//! same table, bit for bit.
+//! same rows, slots, recency, sketch and free list, bit for bit (the count of rows
+//! initialized on pull, and an unbounded index's size, may differ).
 //!
 //! **Memory.** With a budget, the most rows that fit are computed up front: records (key,
 //! stamp, row, slots), the index at 80 % load and the admission sketch, all counted at their
@@ -502,7 +503,7 @@ impl Table {
             return;
         }
         sample.sort_unstable();
-        let want = (self.max_rows / EVICT_SHARE).max(1);
+        let want = (used / EVICT_SHARE).max(1);
         let q = (want * sample.len())
             .div_ceil(used.max(1))
             .saturating_sub(1)
