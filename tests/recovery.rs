@@ -303,7 +303,9 @@ fn inspect_prints_the_keys_and_values_a_server_would_restore() {
         "{}: run 0x",
         dir.join("server-0").join("app0-f32").display()
     );
-    let blocks = ", generation 1, snapshot 52 bytes (handler state 12 bytes), log 2192 bytes: 6 \
+    // The log holds each request with its keys: a list travels (and is logged) twice before it
+    // is registered (key caching), then as its digest.
+    let blocks = ", generation 1, snapshot 52 bytes (handler state 12 bytes), log 2592 bytes: 6 \
                   requests and 1 key lists since, 6 recent requests remembered\n";
     assert!(
         report.contains(&f32_0) && report.contains(blocks),
