@@ -122,9 +122,9 @@ impl Index {
         }
     }
 
-    /// `key`'s slot, `None` when it holds none.
+    /// The bucket holding `key`, `None` when it holds none.
     #[inline]
-    pub fn find(&self, key: u64, key_of: impl Fn(u32) -> u64) -> Option<u32> {
+    fn position(&self, key: u64, key_of: impl Fn(u32) -> u64) -> Option<usize> {
         let h = fmix64(key);
         let tag = tag_of(h);
         let mut i = self.home(h);
@@ -134,10 +134,16 @@ impl Index {
                 return None;
             }
             if t == tag && key_of(self.slots[i]) == key {
-                return Some(self.slots[i]);
+                return Some(i);
             }
             i = self.next(i);
         }
+    }
+
+    /// `key`'s slot, `None` when it holds none.
+    #[inline]
+    pub fn find(&self, key: u64, key_of: impl Fn(u32) -> u64) -> Option<u32> {
+        self.position(key, key_of).map(|i| self.slots[i])
     }
 
     /// Adds `key` → `slot`; `key` must not be held and [`has_room`](Self::has_room) must hold.
@@ -156,19 +162,7 @@ impl Index {
     /// Removes `key`, returning its slot; later buckets of its cluster shift back so that
     /// every key stays reachable from its home.
     pub fn remove(&mut self, key: u64, key_of: impl Fn(u32) -> u64) -> Option<u32> {
-        let h = fmix64(key);
-        let tag = tag_of(h);
-        let mut i = self.home(h);
-        loop {
-            let t = self.tags[i];
-            if t == 0 {
-                return None;
-            }
-            if t == tag && key_of(self.slots[i]) == key {
-                break;
-            }
-            i = self.next(i);
-        }
+        let i = self.position(key, &key_of)?;
         let slot = self.slots[i];
         // Backward-shift deletion (Knuth's Algorithm R): move a later entry into the hole when
         // its home is not cyclically inside (hole, its bucket].
