@@ -8,6 +8,13 @@
 //! update (Estan & Varghese 2002) raises only the counters at the key's minimum, so a key's
 //! estimate is at most its pushes plus its collisions', and counters stop at the threshold:
 //! 8 bits hold any `count:N`.
+//!
+//! A sketch that only counts up fills: after many times `width` distinct keys, most counters
+//! sit at the threshold's edge and every new key would pass at once. So counts decay as in
+//! TinyLFU (Einziger, Friedman, Manes 2017, the "reset" operation): after every
+//! `RESET_PER_COLUMN · width` counted pushes, every counter halves. A key must then reach N
+//! pushes within about a reset period, and the decay is a pure function of the counted pushes
+//! (it replays the same).
 
 use super::init::admission_draw;
 use super::spec::Admission;
@@ -16,6 +23,10 @@ use crate::kv::durable::bytes::Reader;
 /// Rows of the sketch.
 pub const DEPTH: usize = 4;
 
+/// Counted pushes per counter column between two halvings of every counter: one, so that a
+/// counter takes about one hit a period and a new key's four counters all reach N−1 rarely.
+pub const RESET_PER_COLUMN: u64 = 1;
+
 /// A count-min sketch of `DEPTH` rows of `width` 8-bit counters, with conservative update,
 /// counting up to `cap`.
 #[derive(Clone, Debug, PartialEq)]
@@ -23,6 +34,8 @@ pub struct Sketch {
     counters: Vec<u8>,
     mask: u64,
     cap: u8,
+    /// Pushes counted since the counters last halved.
+    added: u64,
 }
 
 /// Murmur3's 64-bit finalizer: every bit of `x` reaches every bit of the result.
@@ -40,6 +53,7 @@ impl Sketch {
     pub fn new(width: usize, cap: u8) -> Sketch {
         Sketch {
             counters: vec![0; DEPTH * width],
+            added: 0,
             mask: width as u64 - 1,
             cap,
         }
@@ -70,8 +84,22 @@ impl Sketch {
     }
 
     /// Counts one occurrence of `key` (conservative update: counters below the new estimate
-    /// are raised to it, none beyond `cap`) and returns its new estimate.
+    /// are raised to it, none beyond `cap`) and returns its new estimate; every
+    /// `RESET_PER_COLUMN · width` calls, halves every counter afterwards.
     pub fn add(&mut self, key: u64) -> u8 {
+        let est = self.raise(key);
+        self.added += 1;
+        if self.added >= RESET_PER_COLUMN * (self.mask + 1) {
+            self.added = 0;
+            for c in &mut self.counters {
+                *c >>= 1;
+            }
+        }
+        est
+    }
+
+    /// The conservative update of [`add`](Self::add), without the decay.
+    fn raise(&mut self, key: u64) -> u8 {
         let cells = self.cells(key);
         let est = cells
             .iter()
@@ -93,7 +121,13 @@ impl Sketch {
         &self.counters
     }
 
-    /// Replaces the counters with saved ones.
+    /// Pushes counted since the counters last halved, for a snapshot.
+    pub fn added(&self) -> u64 {
+        self.added
+    }
+
+    /// Replaces the counters and the count since the last halving with saved ones (the
+    /// counters, then the count).
     ///
     /// # Errors
     /// When the saved sketch has another size.
@@ -107,6 +141,7 @@ impl Sketch {
             ));
         }
         self.counters.copy_from_slice(saved);
+        self.added = r.u64("the admission sketch's pushes since its last halving")?;
         Ok(())
     }
 }
@@ -183,13 +218,14 @@ mod tests {
     use std::collections::HashMap;
 
     proptest! {
-        /// A sketch never undercounts (up to its cap), whatever the collisions.
+        /// Between halvings, a sketch never undercounts (up to its cap), whatever the
+        /// collisions.
         #[test]
         fn estimates_are_never_below_the_true_count(keys in proptest::collection::vec(0u64..500, 1..2000)) {
             let mut s = Sketch::new(64, 200);
             let mut truth: HashMap<u64, u32> = HashMap::new();
             for &k in &keys {
-                s.add(k);
+                s.raise(k);
                 *truth.entry(k).or_default() += 1;
             }
             for (&k, &n) in &truth {
@@ -212,6 +248,29 @@ mod tests {
             assert!(!a.admits(key, 0), "key {key}, 2nd push");
             assert!(a.admits(key, 0), "key {key}, 3rd push");
         }
+    }
+
+    #[test]
+    fn counts_halve_so_a_stream_of_new_keys_does_not_fill_the_sketch() {
+        // 64 columns: every 64 counted pushes, every counter halves.
+        let mut a = Admit::new(&Admission::Count { n: 3, width: 64 }, 0);
+        for key in 0..100_000u64 {
+            a.admits(key, 0);
+        }
+        // A fresh key still needs its pushes: one push alone does not reach 3.
+        let admitted_at_once = (1_000_000..1_000_100u64)
+            .filter(|&k| a.admits(k, 0))
+            .count();
+        assert!(
+            admitted_at_once < 10,
+            "{admitted_at_once} of 100 new keys at their first push"
+        );
+        // Without the halving the same stream leaves every counter at 2 or more.
+        let mut s = Sketch::new(64, 3);
+        for key in 0..100_000u64 {
+            s.raise(key);
+        }
+        assert!(s.counters().iter().all(|&c| c >= 2));
     }
 
     #[test]

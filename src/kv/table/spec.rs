@@ -128,7 +128,9 @@ pub enum Admission {
     All,
     /// At its `n`-th push, counted by a count-min sketch (Cormode & Muthukrishnan 2005, with
     /// conservative update; Monolith's occurrence threshold): 4 rows of `width` 8-bit counters.
-    /// A sketch can only overcount, so a key may be admitted early, never late.
+    /// A sketch overcounts (a key may be admitted early), and its counts halve every `width`
+    /// counted pushes (TinyLFU's reset), so a key must reach `n` pushes within about that
+    /// many pushes of keys not admitted.
     Count {
         /// Pushes a key needs, 1 to 255.
         n: u32,

@@ -527,7 +527,8 @@ impl Table {
 
     /// The table's state as bytes: a header, the spec line, counts, the records of every slot
     /// handed out (free ones too, with their links: a restored table reuses the same slots in
-    /// the same order), the free list's head and the admission sketch. Little-endian.
+    /// the same order), the free list's head and the admission sketch (its counters and the
+    /// pushes counted since they last halved). Little-endian.
     pub fn save_into(&self, out: &mut Vec<u8>) {
         out.clear();
         out.extend_from_slice(MAGIC);
@@ -554,12 +555,13 @@ impl Table {
         }
         out.extend_from_slice(&u64::from(self.free).to_le_bytes());
         out.extend_from_slice(&(self.free_len as u64).to_le_bytes());
-        let counters: &[u8] = match &self.admit {
-            Admit::Count { sketch, .. } => sketch.counters(),
-            _ => &[],
+        let (counters, added): (&[u8], u64) = match &self.admit {
+            Admit::Count { sketch, .. } => (sketch.counters(), sketch.added()),
+            _ => (&[], 0),
         };
         out.extend_from_slice(&(counters.len() as u64).to_le_bytes());
         out.extend_from_slice(counters);
+        out.extend_from_slice(&added.to_le_bytes());
     }
 
     /// Replaces the table's state with what [`save_into`](Self::save_into) wrote.
@@ -619,6 +621,7 @@ impl Table {
             sketch.restore(&mut r)?;
         } else {
             r.sized("the admission sketch")?;
+            r.u64("the admission sketch's pushes since its last halving")?;
         }
         r.finish("the saved table")?;
         for slot in 0..used as u32 {
