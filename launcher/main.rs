@@ -294,10 +294,12 @@ fn run_ssh(opts: &ssh::Ssh) -> Result<i32, String> {
         metrics: false,
         board: report::Board::new(),
     };
+    pslite::kv::table::check_specs(&opts.tables).map_err(|e| e.to_string())?;
     let mut all = nodes(servers, workers, &opts.worker_args);
     for (k, n) in all.iter_mut().enumerate() {
         n.host = Some(hosts[k % hosts.len()].clone());
     }
+    serve_tables(&mut all, &opts.tables);
     start_and_watch(&launch, all, 0)
 }
 
@@ -338,12 +340,17 @@ fn run(local: &Local) -> Result<i32, String> {
         n.command.clone_from(&local.worker_cmd);
     }
     pslite::kv::table::check_specs(&local.tables).map_err(|e| e.to_string())?;
+    serve_tables(&mut all, &local.tables);
+    start_and_watch(&launch, all, local.restart)
+}
+
+/// Gives every server of `all` a `--table` argument per spec.
+fn serve_tables(all: &mut [Node], tables: &[pslite::kv::table::TableSpec]) {
     for n in all.iter_mut().filter(|n| n.role == "server") {
-        for spec in &local.tables {
+        for spec in tables {
             n.args.extend(["--table".to_string(), spec.to_string()]);
         }
     }
-    start_and_watch(&launch, all, local.restart)
 }
 
 /// The cluster's nodes in start order: the scheduler, the servers, then the workers (which get

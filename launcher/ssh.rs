@@ -37,6 +37,10 @@ pub struct Ssh {
     /// Scheduler port (default: 9091).
     #[arg(long, default_value_t = 9091)]
     pub port: u16,
+    /// An embedding table every server serves (repeatable), passed on as its `--table`
+    /// (see `pslite-server --help`); checked here first.
+    #[arg(long = "table", value_name = "SPEC")]
+    pub tables: Vec<pslite::kv::table::TableSpec>,
     /// Arguments of pslite-worker, e.g. `bench --mode push` or `kv-app`.
     #[arg(last = true, required = true)]
     pub worker_args: Vec<String>,

@@ -29,6 +29,10 @@ pub struct Task {
     /// drawn from SLURM_JOB_ID and SLURM_STEP_ID.
     #[arg(long)]
     root_port: Option<u16>,
+    /// An embedding table every server serves (repeatable), passed on as its `--table`
+    /// (see `pslite-server --help`); checked before the node starts.
+    #[arg(long = "table", value_name = "SPEC")]
+    tables: Vec<pslite::kv::table::TableSpec>,
     /// Arguments of pslite-worker, e.g. `kv-app` or `bench --mode push-pull`.
     #[arg(last = true, required = true)]
     worker_args: Vec<String>,
@@ -276,6 +280,14 @@ pub fn run(task: &Task) -> String {
     }
     if p.role == "worker" {
         cmd.args(&task.worker_args);
+    }
+    if p.role == "server" {
+        if let Err(e) = pslite::kv::table::check_specs(&task.tables) {
+            return e.to_string();
+        }
+        for spec in &task.tables {
+            cmd.args(["--table".to_string(), spec.to_string()]);
+        }
     }
     format!("cannot start the {name}: {}", cmd.exec())
 }

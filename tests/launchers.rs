@@ -52,6 +52,8 @@ fn seven_tasks_with_pslite_task_variables_run_kv_app() {
         "127.0.0.1",
         "--root-port",
         &port,
+        "--table",
+        "app=5,dim=4",
         "--",
     ];
     args.extend(KV_APP);
@@ -87,6 +89,15 @@ fn seven_tasks_with_pslite_task_variables_run_kv_app() {
             .contains(&format!("pslite-launch task: task 2 (PSLITE_TASK_RANK) is server 1; scheduler at 127.0.0.1:{port}")),
         "{all}"
     );
+    // The servers serve the table `--table` named, beside kv-app's sums.
+    for server in &ended[1..3] {
+        assert!(
+            server
+                .output
+                .contains("pslite: table app 5: app=5,dim=4,init=zeros,seed=5,"),
+            "{all}"
+        );
+    }
 }
 
 #[test]
