@@ -8,6 +8,7 @@
 //! requests) prints rows/s and the ratio to memcpy, medians over the requests; it asserts
 //! nothing about speed.
 
+use pslite::apps::table_app::Ranks;
 use pslite::kv::table::admit::fmix64;
 use pslite::kv::table::{Table, TableSpec};
 use std::hint::black_box;
@@ -18,29 +19,24 @@ const DIM: usize = 16;
 /// Ranks 0..n drawn with P(r) ∝ 1/(r+1)^s by inverse CDF; a rank's key is a hash of it, so the
 /// hot keys are spread over the key space.
 struct Zipf {
-    cdf: Vec<f64>,
+    ranks: Ranks,
+    n: u64,
     state: u64,
 }
 
 impl Zipf {
     fn new(n: usize, s: f64) -> Zipf {
-        let mut cdf = Vec::with_capacity(n);
-        let mut acc = 0.0;
-        for r in 0..n {
-            acc += 1.0 / ((r + 1) as f64).powf(s);
-            cdf.push(acc);
+        Zipf {
+            ranks: Ranks::new(n as u64, s),
+            n: n as u64,
+            state: 1,
         }
-        for c in &mut cdf {
-            *c /= acc;
-        }
-        Zipf { cdf, state: 1 }
     }
 
     fn key(&mut self) -> u64 {
         self.state = self.state.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let u = (fmix64(self.state) >> 11) as f64 / (1u64 << 53) as f64;
-        let rank = self.cdf.partition_point(|&c| c < u);
-        fmix64(rank as u64 ^ 0xabcd)
+        fmix64(self.ranks.rank(u, self.n) ^ 0xabcd)
     }
 
     /// `n` draws, sorted and unique.

@@ -133,11 +133,7 @@ fn the_launcher_serves_tables_and_kv_app_still_sums_on_app_0() {
         ])
         .output()
         .expect("runs");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let text = common::procs::text(&out);
     assert!(out.status.success(), "{text}");
     assert!(text.contains("error: 0, 0"), "{text}");
     assert!(
@@ -249,11 +245,7 @@ fn a_stream_of_new_keys_keeps_a_server_within_its_table_budget() {
         ])
         .output()
         .expect("runs");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let text = common::procs::text(&out);
     assert!(out.status.success(), "{text}");
     // "table app 0: ROWS rows, BYTES bytes (budget B); A rows admitted, … E evicted, …"
     let summary = text

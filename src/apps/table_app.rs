@@ -87,13 +87,15 @@ impl TableAppReport {
     }
 }
 
-/// Ranks 0..n with P(r) ∝ 1/(r+1)^s, by inverse CDF (a table of n cumulative weights).
-struct Ranks {
+/// Ranks 0..n with P(r) ∝ 1/(r+1)^s (Zipf), by inverse CDF from a table of n cumulative
+/// weights; uniform (and no table) when `s` is 0.
+pub struct Ranks {
     cdf: Vec<f64>,
 }
 
 impl Ranks {
-    fn new(n: u64, s: f64) -> Ranks {
+    /// The table for `n` ranks and exponent `s`.
+    pub fn new(n: u64, s: f64) -> Ranks {
         if s == 0.0 {
             return Ranks { cdf: Vec::new() };
         }
@@ -109,8 +111,8 @@ impl Ranks {
         Ranks { cdf }
     }
 
-    /// The rank of a draw `u` in [0, 1) among `n`.
-    fn rank(&self, u: f64, n: u64) -> u64 {
+    /// The rank of a draw `u` in [0, 1) among the `n` of [`new`](Self::new).
+    pub fn rank(&self, u: f64, n: u64) -> u64 {
         if self.cdf.is_empty() {
             ((u * n as f64) as u64).min(n - 1)
         } else {

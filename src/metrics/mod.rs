@@ -20,7 +20,7 @@
 //! | `pslite_rdma_credit_stalls_total` | counter | — | (RDMA van) sends that waited for ring credits or send-queue room, in this process |
 //! | `pslite_rdma_registered_bytes` | gauge | — | (RDMA van) memory registered in this process (rings, pool, key-store chunks): what counts against `RLIMIT_MEMLOCK` |
 //! | `pslite_table_rows` | gauge | `app` | (server) rows an embedding table holds |
-//! | `pslite_table_bytes`, `pslite_table_budget_bytes` | gauge | `app` | (server) bytes a table holds (records, index, sketch, free list), and its budget (0: none) |
+//! | `pslite_table_bytes`, `pslite_table_budget_bytes` | gauge | `app` | (server) bytes a table holds (records, index, sketch), and its budget (0: none) |
 //! | `pslite_table_admitted_rows_total` | counter | `app` | (server) rows created (keys admitted) |
 //! | `pslite_table_not_admitted_total` | counter | `app` | (server) pushed rows dropped because their key was not admitted yet |
 //! | `pslite_table_evicted_rows_total` | counter | `app` | (server) rows evicted (budget or TTL) |
@@ -142,41 +142,51 @@ struct TableFamilies {
 
 impl TableFamilies {
     fn register(&self, r: &mut Registry) {
-        r.register(
-            "pslite_table_rows",
-            "(server) rows an embedding table holds",
-            self.rows.clone(),
-        );
-        r.register(
-            "pslite_table_bytes",
-            "(server) bytes an embedding table holds: records, index, sketch, free list",
-            self.bytes.clone(),
-        );
-        r.register(
-            "pslite_table_budget_bytes",
-            "(server) an embedding table's budget in bytes (0: none)",
-            self.budget.clone(),
-        );
-        r.register(
-            "pslite_table_admitted_rows",
-            "(server) rows created: keys admitted",
-            self.admitted.clone(),
-        );
-        r.register(
-            "pslite_table_not_admitted",
-            "(server) pushed rows dropped because their key was not admitted yet",
-            self.not_admitted.clone(),
-        );
-        r.register(
-            "pslite_table_evicted_rows",
-            "(server) rows evicted (budget or TTL)",
-            self.evicted.clone(),
-        );
-        r.register(
-            "pslite_table_initialized_on_pull",
-            "(server) pulled rows the table did not hold, answered with their initial row",
-            self.initialized_on_pull.clone(),
-        );
+        let gauges = [
+            (
+                "pslite_table_rows",
+                "(server) rows an embedding table holds",
+                &self.rows,
+            ),
+            (
+                "pslite_table_bytes",
+                "(server) bytes an embedding table holds: records, index, sketch",
+                &self.bytes,
+            ),
+            (
+                "pslite_table_budget_bytes",
+                "(server) an embedding table's budget in bytes (0: none)",
+                &self.budget,
+            ),
+        ];
+        for (name, help, family) in gauges {
+            r.register(name, help, family.clone());
+        }
+        let counters = [
+            (
+                "pslite_table_admitted_rows",
+                "(server) rows created: keys admitted",
+                &self.admitted,
+            ),
+            (
+                "pslite_table_not_admitted",
+                "(server) pushed rows dropped because their key was not admitted yet",
+                &self.not_admitted,
+            ),
+            (
+                "pslite_table_evicted_rows",
+                "(server) rows evicted (budget or TTL)",
+                &self.evicted,
+            ),
+            (
+                "pslite_table_initialized_on_pull",
+                "(server) pulled rows the table did not hold, answered with their initial row",
+                &self.initialized_on_pull,
+            ),
+        ];
+        for (name, help, family) in counters {
+            r.register(name, help, family.clone());
+        }
     }
 }
 

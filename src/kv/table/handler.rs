@@ -227,16 +227,26 @@ pub fn describe_budget(table: &Table, host: Option<u64>) -> String {
 /// # Errors
 /// [`Error::InvalidArgument`] naming the spec or the application.
 pub fn check_specs(specs: &[TableSpec]) -> Result<()> {
-    for (i, spec) in specs.iter().enumerate() {
-        if specs[..i].iter().any(|s| s.app == spec.app) {
-            return Err(Error::InvalidArgument(format!(
-                "two tables for application {}: one table per application id",
-                spec.app
-            )));
-        }
+    one_per_app(specs)?;
+    for spec in specs {
         Table::new(spec).map_err(Error::InvalidArgument)?;
     }
     Ok(())
+}
+
+/// Refuses two specs of one application.
+fn one_per_app(specs: &[TableSpec]) -> Result<()> {
+    match specs
+        .iter()
+        .enumerate()
+        .find(|&(i, spec)| specs[..i].iter().any(|s| s.app == spec.app))
+    {
+        Some((_, spec)) => Err(Error::InvalidArgument(format!(
+            "two tables for application {}: one table per application id",
+            spec.app
+        ))),
+        None => Ok(()),
+    }
 }
 
 /// Serves each of `specs` as a [`KVServer<f32>`] of its application on this server node, with
@@ -249,15 +259,10 @@ pub fn check_specs(specs: &[TableSpec]) -> Result<()> {
 /// [`Error::InvalidArgument`] for a bad spec, two tables of one application, or an application
 /// this process already serves as `f32`.
 pub fn serve_tables(po: &Arc<Postoffice>, specs: &[TableSpec]) -> Result<Vec<KVServer<f32>>> {
+    one_per_app(specs)?;
     let host = host_memory();
     let mut servers = Vec::with_capacity(specs.len());
-    for (i, spec) in specs.iter().enumerate() {
-        if specs[..i].iter().any(|s| s.app == spec.app) {
-            return Err(Error::InvalidArgument(format!(
-                "two tables for application {}: one table per application id",
-                spec.app
-            )));
-        }
+    for spec in specs {
         let handler = TableHandler::new(spec)
             .map_err(Error::InvalidArgument)?
             .with_metrics(po.metrics().table(spec.app));

@@ -102,11 +102,10 @@ impl Index {
         prefetch_read(self.slots.as_ptr().wrapping_add(i));
     }
 
-    /// The slot of the first bucket on `key`'s probe whose tag matches, without reading a key:
-    /// a candidate to check against its record (a tag matches by chance 1 time in 255), or
-    /// `None` when the key is surely not held.
+    /// The first bucket on `key`'s probe whose tag matches and which `accept`s, `None` when
+    /// the probe reaches an empty bucket first.
     #[inline]
-    pub fn candidate(&self, key: u64) -> Option<u32> {
+    fn probe(&self, key: u64, accept: impl Fn(usize) -> bool) -> Option<usize> {
         let h = fmix64(key);
         let tag = tag_of(h);
         let mut i = self.home(h);
@@ -115,29 +114,25 @@ impl Index {
             if t == 0 {
                 return None;
             }
-            if t == tag {
-                return Some(self.slots[i]);
+            if t == tag && accept(i) {
+                return Some(i);
             }
             i = self.next(i);
         }
     }
 
+    /// The slot of the first bucket on `key`'s probe whose tag matches, without reading a key:
+    /// a candidate to check against its record (a tag matches by chance 1 time in 255), or
+    /// `None` when the key is surely not held.
+    #[inline]
+    pub fn candidate(&self, key: u64) -> Option<u32> {
+        self.probe(key, |_| true).map(|i| self.slots[i])
+    }
+
     /// The bucket holding `key`, `None` when it holds none.
     #[inline]
     fn position(&self, key: u64, key_of: impl Fn(u32) -> u64) -> Option<usize> {
-        let h = fmix64(key);
-        let tag = tag_of(h);
-        let mut i = self.home(h);
-        loop {
-            let t = self.tags[i];
-            if t == 0 {
-                return None;
-            }
-            if t == tag && key_of(self.slots[i]) == key {
-                return Some(i);
-            }
-            i = self.next(i);
-        }
+        self.probe(key, |i| key_of(self.slots[i]) == key)
     }
 
     /// `key`'s slot, `None` when it holds none.
