@@ -470,12 +470,14 @@ impl Postoffice {
         let deadline = timeout.map(|t| Instant::now() + t + Duration::from_secs(5));
         let mut scheduler_gone = false;
         let r = self.wait_state(|st, now| {
-            if let Some(r) = st.barrier_result.take() {
-                return Some(r);
-            }
-            // A loss fails the job: a barrier still waiting fails with it.
+            // A loss fails the job: a barrier fails with it, even one the scheduler released
+            // (a server waiting in `finalize` counts as arrived there until its loss is
+            // declared, while this node may have learnt it from a failed channel).
             if let Some(l) = st.lost.first() {
                 return Some(Err(l.error.clone()));
+            }
+            if let Some(r) = st.barrier_result.take() {
+                return Some(r);
             }
             if self.stopped.load(Ordering::Acquire) {
                 return Some(Err(Error::Stopped));
