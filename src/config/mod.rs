@@ -129,6 +129,9 @@ pub struct Config {
     /// Key caching (`PS_KEY_CACHE`): keys of the lists cached per worker and server
     /// (`PS_KEY_CACHE_KEYS`), 0 when it is off.
     pub key_cache_keys: usize,
+    /// Threads an embedding table splits a request of at least 16384 keys among
+    /// (`PS_TABLE_THREADS`; by default this host's cores, at most 4).
+    pub table_threads: usize,
     /// Resend (`PS_RESEND=1`): how long a data message waits for its acknowledgement before
     /// it is sent again (`PS_RESEND_TIMEOUT`, ms); `None` when resend is off.
     pub resend_timeout: Option<Duration>,
@@ -239,6 +242,11 @@ impl Config {
                 )?
                 .unwrap_or(DEFAULT_POOL_BYTES),
             key_cache_keys: key_cache_keys(&vars)?,
+            table_threads: vars
+                .parsed("PS_TABLE_THREADS", "a whole number ≥ 1", |&n: &usize| {
+                    n >= 1
+                })?
+                .unwrap_or_else(default_table_threads),
             resend_timeout: resend_timeout(&vars)?,
             drop_msg_percent: vars.ranged("PS_DROP_MSG", 0, 99)?.unwrap_or(0),
             checkpoint: checkpoint::checkpoint(&vars)?,
@@ -329,6 +337,11 @@ fn scheduler_address<F: Fn(&str) -> Option<String>>(vars: &Vars<'_, F>) -> Resul
     Ok((uri.to_string(), port))
 }
 
+/// This host's cores, at most 4: the threads a table splits a large request among.
+fn default_table_threads() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get().min(4))
+}
+
 /// Keys kept per worker customer: `PS_KEY_CACHE_KEYS`, or 0 when `PS_KEY_CACHE` is 0.
 fn key_cache_keys<F: Fn(&str) -> Option<String>>(vars: &Vars<'_, F>) -> Result<usize> {
     let on = vars.choice(
@@ -377,6 +390,7 @@ impl Config {
             data_validation: false,
             pool_bytes: DEFAULT_POOL_BYTES,
             key_cache_keys: DEFAULT_KEY_CACHE_KEYS,
+            table_threads: default_table_threads(),
             resend_timeout: None,
             drop_msg_percent: 0,
             checkpoint: None,
@@ -484,6 +498,7 @@ mod tests {
             ("PS_DATA_VALIDATION", "yes", "expected 0 or 1"),
             ("PS_POOL_BYTES", "12", "expected a number of bytes ≥ 4096"),
             ("PS_KEY_CACHE", "on", "expected 0 (off) or 1 (on)"),
+            ("PS_TABLE_THREADS", "0", "expected a whole number ≥ 1"),
             (
                 "PS_KEY_CACHE_KEYS",
                 "0",

@@ -263,9 +263,10 @@ pub fn serve_tables(po: &Arc<Postoffice>, specs: &[TableSpec]) -> Result<Vec<KVS
     let host = host_memory();
     let mut servers = Vec::with_capacity(specs.len());
     for spec in specs {
-        let handler = TableHandler::new(spec)
+        let mut handler = TableHandler::new(spec)
             .map_err(Error::InvalidArgument)?
             .with_metrics(po.metrics().table(spec.app));
+        handler.table.set_threads(po.config().table_threads);
         eprintln!(
             "pslite: table app {}: {}; {}",
             spec.app,

@@ -38,8 +38,10 @@
 
 pub mod admit;
 pub mod handler;
+pub mod huge;
 pub mod index;
 pub mod init;
+mod lookup;
 pub mod optim;
 pub mod rows;
 pub mod spec;

@@ -3,6 +3,8 @@
 //! optimizer slots as `f32`s (padded to a whole word). Key and stamp sit in front of the values
 //! they describe, so a lookup's key check brings the row's first values into the cache.
 
+use super::huge::Huge;
+
 /// The stamp of a free slot (never below an eviction threshold).
 pub const FREE: u64 = u64::MAX;
 
@@ -13,7 +15,7 @@ const CHUNK_BYTES: usize = 8 << 20;
 
 /// Records in chunks of `1 << shift` slots.
 pub struct Rows {
-    chunks: Vec<Box<[u64]>>,
+    chunks: Vec<Huge<u64>>,
     /// Words per record.
     stride: usize,
     /// `f32` values per record (row and slots).
@@ -59,13 +61,13 @@ impl Rows {
         let per = 1usize << r.shift;
         let full = n / per;
         let rest = n % per;
-        (full * per + rest) * r.stride * 8 + n.div_ceil(per) * std::mem::size_of::<Box<[u64]>>()
+        (full * per + rest) * r.stride * 8 + n.div_ceil(per) * std::mem::size_of::<Huge<u64>>()
     }
 
     /// Bytes the chunks hold.
     pub fn bytes(&self) -> usize {
         self.chunks.iter().map(|c| c.len() * 8).sum::<usize>()
-            + self.chunks.capacity() * std::mem::size_of::<Box<[u64]>>()
+            + self.chunks.capacity() * std::mem::size_of::<Huge<u64>>()
     }
 
     /// Slots handed out (free ones included).
@@ -86,9 +88,7 @@ impl Rows {
             if self.cap != usize::MAX && self.chunks.capacity() == 0 {
                 self.chunks.reserve_exact(self.cap.div_ceil(per));
             }
-            let chunk = vec![0u64; records * self.stride].into_boxed_slice();
-            crate::kv::store::advise_huge_pages(chunk.as_ptr() as usize, chunk.len() * 8);
-            self.chunks.push(chunk);
+            self.chunks.push(Huge::zeroed(records * self.stride));
         }
         self.used += 1;
         Some(slot as u32)
@@ -155,27 +155,16 @@ impl Rows {
         &mut bytemuck::cast_slice_mut::<u64, f32>(&mut self.record_mut(slot)[2..])[..floats]
     }
 
-    /// Asks the CPU to fetch `slot`'s record, every cache line of it.
+    /// Asks the CPU to fetch the cache lines of `slot`'s record that hold its first `bytes`
+    /// bytes (key and stamp are 16, the row `dim · 4` more: a lookup needs no slots).
     #[inline]
-    pub fn prefetch(&self, slot: u32) {
+    pub fn prefetch(&self, slot: u32, bytes: usize) {
         let (c, off) = self.at(slot);
         if let Some(chunk) = self.chunks.get(c) {
-            #[cfg(target_arch = "x86_64")]
-            for line in (0..self.stride * 8).step_by(64) {
-                // SAFETY: a prefetch is a hint; the addresses are inside the chunk anyway.
-                unsafe {
-                    std::arch::x86_64::_mm_prefetch(
-                        chunk
-                            .as_ptr()
-                            .wrapping_add(off)
-                            .cast::<i8>()
-                            .wrapping_add(line),
-                        std::arch::x86_64::_MM_HINT_T0,
-                    );
-                }
-            }
-            #[cfg(not(target_arch = "x86_64"))]
-            let _ = (chunk, off);
+            prefetch_lines(
+                chunk.as_ptr().wrapping_add(off).cast(),
+                bytes.min(self.stride * 8),
+            );
         }
     }
 
@@ -227,4 +216,125 @@ impl Rows {
         }
         Ok(())
     }
+}
+
+/// Reading a record's key and asking for its cache lines: what a lookup needs of the records
+/// ([`super::lookup`]), from [`Rows`] or from [`RowsRaw`].
+pub trait Records {
+    /// The key of held `slot`.
+    fn key(&self, slot: u32) -> u64;
+    /// Asks for the lines of `slot`'s first `bytes` bytes.
+    fn prefetch(&self, slot: u32, bytes: usize);
+}
+
+impl Records for Rows {
+    #[inline]
+    fn key(&self, slot: u32) -> u64 {
+        Rows::key(self, slot)
+    }
+
+    #[inline]
+    fn prefetch(&self, slot: u32, bytes: usize) {
+        Rows::prefetch(self, slot, bytes);
+    }
+}
+
+/// The records of a [`Rows`] borrowed mutably, as raw pointers, so that several threads step
+/// different rows at once: each reads any record's key, and changes the stamp and values only
+/// of slots no other thread touches ([`stamp_and_values`](Self::stamp_and_values)). Keys are
+/// never written through it.
+pub struct RowsRaw<'a> {
+    chunks: Vec<*mut u64>,
+    stride: usize,
+    floats: usize,
+    shift: u32,
+    used: usize,
+    _rows: std::marker::PhantomData<&'a mut Rows>,
+}
+
+// SAFETY: the pointers are into chunks borrowed mutably for 'a; threads read keys (never
+// written meanwhile) and write only the stamps and values of the slots each was given, which
+// `stamp_and_values`'s contract keeps apart.
+unsafe impl Send for RowsRaw<'_> {}
+// SAFETY: as for Send.
+unsafe impl Sync for RowsRaw<'_> {}
+
+impl Rows {
+    /// Raw access to the records for stepping rows from several threads ([`RowsRaw`]).
+    pub fn raw(&mut self) -> RowsRaw<'_> {
+        RowsRaw {
+            chunks: self.chunks.iter_mut().map(|c| c.as_mut_ptr()).collect(),
+            stride: self.stride,
+            floats: self.floats,
+            shift: self.shift,
+            used: self.used,
+            _rows: std::marker::PhantomData,
+        }
+    }
+}
+
+impl RowsRaw<'_> {
+    /// A pointer to the first word of `slot`'s record.
+    #[inline]
+    fn record(&self, slot: u32) -> *mut u64 {
+        let s = slot as usize;
+        assert!(s < self.used, "slot {s} of {} used", self.used);
+        let off = (s & ((1 << self.shift) - 1)) * self.stride;
+        // In bounds: the chunk of a used slot exists and holds the whole record.
+        self.chunks[s >> self.shift].wrapping_add(off)
+    }
+
+    /// The stamp and the values (row, then optimizer slots) of `slot`, to change.
+    ///
+    /// # Safety
+    /// No other thread may read or write `slot`'s stamp or values while the references live
+    /// (they may read its key).
+    #[inline]
+    #[allow(clippy::mut_from_ref)]
+    pub unsafe fn stamp_and_values(&self, slot: u32) -> (&mut u64, &mut [f32]) {
+        let r = self.record(slot);
+        // SAFETY: the record is inside its chunk (`record`), its words 1.. are the stamp and
+        // `floats` f32s (stride = 2 + floats / 2 rounded up), and the caller keeps other
+        // threads off them.
+        unsafe {
+            (
+                &mut *r.add(1),
+                std::slice::from_raw_parts_mut(r.add(2).cast::<f32>(), self.floats),
+            )
+        }
+    }
+}
+
+impl Records for RowsRaw<'_> {
+    #[inline]
+    fn key(&self, slot: u32) -> u64 {
+        // SAFETY: inside the chunk (`record`); keys are not written while `self` lives.
+        unsafe { self.record(slot).read() }
+    }
+
+    #[inline]
+    fn prefetch(&self, slot: u32, bytes: usize) {
+        let s = slot as usize;
+        if s < self.used {
+            prefetch_lines(self.record(slot).cast(), bytes.min(self.stride * 8));
+        }
+    }
+}
+
+/// Asks the CPU for the cache lines of `bytes` bytes from `start`.
+#[inline]
+fn prefetch_lines(start: *const i8, bytes: usize) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        // The lines from start's to the last byte's.
+        let lines = ((start as usize & 63) + bytes.max(1) - 1) / 64 + 1;
+        let mut p = start;
+        for _ in 0..lines {
+            // SAFETY: a prefetch is a hint; it never faults, whatever the address.
+            unsafe { std::arch::x86_64::_mm_prefetch(p, std::arch::x86_64::_MM_HINT_T0) };
+            p = p.wrapping_add(64);
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (start, bytes);
 }

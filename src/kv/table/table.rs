@@ -21,6 +21,7 @@
 use super::admit::Admit;
 use super::index::{self, Index};
 use super::init::initial_row;
+use super::lookup;
 use super::optim::{init_slots, step};
 use super::rows::{Rows, FREE};
 use super::spec::{bytes_text, Eviction, TableSpec};
@@ -36,29 +37,11 @@ const EVICT_SHARE: usize = 64;
 /// Stamps sampled to find an eviction pass's threshold.
 const SAMPLE: usize = 1024;
 
-/// Keys looked up together: a block's index buckets are fetched two blocks ahead and its
-/// records one block ahead ([`Table::look_ahead`]), so cache misses overlap instead of following
-/// one another.
-const BLOCK: usize = 32;
-
-/// A key with no candidate slot.
+/// A key with no slot (the free list's end).
 const NONE: u32 = u32::MAX;
 
-/// The candidate slots of the block being processed and of the next one, and the table's
-/// `moves` when each was probed ([`Table::look_ahead`]).
-struct Lookahead {
-    cands: [[u32; BLOCK]; 2],
-    moves: [u64; 2],
-}
-
-impl Default for Lookahead {
-    fn default() -> Lookahead {
-        Lookahead {
-            cands: [[NONE; BLOCK]; 2],
-            moves: [0; 2],
-        }
-    }
-}
+/// Fewest keys a request has for a table to split it among threads.
+const SPLIT_MIN: usize = 16384;
 
 /// Bytes counted for the table's own fields.
 const FIXED_BYTES: usize = 4096;
@@ -95,8 +78,8 @@ pub struct Table {
     /// The push count at which the next TTL sweep runs.
     next_sweep: u64,
     counts: TableCounts,
-    /// Rows created or evicted so far: a block's candidates are stale once it moves.
-    moves: u64,
+    /// Threads a large request is split among ([`Table::set_threads`]).
+    threads: usize,
 }
 
 impl std::fmt::Debug for Table {
@@ -107,6 +90,25 @@ impl std::fmt::Debug for Table {
             .field("bytes", &self.bytes())
             .finish()
     }
+}
+
+/// Runs `jobs` at once, the first on the calling thread and each other on a thread of its own,
+/// and gives their results in order. A job's panic is raised again here.
+fn run_all<T: Send, F: FnOnce() -> T + Send>(jobs: Vec<F>) -> Vec<T> {
+    let mut jobs = jobs.into_iter();
+    let Some(first) = jobs.next() else {
+        return Vec::new();
+    };
+    std::thread::scope(|s| {
+        let others: Vec<_> = jobs.map(|j| s.spawn(j)).collect();
+        let mut results = vec![first()];
+        results.extend(
+            others
+                .into_iter()
+                .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p))),
+        );
+        results
+    })
 }
 
 /// The most rows a budget of `budget` bytes holds for `spec`, with the bytes they take.
@@ -163,7 +165,7 @@ impl Table {
             max_rows,
             next_sweep,
             counts: TableCounts::default(),
-            moves: 0,
+            threads: 1,
             dim: spec.dim,
             spec: spec.clone(),
         })
@@ -246,68 +248,6 @@ impl Table {
         self.index.find(key, |s| rows.key(s))
     }
 
-    /// The keys of block `b`.
-    #[inline]
-    fn block(keys: &[u64], b: usize) -> &[u64] {
-        &keys[(b * BLOCK).min(keys.len())..((b + 1) * BLOCK).min(keys.len())]
-    }
-
-    /// Before block `b` of `keys` is processed: asks the CPU for the index buckets of block
-    /// `b + 2`, and probes block `b + 1`'s candidate slots (their buckets fetched one step
-    /// earlier), asking for their records. A three-stage pipeline: each stage's cache misses
-    /// overlap the others' work. At `b = 0` it starts the pipeline.
-    #[inline]
-    fn look_ahead(&self, keys: &[u64], b: usize, la: &mut Lookahead) {
-        if b == 0 {
-            Table::block(keys, 0)
-                .iter()
-                .chain(Table::block(keys, 1))
-                .for_each(|&k| self.index.prefetch(k));
-            self.probe(Table::block(keys, 0), &mut la.cands[0]);
-            la.moves[0] = self.moves;
-        }
-        for &k in Table::block(keys, b + 2) {
-            self.index.prefetch(k);
-        }
-        let next = Table::block(keys, b + 1);
-        if !next.is_empty() {
-            let i = (b + 1) % 2;
-            self.probe(next, &mut la.cands[i]);
-            la.moves[i] = self.moves;
-        }
-    }
-
-    /// Candidate slots of a block of keys ([`NONE`]: not held), asking for their records.
-    #[inline]
-    fn probe(&self, keys: &[u64], out: &mut [u32; BLOCK]) {
-        for (o, &k) in out.iter_mut().zip(keys) {
-            *o = match self.index.candidate(k) {
-                Some(s) => {
-                    self.rows.prefetch(s);
-                    s
-                }
-                None => NONE,
-            };
-        }
-    }
-
-    /// `key`'s slot from its candidate, found when the block's candidates were (`moves` then):
-    /// a held record of `key` confirms it; otherwise the index is asked again when the
-    /// candidate was a chance tag match or rows moved since.
-    #[inline]
-    fn confirm(&self, key: u64, candidate: u32, moves: u64) -> Option<u32> {
-        if candidate != NONE
-            && self.rows.key(candidate) == key
-            && self.rows.stamp(candidate) != FREE
-        {
-            return Some(candidate);
-        }
-        if candidate == NONE && moves == self.moves {
-            return None;
-        }
-        self.find(key)
-    }
-
     /// The initial row of `key` into `out` (`dim` values).
     pub fn initial_row(&self, key: u64, out: &mut [f32]) {
         initial_row(&self.spec.init, self.spec.seed, key, out);
@@ -329,25 +269,56 @@ impl Table {
                 keys.len()
             ));
         }
-        let mut la = Lookahead::default();
-        for (b, (block, rows)) in keys
-            .chunks(BLOCK)
-            .zip(out.chunks_mut(BLOCK * dim))
-            .enumerate()
-        {
-            self.look_ahead(keys, b, &mut la);
-            let (cands, moves) = (la.cands[b % 2], la.moves[b % 2]);
-            for ((&key, &cand), row) in block.iter().zip(&cands).zip(rows.chunks_exact_mut(dim)) {
-                match self.confirm(key, cand, moves) {
-                    Some(slot) => row.copy_from_slice(&self.rows.values(slot)[..dim]),
+        let threads = self.threads_for(keys);
+        let (index, rows, spec) = (&self.index, &self.rows, &self.spec);
+        let part = |keys: &[u64], out: &mut [f32]| {
+            let mut initialized = 0;
+            lookup::each(index, rows, keys, 16 + dim * 4, |i, slot| {
+                let row = &mut out[i * dim..(i + 1) * dim];
+                match slot {
+                    Some(slot) => row.copy_from_slice(&rows.values(slot)[..dim]),
                     None => {
-                        self.counts.initialized_on_pull += 1;
-                        initial_row(&self.spec.init, self.spec.seed, key, row);
+                        initialized += 1;
+                        initial_row(&spec.init, spec.seed, keys[i], row);
                     }
                 }
-            }
-        }
+            });
+            initialized
+        };
+        let initialized: u64 = if threads > 1 {
+            let per = keys.len().div_ceil(threads);
+            let part = &part;
+            run_all(
+                keys.chunks(per)
+                    .zip(out.chunks_mut(per * dim))
+                    .map(|(k, o)| move || part(k, o))
+                    .collect(),
+            )
+            .into_iter()
+            .sum()
+        } else {
+            part(keys, out)
+        };
+        self.counts.initialized_on_pull += initialized;
         Ok(())
+    }
+
+    /// Threads to split the request of `keys` among: [`set_threads`](Self::set_threads)'s,
+    /// for a request of at least [`SPLIT_MIN`] keys in strictly increasing order (so no two
+    /// threads step one row), else one.
+    fn threads_for(&self, keys: &[u64]) -> usize {
+        if self.threads > 1 && keys.len() >= SPLIT_MIN && keys.windows(2).all(|w| w[0] < w[1]) {
+            self.threads
+        } else {
+            1
+        }
+    }
+
+    /// Sets how many threads (at least one) a request of at least 16384 keys in increasing
+    /// order is split among, the calling thread one of them. The rows, slots and counts a
+    /// request leaves do not depend on it. One by default.
+    pub fn set_threads(&mut self, threads: usize) {
+        self.threads = threads.max(1);
     }
 
     /// One push: one optimizer step per key with its gradient (`grads`: `keys.len() · dim`
@@ -356,6 +327,11 @@ impl Table {
     /// dropped. With `out`, the rows after the step go there (`keys.len() · dim`; a key not
     /// admitted gets its initial row). Keys need not be sorted; a key given twice takes two
     /// steps. A full table evicts its least recently pushed rows first.
+    ///
+    /// The rows the table holds are stepped first, then the keys it does not hold are
+    /// admitted (or not) and created in their order in `keys`, so a new row's eviction pass
+    /// never takes a row this push holds and steps. A large request in increasing key order
+    /// is stepped by [`set_threads`](Self::set_threads) threads, with the same outcome.
     ///
     /// # Errors
     /// When `grads` or `out` has another length; nothing is applied then.
@@ -390,38 +366,89 @@ impl Table {
         if push >= self.next_sweep {
             self.sweep(push);
         }
-        let mut la = Lookahead::default();
-        for (b, block) in keys.chunks(BLOCK).enumerate() {
-            self.look_ahead(keys, b, &mut la);
-            let (cands, moves) = (la.cands[b % 2], la.moves[b % 2]);
-            for (j, (&key, &cand)) in block.iter().zip(&cands).enumerate() {
-                let i = b * BLOCK + j;
-                let g = &grads[i * dim..(i + 1) * dim];
-                let stamp = push << POS_BITS | (i as u64).min((1 << POS_BITS) - 1);
-                let slot = match self.confirm(key, cand, moves) {
-                    Some(slot) => slot,
-                    None if self.admit.admits(key, push) => self.create(key),
-                    None => {
-                        self.counts.not_admitted += 1;
-                        if let Some(o) = out.as_deref_mut() {
-                            initial_row(
-                                &self.spec.init,
-                                self.spec.seed,
-                                key,
-                                &mut o[i * dim..(i + 1) * dim],
-                            );
-                        }
-                        continue;
+        let stamp_of = |i: usize| push << POS_BITS | (i as u64).min((1 << POS_BITS) - 1);
+        // First the rows held, each stepped where it is (from several threads for a large
+        // request); then, in order, the keys not held: admitted and created, or dropped.
+        let threads = self.threads_for(keys);
+        let (opt, wd) = (self.spec.optimizer, self.spec.weight_decay);
+        let missing: Vec<usize> = {
+            let index = &self.index;
+            let raw = self.rows.raw();
+            let raw = &raw;
+            let part = |first: usize, keys: &[u64], mut out: Option<&mut [f32]>| {
+                let mut missing = Vec::new();
+                lookup::each(index, raw, keys, usize::MAX, |j, slot| {
+                    let Some(slot) = slot else {
+                        missing.push(first + j);
+                        return;
+                    };
+                    // SAFETY: within a part, each key once per step at a time; between parts,
+                    // keys strictly increase (`threads_for`), so no two threads hold a slot.
+                    let (stamp, values) = unsafe { raw.stamp_and_values(slot) };
+                    *stamp = stamp_of(first + j);
+                    let (w, slots) = values.split_at_mut(dim);
+                    step(
+                        &opt,
+                        wd,
+                        w,
+                        slots,
+                        &grads[(first + j) * dim..(first + j + 1) * dim],
+                    );
+                    if let Some(o) = out.as_deref_mut() {
+                        o[j * dim..(j + 1) * dim].copy_from_slice(w);
                     }
+                });
+                missing
+            };
+            if threads > 1 {
+                let per = keys.len().div_ceil(threads);
+                let mut outs: Vec<Option<&mut [f32]>> = match out.as_deref_mut() {
+                    Some(o) => o.chunks_mut(per * dim).map(Some).collect(),
+                    None => keys.chunks(per).map(|_| None).collect(),
                 };
-                self.rows.set_stamp(slot, stamp);
-                let (opt, wd) = (self.spec.optimizer, self.spec.weight_decay);
-                let values = self.rows.values_mut(slot);
-                let (w, slots) = values.split_at_mut(dim);
-                step(&opt, wd, w, slots, g);
-                if let Some(o) = out.as_deref_mut() {
-                    o[i * dim..(i + 1) * dim].copy_from_slice(w);
+                let part = &part;
+                run_all(
+                    keys.chunks(per)
+                        .zip(outs.iter_mut())
+                        .enumerate()
+                        .map(|(t, (k, o))| {
+                            let o = o.take();
+                            move || part(t * per, k, o)
+                        })
+                        .collect(),
+                )
+                .into_iter()
+                .flatten()
+                .collect()
+            } else {
+                part(0, keys, out.as_deref_mut())
+            }
+        };
+        for i in missing {
+            let key = keys[i];
+            let slot = match self.find(key) {
+                // Created earlier in this push (the key is given twice).
+                Some(slot) => slot,
+                None if self.admit.admits(key, push) => self.create(key),
+                None => {
+                    self.counts.not_admitted += 1;
+                    if let Some(o) = out.as_deref_mut() {
+                        initial_row(
+                            &self.spec.init,
+                            self.spec.seed,
+                            key,
+                            &mut o[i * dim..(i + 1) * dim],
+                        );
+                    }
+                    continue;
                 }
+            };
+            self.rows.set_stamp(slot, stamp_of(i));
+            let values = self.rows.values_mut(slot);
+            let (w, slots) = values.split_at_mut(dim);
+            step(&opt, wd, w, slots, &grads[i * dim..(i + 1) * dim]);
+            if let Some(o) = out.as_deref_mut() {
+                o[i * dim..(i + 1) * dim].copy_from_slice(w);
             }
         }
         Ok(())
@@ -431,7 +458,6 @@ impl Table {
     /// recently pushed rows; set to the key's initial row and fresh slots.
     fn create(&mut self, key: u64) -> u32 {
         self.counts.admitted += 1;
-        self.moves += 1;
         let slot = match self.pop_free().or_else(|| self.rows.take()) {
             Some(s) => s,
             None => {
@@ -464,7 +490,6 @@ impl Table {
         self.free = slot;
         self.free_len += 1;
         self.counts.evicted += 1;
-        self.moves += 1;
     }
 
     /// The last slot freed, taken off the free list.
