@@ -10,6 +10,7 @@
 
 use pslite::apps::table_app::Ranks;
 use pslite::kv::table::admit::fmix64;
+use pslite::kv::table::huge::Huge;
 use pslite::kv::table::{Table, TableSpec};
 use std::hint::black_box;
 use std::time::Instant;
@@ -85,9 +86,18 @@ fn main() {
         "dim {DIM}, AdaGrad, Zipf 1.05 over {universe} keys, {request_keys} draws per request; table holds {} rows",
         table.len()
     );
-    let (mut pull_rps, mut push_rps, mut memcpy_rps, mut uniques) =
-        (vec![], vec![], vec![], vec![]);
-    let (mut pull_ratio, mut push_ratio) = (vec![], vec![]);
+    // Threads a request is split among: one, then every core (at most 4).
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get().min(4));
+    let splits: Vec<usize> = if std::env::var("ONLY2").is_ok() {
+        vec![2]
+    } else if cores > 1 {
+        vec![1, cores]
+    } else {
+        vec![1]
+    };
+    let (mut memcpy_rps, mut uniques) = (vec![], vec![]);
+    // Per split: pull rows/s, push rows/s, and their ratios to memcpy.
+    let mut figures = vec![[vec![], vec![], vec![], vec![]]; splits.len()];
     let source = vec![1.0f32; request_keys * DIM];
     for _ in 0..requests {
         let keys = zipf.request(request_keys);
@@ -101,42 +111,132 @@ fn main() {
         dest.copy_from_slice(black_box(&source[..n * DIM]));
         black_box(&dest);
         let m = n as f64 / t0.elapsed().as_secs_f64();
-        let t0 = Instant::now();
-        table.pull(&keys, &mut out).expect("pull");
-        black_box(&out);
-        let p = n as f64 / t0.elapsed().as_secs_f64();
-        let t0 = Instant::now();
-        table.push(&keys, &grads, None).expect("push");
-        let u = n as f64 / t0.elapsed().as_secs_f64();
         memcpy_rps.push(m);
-        pull_rps.push(p);
-        push_rps.push(u);
-        pull_ratio.push(p / m);
-        push_ratio.push(u / m);
+        for (&threads, f) in splits.iter().zip(&mut figures) {
+            table.set_threads(threads);
+            let t0 = Instant::now();
+            table.pull(&keys, &mut out).expect("pull");
+            black_box(&out);
+            let p = n as f64 / t0.elapsed().as_secs_f64();
+            let t0 = Instant::now();
+            table.push(&keys, &grads, None).expect("push");
+            let u = n as f64 / t0.elapsed().as_secs_f64();
+            for (v, x) in f.iter_mut().zip([p, u, p / m, u / m]) {
+                v.push(x);
+            }
+        }
     }
+    let median_unique = median(uniques) as usize;
+    println!("unique keys per request (median)     {median_unique:>12}");
     println!(
-        "unique keys per request (median)     {:>12.0}",
-        median(uniques)
+        "memcpy of the rows (one thread)      {:>12.3} M rows/s",
+        median(memcpy_rps.clone()) / 1e6
     );
-    println!(
-        "memcpy of the rows                   {:>12.3} M rows/s",
-        median(memcpy_rps) / 1e6
-    );
-    println!(
-        "lookup (pull)                        {:>12.3} M rows/s   {:.3} of memcpy",
-        median(pull_rps) / 1e6,
-        median(pull_ratio)
-    );
-    println!(
-        "AdaGrad update (push)                {:>12.3} M rows/s   {:.3} of memcpy",
-        median(push_rps) / 1e6,
-        median(push_ratio)
-    );
+    for (&threads, f) in splits.iter().zip(figures) {
+        let [p, u, pr, ur] = f.map(median);
+        let t = if threads == 1 {
+            "1 thread ".to_string()
+        } else {
+            format!("{threads} threads")
+        };
+        println!(
+            "lookup (pull), {t}             {:>12.3} M rows/s   {pr:.3} of memcpy",
+            p / 1e6
+        );
+        println!(
+            "AdaGrad update (push), {t}     {:>12.3} M rows/s   {ur:.3} of memcpy",
+            u / 1e6
+        );
+    }
     println!(
         "(medians of {requests} requests; rows created while measuring: {})",
         table.counts().admitted - created
     );
+    let memcpy = median(memcpy_rps);
+    let record_bytes = table.bytes();
+    drop(table);
+    ceiling(record_bytes, median_unique, memcpy, &splits);
     overhead();
+}
+
+/// What the memory allows: rows whose cache lines are read (and some written back) at random
+/// in a buffer as large as the table (huge pages, as the table's), with the table's prefetch
+/// distance, by 1 and by every thread. First the lines this table touches: a lookup 3 (index
+/// bucket, then the record's key and row), an update 4 read and 3 written back (index bucket,
+/// then key, row and slots); then the fewest any table could: a lookup 2 (a bucket holding the
+/// key, the row), an update 3 read and 2 written (bucket, row, slots). A table cannot beat
+/// these; their ratio to memcpy is the most a lookup or an update could reach on this machine.
+fn ceiling(bytes: usize, rows: usize, memcpy: f64, splits: &[usize]) {
+    let mut buf = Huge::<u64>::zeroed(bytes / 8);
+    for (i, w) in buf.iter_mut().enumerate().step_by(512) {
+        *w = i as u64;
+    }
+    let mut state = 99u64;
+    for (what, read, written) in [
+        ("lookup", 3, 0),
+        ("update", 4, 3),
+        ("fewest for a lookup", 2, 0),
+        ("fewest for an update", 3, 2),
+    ] {
+        for &threads in splits {
+            let mut rates = vec![];
+            for _ in 0..5 {
+                let starts: Vec<u64> = (0..rows)
+                    .map(|_| {
+                        state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+                        fmix64(state)
+                    })
+                    .collect();
+                let per = starts.len().div_ceil(threads);
+                // Each thread reads and writes lines of its own part of the buffer.
+                let part = buf.len().div_ceil(threads);
+                let t0 = Instant::now();
+                std::thread::scope(|s| {
+                    for (st, b) in starts.chunks(per).zip(buf.chunks_mut(part)) {
+                        s.spawn(move || black_box(random_rows(b, st, read, written)));
+                    }
+                });
+                rates.push(rows as f64 / t0.elapsed().as_secs_f64());
+            }
+            let r = median(rates);
+            println!(
+                "ceiling: {what} ({read} random lines, {written} written back), {threads} thread(s) {:>9.3} M rows/s   {:.3} of memcpy",
+                r / 1e6,
+                r / memcpy
+            );
+        }
+    }
+}
+
+/// For each of `starts`, reads `read` cache lines of `buf` at random (from the start's hash),
+/// adding 1 to a word of the last `written`; lines asked for 8 rows ahead.
+fn random_rows(buf: &mut [u64], starts: &[u64], read: usize, written: usize) -> u64 {
+    const AHEAD: usize = 8;
+    let lines = (buf.len() / 8) as u64;
+    let line = |s: u64, l: usize| (fmix64(s ^ l as u64) % lines) as usize * 8;
+    let mut sum = 0u64;
+    for (i, &s) in starts.iter().enumerate() {
+        if let Some(&n) = starts.get(i + AHEAD) {
+            for l in 0..read {
+                #[cfg(target_arch = "x86_64")]
+                // SAFETY: a prefetch is a hint; it never faults.
+                unsafe {
+                    std::arch::x86_64::_mm_prefetch(
+                        buf.as_ptr().wrapping_add(line(n, l)).cast::<i8>(),
+                        std::arch::x86_64::_MM_HINT_T0,
+                    );
+                }
+            }
+        }
+        for l in 0..read {
+            let w = line(s, l);
+            sum = sum.wrapping_add(buf[w]);
+            if l >= read - written {
+                buf[w] = buf[w].wrapping_add(1);
+            }
+        }
+    }
+    sum
 }
 
 /// A 256 MiB table filled with distinct keys (each pushed twice where admission needs two) up to
