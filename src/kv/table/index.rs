@@ -108,13 +108,8 @@ impl Index {
         }
     }
 
-    /// Asks the CPU to fetch `key`'s home bucket (for a lookup a few keys later).
-    #[inline]
-    pub fn prefetch(&self, key: u64) {
-        self.prefetch_hashed(fmix64(key));
-    }
-
-    /// [`prefetch`](Self::prefetch) of the key whose [`hash`] is `h`.
+    /// Asks the CPU to fetch the home bucket of the key whose [`hash`] is `h` (for a lookup a
+    /// few keys later).
     #[inline]
     pub fn prefetch_hashed(&self, h: u64) {
         let i = self.home(h);
@@ -145,15 +140,9 @@ impl Index {
         }
     }
 
-    /// The slot of the first bucket on `key`'s probe whose tag matches, without reading a key:
-    /// a candidate to check against its record (a tag matches by chance 1 time in 255), or
-    /// `None` when the key is surely not held.
-    #[inline]
-    pub fn candidate(&self, key: u64) -> Option<u32> {
-        self.candidate_hashed(fmix64(key))
-    }
-
-    /// [`candidate`](Self::candidate) of the key whose [`hash`] is `h`.
+    /// For the key whose [`hash`] is `h`: the slot of the first bucket on its probe whose tag
+    /// matches, without reading a key — a candidate to check against its record (a tag matches
+    /// by chance 1 time in 255) — or `None` when the key is surely not held.
     #[inline]
     pub fn candidate_hashed(&self, h: u64) -> Option<u32> {
         self.probe_hashed(h, |_| true).map(|i| self.slot(i))
