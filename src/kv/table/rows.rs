@@ -219,7 +219,7 @@ impl Rows {
 }
 
 /// Reading a record's key and asking for its cache lines: what a lookup needs of the records
-/// ([`super::lookup`]), from [`Rows`] or from [`RowsRaw`].
+/// (the table's pipelined lookups), from [`Rows`] or from [`RowsRaw`].
 pub trait Records {
     /// The key of held `slot`.
     fn key(&self, slot: u32) -> u64;
