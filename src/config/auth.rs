@@ -53,13 +53,8 @@ pub(super) fn auth<F: Fn(&str) -> Option<String>>(
                 .into(),
         )),
         (Some(t), false) => Ok(Some(t)),
-        (None, true) => {
-            tracing::warn!(
-                "PS_AUTH=none: authentication is off; anyone who can reach this cluster's ports \
-                 can join it, send it commands and read its values"
-            );
-            Ok(None)
-        }
+        // Said when the node starts, once logging is set up (`Postoffice::start`).
+        (None, true) => Ok(None),
         (None, false) if on_loopback(root_uri, root_port) && on_loopback(node_host, 0) => Ok(None),
         (None, false) if on_loopback(root_uri, root_port) => Err(Error::Config(format!(
             "no PS_AUTH_TOKEN: this node would listen at {node_host} (DMLC_NODE_HOST or \

@@ -173,6 +173,23 @@ impl Postoffice {
 /// Warns when the scheduler's address is a host name (not `localhost`) that resolves to
 /// loopback here: Debian's /etc/hosts maps a host's own name to 127.0.1.1, and then no other
 /// host can reach the scheduler.
+/// Says once per process, at a node's start, when the node runs without authentication
+/// (`cfg.auth` is `None`: `PS_AUTH=none`, or no token with the scheduler and this node on
+/// loopback), so that nobody runs an open cluster without being told.
+pub(super) fn warn_if_unauthenticated(cfg: &crate::config::Config) {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    if cfg.auth.is_none() {
+        ONCE.call_once(|| {
+            tracing::warn!(
+                "no authentication (PS_AUTH=none, or no PS_AUTH_TOKEN with every address on \
+                 loopback): any process that can reach this cluster's ports can join it, send \
+                 it commands and read its values; give every node PS_AUTH_TOKEN or \
+                 PS_AUTH_TOKEN_FILE to close it"
+            );
+        });
+    }
+}
+
 pub(super) fn warn_if_loopback_name(root_uri: &str) {
     if root_uri == "localhost" || root_uri.parse::<std::net::IpAddr>().is_ok() {
         return;

@@ -201,6 +201,7 @@ impl Postoffice {
             (cfg.node_host.clone(), 0)
         };
         join::warn_if_loopback_name(&cfg.root_uri);
+        join::warn_if_unauthenticated(&cfg);
         let port = van.bind(&host, port).map_err(|e| {
             let var = if is_scheduler {
                 "DMLC_PS_ROOT_URI and DMLC_PS_ROOT_PORT (the scheduler listens there)"
