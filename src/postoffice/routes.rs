@@ -11,7 +11,7 @@ use crate::error::{Error, Result};
 use crate::van::VanEvent;
 use crate::wire::{Message, Node};
 use crossbeam_channel::Sender;
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
 /// How long a request for an application not (yet) served here is kept before it is refused:
@@ -21,7 +21,11 @@ pub const PARK: Duration = Duration::from_secs(5);
 /// Open routes and parked requests.
 pub struct Routes {
     open: HashMap<Route, Sender<VanEvent>>,
-    parked: Vec<(Instant, Route, Message)>,
+    /// In arrival order, so the oldest are in front: expiring looks at those that expire and
+    /// one more, however many wait.
+    parked: VecDeque<(Instant, Route, Message)>,
+    /// Parked requests [`expire`](Self::expire) looked at, since the start.
+    looked_at: u64,
     /// What the parked requests count ([`parked_cost`]), and the most they may.
     parked_bytes: u64,
     cap: u64,
@@ -61,7 +65,8 @@ impl Routes {
     pub fn new(cap: u64) -> Routes {
         Routes {
             open: HashMap::new(),
-            parked: Vec::new(),
+            parked: VecDeque::new(),
+            looked_at: 0,
             parked_bytes: 0,
             cap,
             warned: RateLimited::default(),
@@ -84,7 +89,7 @@ impl Routes {
                 self.parked_bytes -= parked_cost(&msg);
                 let _ = tx.send(VanEvent::Message(msg));
             } else {
-                self.parked.push((at, r, msg));
+                self.parked.push_back((at, r, msg));
             }
         }
         self.open.insert(route, tx);
@@ -145,7 +150,7 @@ impl Routes {
                     return Some(OverCap { msg, why, warn });
                 }
                 self.parked_bytes += cost;
-                self.parked.push((now, route, msg));
+                self.parked.push_back((now, route, msg));
             }
             None => tracing::warn!(
                 "dropped an answer from {} for unknown {route:?}",
@@ -161,18 +166,24 @@ impl Routes {
     }
 
     /// Takes the parked requests older than `park` ([`PARK`], or longer on a replacement
-    /// server still restoring) at `now`.
+    /// server still restoring) at `now`, looking at those and the next one only (requests
+    /// are parked in arrival order: a server called for every message whatever is parked).
+    /// Arrival times measured by racing threads may be out of order by the race: such a
+    /// request expires with the one in front of it.
     pub fn expire(&mut self, now: Instant, park: Duration) -> Vec<Expired> {
-        if self.parked.is_empty() {
-            return Vec::new();
+        let mut old = Vec::new();
+        while let Some((at, _, _)) = self.parked.front() {
+            self.looked_at += 1;
+            if now.saturating_duration_since(*at) < park {
+                break;
+            }
+            if let Some((_, _, msg)) = self.parked.pop_front() {
+                self.parked_bytes -= parked_cost(&msg);
+                old.push(msg);
+            }
         }
-        let (old, keep): (Vec<_>, Vec<_>) = std::mem::take(&mut self.parked)
-            .into_iter()
-            .partition(|(at, _, _)| now.duration_since(*at) >= park);
-        self.parked = keep;
-        self.parked_bytes -= old.iter().map(|(_, _, m)| parked_cost(m)).sum::<u64>();
         old.into_iter()
-            .map(|(_, _, msg)| {
+            .map(|msg| {
                 let served = self
                     .open
                     .keys()
@@ -228,6 +239,24 @@ mod tests {
         assert_eq!(expired.len(), 1);
         assert_eq!(expired[0].msg.meta.app_id, 2);
         assert_eq!(expired[0].served, vec!["u8".to_string()]);
+    }
+
+    #[test]
+    fn expiring_looks_at_the_expired_requests_and_one_more() {
+        let mut r = Routes::new(u64::MAX);
+        let t0 = Instant::now();
+        for i in 0..100_000u64 {
+            r.deliver(request(7, DType::F32), t0 + Duration::from_micros(i));
+        }
+        // A message arriving every moment: each look costs one parked request, not 100k.
+        for i in 0..1000u64 {
+            assert!(r.expire(t0 + Duration::from_millis(i), PARK).is_empty());
+        }
+        assert_eq!(r.looked_at, 1000);
+        let expired = r.expire(t0 + PARK + Duration::from_micros(49_999), PARK);
+        assert_eq!(expired.len(), 50_000);
+        assert_eq!(r.looked_at, 1000 + 50_001);
+        assert_eq!(r.parked.len(), 50_000);
     }
 
     proptest::proptest! {
