@@ -41,6 +41,10 @@ pub enum Error {
     /// A received message is malformed.
     #[error(transparent)]
     Wire(#[from] WireError),
+    /// A member of the job ended with an error (its application failed): the job failed
+    /// with it, and every node's `finalize` says so. The text names the node and its error.
+    #[error("the job failed: {0}")]
+    JobFailed(String),
     /// The postoffice has stopped; no more messages move.
     #[error("the postoffice has stopped")]
     Stopped,

@@ -1,6 +1,7 @@
 //! Failures with real processes on loopback (issue 12, part 1): a killed server or worker, a
 //! paused server, a killed scheduler. Every node must end soon after the scheduler declares a peer lost (or the scheduler goes silent), naming it,
-//! and none may exit with status 0; a pause shorter than `PS_HEARTBEAT_TIMEOUT` is harmless.
+//! and none may exit with status 0; a pause shorter than `PS_HEARTBEAT_TIMEOUT` is harmless; a
+//! worker whose application failed ends every node with an error too.
 //! The tests run one at a time (their bounds are in seconds; the machine has two cores).
 
 mod common;
@@ -181,5 +182,39 @@ fn a_killed_scheduler_ends_every_node_within_the_heartbeat_timeout_naming_it() {
             "{} does not name the scheduler:\n{all}",
             e.name
         );
+    }
+}
+
+#[test]
+fn a_worker_whose_application_failed_makes_every_node_exit_non_zero_naming_it() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    // Both workers' logistic regression stops at once: its training file does not exist. They
+    // finalize (nobody waits for them), and the job fails on every node, the error named.
+    let missing = "/nonexistent/pslite-failure-test.svm";
+    let c = Cluster::start(
+        1,
+        2,
+        &[("PS_VERBOSE", "1")],
+        &["lr", "--train", missing, "--test", missing],
+    );
+    let ended = c.wait_all(Instant::now(), Duration::from_secs(60));
+    let all = all_output(&ended);
+    assert_eq!(ended.len(), 4);
+    for e in &ended {
+        failed(e, &all);
+        assert!(
+            e.output.contains(&format!("cannot read {missing}")),
+            "{} does not name the failure:\n{all}",
+            e.name
+        );
+        if !e.name.starts_with("worker") {
+            assert!(
+                e.output
+                    .contains("error: the job failed: worker rank 0 (id 9) failed: ")
+                    && e.output.contains("worker rank 1 (id 11) failed: "),
+                "{} does not name the workers:\n{all}",
+                e.name
+            );
+        }
     }
 }

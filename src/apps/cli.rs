@@ -142,7 +142,7 @@ fn append_line(file: &str, line: &str) -> Result<()> {
 }
 
 /// Runs a worker application, then finalizes (also after a failure, so that the other nodes
-/// are not left waiting for this one).
+/// are not left waiting for this one; the failure then ends every node with an error).
 ///
 /// # Errors
 /// Configuration and start-up errors; the application's error (a kv-app mismatch among them).
@@ -202,6 +202,10 @@ pub fn run_worker(cli: &WorkerCli) -> Result<()> {
         // Before finalize, which may wait for the same silent nodes.
         crate::waits::timed_out(e);
     }
-    let fin = po.finalize();
+    // A failed application fails the job on every node (each exits non-zero, naming it).
+    let fin = match &result {
+        Ok(()) => po.finalize(),
+        Err(e) => po.finalize_failed(e),
+    };
     result.and(fin)
 }

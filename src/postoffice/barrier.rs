@@ -11,6 +11,8 @@ struct Open {
     deadline: Option<Instant>,
     /// The first arrival.
     since: Instant,
+    /// Members that arrived after their application failed, with its error.
+    failed: BTreeMap<NodeId, String>,
 }
 
 /// What the scheduler must do about a barrier.
@@ -72,6 +74,21 @@ impl BarrierBook {
         timeout: Option<Duration>,
         now: Instant,
     ) -> Option<Outcome> {
+        self.arrive_after(group, node, members, timeout, now, None)
+    }
+
+    /// As [`arrive`](Self::arrive), `failed` holding the error of `node`'s application when it
+    /// failed: the barrier then completes as a failure ([`BarrierFailure::Failed`]) naming
+    /// every member that failed and why, so that no node of the job ends as if it succeeded.
+    pub fn arrive_after(
+        &mut self,
+        group: i32,
+        node: NodeId,
+        members: &[NodeId],
+        timeout: Option<Duration>,
+        now: Instant,
+        failed: Option<String>,
+    ) -> Option<Outcome> {
         if !members.contains(&node) {
             return Some(Outcome {
                 group,
@@ -90,14 +107,27 @@ impl BarrierBook {
             members: members.iter().copied().collect(),
             deadline: timeout.map(|t| now + t),
             since: now,
+            failed: BTreeMap::new(),
         });
         open.arrived.insert(node);
+        if let Some(why) = failed {
+            open.failed.insert(node, why);
+        }
         if open.arrived.is_superset(&open.members) {
             let open = self.open.remove(&group)?;
+            let failure = (!open.failed.is_empty()).then(|| Failure {
+                kind: BarrierFailure::Failed,
+                text: open
+                    .failed
+                    .iter()
+                    .map(|(&id, why)| format!("{} failed: {why}", Node::describe(id)))
+                    .collect::<Vec<_>>()
+                    .join("; "),
+            });
             return Some(Outcome {
                 group,
                 release: open.members.into_iter().collect(),
-                failure: None,
+                failure,
             });
         }
         None
@@ -161,6 +191,25 @@ impl BarrierBook {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_member_that_failed_fails_the_barrier_for_all_once_it_completes() {
+        let mut b = BarrierBook::default();
+        let now = Instant::now();
+        let members = [1, 8, 9, 11];
+        assert_eq!(
+            b.arrive_after(0, 9, &members, None, now, Some("no such file".into())),
+            None,
+            "the others are still to come"
+        );
+        assert_eq!(b.arrive(0, 8, &members, None, now), None);
+        assert_eq!(b.arrive(0, 11, &members, None, now), None);
+        let done = b.arrive(0, 1, &members, None, now).expect("complete");
+        assert_eq!(done.release, vec![1, 8, 9, 11]);
+        let f = done.failure.expect("failed");
+        assert_eq!(f.kind, BarrierFailure::Failed);
+        assert_eq!(f.text, "worker rank 0 (id 9) failed: no such file");
+    }
 
     #[test]
     fn completes_when_all_members_arrive() {

@@ -113,7 +113,9 @@ impl Postoffice {
             (Command::Barrier, true, true) => {
                 let timeout = (control.barrier_timeout_ms > 0)
                     .then(|| Duration::from_millis(control.barrier_timeout_ms));
-                self.scheduler_barrier(msg.meta.sender, control.barrier_group, timeout);
+                let failed = (control.barrier_failure == Some(BarrierFailure::Failed))
+                    .then(|| msg.meta.error.clone().unwrap_or_default());
+                self.scheduler_barrier(msg.meta.sender, control.barrier_group, timeout, failed);
             }
             (Command::Barrier, _, false) => self.barrier_done(
                 control.barrier_group,
@@ -309,9 +311,15 @@ impl Postoffice {
         let _ = self.send(Message::new(meta));
     }
 
-    pub(super) fn scheduler_barrier(&self, from: NodeId, group: i32, timeout: Option<Duration>) {
+    pub(super) fn scheduler_barrier(
+        &self,
+        from: NodeId,
+        group: i32,
+        timeout: Option<Duration>,
+        failed: Option<String>,
+    ) {
         let Some(s) = &self.scheduler else { return };
-        let outcome = lock(s).barrier(from, group, timeout, Instant::now());
+        let outcome = lock(s).barrier_after(from, group, timeout, Instant::now(), failed);
         if let Some(o) = outcome {
             self.release(o);
         }
@@ -393,6 +401,7 @@ fn barrier_result(kind: Option<BarrierFailure>, text: Option<String>) -> Result<
     match (kind, text) {
         (None, None) => Ok(()),
         (Some(BarrierFailure::Lost), t) => Err(Error::PeerLost(t.unwrap_or_default())),
+        (Some(BarrierFailure::Failed), t) => Err(Error::JobFailed(t.unwrap_or_default())),
         (_, t) => Err(Error::Timeout(t.unwrap_or_default())),
     }
 }

@@ -45,7 +45,7 @@ use crate::metrics::Metrics;
 use crate::sync::lock;
 use crate::van::zmq::{ZmqOptions, ZmqVan};
 use crate::van::{Van, VanEvent};
-use crate::wire::{Command, Control, Message, Meta, Node, Role};
+use crate::wire::{BarrierFailure, Command, Control, Message, Meta, Node, Role};
 use crossbeam_channel::Sender;
 use memory::Memory;
 use resend::ResendBook;
@@ -299,7 +299,7 @@ impl Postoffice {
             // The others passed the start-up barrier long ago.
             return Ok(());
         }
-        if let Err(e) = self.barrier_with(ALL_GROUP, Some(self.cfg.timeout)) {
+        if let Err(e) = self.barrier_with(ALL_GROUP, Some(self.cfg.timeout), None) {
             self.van.abort();
             self.shutdown();
             return Err(e);
@@ -437,10 +437,17 @@ impl Postoffice {
         if self.pass_inherited(group) {
             return Ok(());
         }
-        self.barrier_with(group, Some(self.cfg.timeout))
+        self.barrier_with(group, Some(self.cfg.timeout), None)
     }
 
-    fn barrier_with(&self, group: i32, timeout: Option<Duration>) -> Result<()> {
+    /// A barrier of `group` (`failed`: this node's application failed with that error, which
+    /// fails the barrier for every member once it completes).
+    fn barrier_with(
+        &self,
+        group: i32,
+        timeout: Option<Duration>,
+        failed: Option<String>,
+    ) -> Result<()> {
         let _one = lock(&self.barrier_lock);
         {
             let mut st = lock(&self.state);
@@ -451,16 +458,18 @@ impl Postoffice {
         }
         let me = self.my_id();
         if me == SCHEDULER {
-            self.scheduler_barrier(SCHEDULER, group, timeout);
+            self.scheduler_barrier(SCHEDULER, group, timeout, failed);
         } else {
             let meta = Meta {
                 request: true,
+                error: failed.clone(),
                 ..Meta::for_control(
                     SCHEDULER,
                     Control {
                         cmd: Some(Command::Barrier),
                         barrier_group: group,
                         barrier_timeout_ms: timeout.map_or(0, |t| t.as_millis() as u64),
+                        barrier_failure: failed.is_some().then_some(BarrierFailure::Failed),
                         ..Control::default()
                     },
                 )
@@ -548,7 +557,21 @@ impl Postoffice {
     /// [`Error::PeerLost`] naming a node that was lost (before or while this one waits);
     /// [`Error::DeclaredLost`] if this node was.
     pub fn finalize(&self) -> Result<()> {
-        let r = self.barrier_with(ALL_GROUP, None);
+        let r = self.barrier_with(ALL_GROUP, None, None);
+        self.shutdown();
+        r
+    }
+
+    /// Ends this node after its application failed with `error`: as [`finalize`](Self::finalize),
+    /// but the last barrier carries the error, so that every node's `finalize` fails with
+    /// [`Error::JobFailed`] naming this node and the error, and no process of a failed job
+    /// exits 0.
+    ///
+    /// # Errors
+    /// [`Error::JobFailed`] with the failures of every member that failed, or what
+    /// `finalize` fails with.
+    pub fn finalize_failed(&self, error: &Error) -> Result<()> {
+        let r = self.barrier_with(ALL_GROUP, None, Some(error.to_string()));
         self.shutdown();
         r
     }

@@ -131,6 +131,8 @@ pub enum BarrierFailure {
     Timeout,
     /// A member that had not arrived was declared lost (no heartbeats).
     Lost,
+    /// A member arrived after its application failed (`Postoffice::finalize_failed`).
+    Failed,
 }
 
 /// Element type of the values frame.

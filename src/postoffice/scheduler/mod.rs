@@ -282,13 +282,28 @@ impl Scheduler {
         timeout: Option<Duration>,
         now: Instant,
     ) -> Option<Outcome> {
+        self.barrier_after(from, group, timeout, now, None)
+    }
+
+    /// As [`barrier`](Self::barrier), `failed` holding the error of `from`'s application when
+    /// it failed ([`BarrierBook::arrive_after`]).
+    pub fn barrier_after(
+        &mut self,
+        from: NodeId,
+        group: i32,
+        timeout: Option<Duration>,
+        now: Instant,
+        failed: Option<String>,
+    ) -> Option<Outcome> {
         let members: Vec<NodeId> = self
             .table
             .iter()
             .filter(|n| n.role.group() & group != 0)
             .map(|n| n.id)
             .collect();
-        let outcome = self.book.arrive(group, from, &members, timeout, now);
+        let outcome = self
+            .book
+            .arrive_after(group, from, &members, timeout, now, failed);
         if outcome.as_ref().is_some_and(|o| o.failure.is_none()) {
             if group == crate::postoffice::ALL_GROUP && !self.started {
                 self.started = true;
