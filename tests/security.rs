@@ -170,6 +170,61 @@ fn a_member_cannot_speak_for_another_node() {
     );
 }
 
+/// NODE_REPLACED telling `to` that server rank 0 (id 8) now listens at 127.0.0.1:`port`, as
+/// the scheduler would send it.
+fn node_replaced(to: i32, port: u16) -> Vec<u8> {
+    use pslite::wire::{encode_meta, Command, Control, Message, Meta, Node, Role};
+    let mut msg = Message::new(Meta {
+        sender: SCHEDULER,
+        ..Meta::for_control(
+            to,
+            Control {
+                cmd: Some(Command::NodeReplaced),
+                nodes: vec![Node {
+                    role: Role::Server,
+                    id: 8,
+                    host: "127.0.0.1".into(),
+                    port,
+                    requested_rank: None,
+                }],
+                ..Control::default()
+            },
+        )
+    });
+    encode_meta(&mut msg).expect("encode").to_vec()
+}
+
+#[test]
+fn a_member_cannot_move_a_server_with_a_forged_node_replaced() {
+    // A member proves to be the scheduler (one shared token allows it) and tells worker 0 that
+    // server 0 now listens at a port of its own. Without checkpoints no node is ever replaced:
+    // worker 0 keeps its server and kv-app ends exact.
+    let port = pslite::free_port().expect("port");
+    let sink = pslite::free_port().expect("port");
+    let run = Launched::kv_app_s2w2(port, 2000, &[("PS_AUTH_TOKEN", TOKEN), ("PS_VERBOSE", "1")]);
+    let worker = common::attack::port_of(
+        &run.wait_line("worker rank 0 (id 9) started: "),
+        "worker rank 0 (id 9)",
+    );
+    run.wait_line("started worker 1");
+    let token = Token::new(TOKEN).expect("token");
+    attack(
+        worker,
+        Some(token.credential(Identity::Node(SCHEDULER))),
+        &node_replaced(9, sink),
+        3,
+    );
+    run.assert_still_running();
+    let out = run.finish_exact(Duration::from_secs(120));
+    assert!(
+        out.contains(
+            "dropped a NODE_REPLACED from scheduler (id 1): it names server rank 0 (id 8), but \
+             this cluster replaces no node (no PS_CHECKPOINT_DIR)"
+        ),
+        "{out}"
+    );
+}
+
 #[test]
 fn a_node_with_another_token_is_refused_with_the_reason() {
     let port = pslite::free_port().expect("port").to_string();

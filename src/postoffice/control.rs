@@ -126,6 +126,13 @@ impl Postoffice {
             (Command::Ack, _, _) => self.on_ack(msg.meta.sender, &control),
             (Command::NodeLost, false, _) => self.on_node_lost(&msg.meta, &control),
             (Command::NodeReplaced, false, request) => {
+                if let Some(why) = self.replacement_refusal(&control) {
+                    tracing::warn!(
+                        "dropped a NODE_REPLACED from {}: {why}",
+                        Node::describe(msg.meta.sender)
+                    );
+                    return;
+                }
                 self.on_node_replaced(&control);
                 if request {
                     self.confirm_replaced(&control);

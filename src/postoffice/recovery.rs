@@ -239,6 +239,20 @@ impl Postoffice {
         );
     }
 
+    /// Why NODE_REPLACED naming `control.nodes[0]` is not taken, `None` when it is: the
+    /// cluster replaces no node (no `PS_CHECKPOINT_DIR`). With replacements on, the node need
+    /// not have been declared lost here first: a replacement that registers before its
+    /// predecessor's loss is declared takes over at once.
+    pub(super) fn replacement_refusal(&self, control: &Control) -> Option<String> {
+        let id = control.nodes.first()?.id;
+        (lock(&self.state).replace_within == 0).then(|| {
+            format!(
+                "it names {}, but this cluster replaces no node (no PS_CHECKPOINT_DIR)",
+                Node::describe(id)
+            )
+        })
+    }
+
     /// NODE_REPLACED: `control.nodes[0]` now holds a lost server's or worker's id. Connects to
     /// it (a worker to a server, a server to a worker), forgets the resend state of the old
     /// one, and sends again the requests a replaced server did not answer.
