@@ -16,9 +16,14 @@ pub struct Huge<T: bytemuck::Pod> {
 
 impl<T: bytemuck::Pod> Huge<T> {
     /// `len` zeroed values. Aborts like a failed allocation when the mapping fails.
+    ///
+    /// # Panics
+    /// When `len` values of `T` do not fit the address space.
     pub fn zeroed(len: usize) -> Huge<T> {
         let bytes = Huge::<T>::mapped_bytes(len);
-        let span = bytes + HUGE_PAGE;
+        let span = bytes
+            .checked_add(HUGE_PAGE)
+            .unwrap_or_else(|| panic!("{len} values do not fit the address space"));
         // SAFETY: a fresh private anonymous mapping; nothing else refers to it.
         let p = unsafe {
             libc::mmap(
@@ -38,7 +43,8 @@ impl<T: bytemuck::Pod> Huge<T> {
         let start = (p as usize).div_ceil(HUGE_PAGE) * HUGE_PAGE;
         let (head, tail) = (start - p as usize, p as usize + span - (start + bytes));
         // SAFETY: both ranges are inside the mapping just made and outside [start, start +
-        // bytes), which is kept; page-aligned (the mapping, start and bytes are).
+        // bytes), which is kept; page-aligned (the mapping and start are, and bytes is a
+        // whole number of the system's pages).
         unsafe {
             if head > 0 {
                 libc::munmap(p, head);
@@ -48,16 +54,26 @@ impl<T: bytemuck::Pod> Huge<T> {
             }
         }
         crate::kv::store::advise_huge_pages(start, bytes);
-        let ptr = NonNull::new(start as *mut T).unwrap_or(NonNull::dangling());
+        let ptr = NonNull::new(p.cast::<u8>().wrapping_add(head).cast::<T>())
+            .unwrap_or(NonNull::dangling());
         Huge { ptr, len }
     }
 
-    /// Bytes mapped for `len` values: whole 4 KiB pages, at least one.
+    /// Bytes mapped for `len` values: whole pages of the system's size, at least one.
+    ///
+    /// # Panics
+    /// When they do not fit the address space.
     fn mapped_bytes(len: usize) -> usize {
-        (len.max(1) * std::mem::size_of::<T>())
-            .max(1)
-            .div_ceil(4096)
-            * 4096
+        // SAFETY: sysconf reads a constant of the system.
+        let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) })
+            .ok()
+            .filter(|&p| p > 0)
+            .unwrap_or(4096);
+        len.max(1)
+            .checked_mul(std::mem::size_of::<T>().max(1))
+            .and_then(|b| b.checked_next_multiple_of(page))
+            .filter(|&b| b <= isize::MAX as usize / 2)
+            .unwrap_or_else(|| panic!("{len} values do not fit the address space"))
     }
 }
 
@@ -108,5 +124,11 @@ mod tests {
         let b = Huge::<[u8; 5]>::zeroed(1000);
         assert_eq!(b.len(), 1000);
         assert!(b.iter().all(|x| *x == [0; 5]));
+    }
+
+    #[test]
+    #[should_panic(expected = "do not fit the address space")]
+    fn a_size_past_the_address_space_is_refused() {
+        let _ = Huge::<u64>::zeroed(usize::MAX / 4);
     }
 }

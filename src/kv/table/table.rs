@@ -329,9 +329,10 @@ impl Table {
     /// steps. A full table evicts its least recently pushed rows first.
     ///
     /// The rows the table holds are stepped first, then the keys it does not hold are
-    /// admitted (or not) and created in their order in `keys`, so a new row's eviction pass
-    /// never takes a row this push holds and steps. A large request in increasing key order
-    /// is stepped by [`set_threads`](Self::set_threads) threads, with the same outcome.
+    /// admitted (or not) and created in their order in `keys`, so no row this push holds is
+    /// evicted before its step (a push that creates rows in a table nearly all stamped by it
+    /// may still evict rows it stepped). A large request in increasing key order is stepped by
+    /// [`set_threads`](Self::set_threads) threads, with the same outcome.
     ///
     /// # Errors
     /// When `grads` or `out` has another length; nothing is applied then.
@@ -597,9 +598,18 @@ impl Table {
     pub fn restore(&mut self, state: &[u8]) -> Result<(), String> {
         let mut fresh = Table::new(&self.spec)?;
         let mut r = Reader::new("saved table", state);
-        if r.take(MAGIC.len(), "the header")? != MAGIC {
+        let header = r.take(MAGIC.len(), "the header")?;
+        if header == OLD_MAGIC {
             return Err(
-                "saved table: not an embedding table's state (no 'pslite-table/1' header)".into(),
+                "saved table: saved by an older pslite-rs ('pslite-table/1'), whose pushes stepped \
+                 and created rows in another order: its log would not replay to the same table; \
+                 start the table afresh (an empty PS_CHECKPOINT_DIR)"
+                    .into(),
+            );
+        }
+        if header != MAGIC {
+            return Err(
+                "saved table: not an embedding table's state (no 'pslite-table/2' header)".into(),
             );
         }
         let spec = r.sized("the spec line")?;
@@ -669,4 +679,7 @@ impl Table {
 }
 
 /// The first bytes of a saved table.
-const MAGIC: &[u8] = b"pslite-table/1\n";
+const MAGIC: &[u8] = b"pslite-table/2\n";
+
+/// The first bytes of a table saved before a push stepped the rows held first ([`Table::push`]).
+const OLD_MAGIC: &[u8] = b"pslite-table/1\n";
