@@ -31,7 +31,7 @@ pub struct Outcome {
 pub struct Failure {
     /// Why it failed.
     pub kind: BarrierFailure,
-    /// What to tell the members, naming the missing, lost or stray nodes.
+    /// What to tell the members, naming the missing, lost, stray or failed nodes.
     pub text: String,
 }
 
@@ -138,6 +138,7 @@ impl BarrierBook {
     pub fn leave(&mut self, node: NodeId) {
         for open in self.open.values_mut() {
             open.arrived.remove(&node);
+            open.failed.remove(&node);
         }
     }
 
@@ -174,8 +175,13 @@ impl BarrierBook {
             } else {
                 None
             };
-            if let Some(failure) = failure {
+            if let Some(mut failure) = failure {
                 if let Some(open) = self.open.remove(&group) {
+                    for (&id, why) in &open.failed {
+                        failure
+                            .text
+                            .push_str(&format!("; {} failed: {why}", Node::describe(id)));
+                    }
                     out.push(Outcome {
                         group,
                         release: open.arrived.into_iter().collect(),
@@ -209,6 +215,19 @@ mod tests {
         let f = done.failure.expect("failed");
         assert_eq!(f.kind, BarrierFailure::Failed);
         assert_eq!(f.text, "worker rank 0 (id 9) failed: no such file");
+    }
+
+    #[test]
+    fn a_failed_member_replaced_no_longer_fails_the_barrier() {
+        let mut b = BarrierBook::default();
+        let now = Instant::now();
+        let members = [1, 8, 9];
+        b.arrive_after(0, 9, &members, None, now, Some("disk full".into()));
+        b.leave(9);
+        assert_eq!(b.arrive(0, 8, &members, None, now), None);
+        assert_eq!(b.arrive(0, 1, &members, None, now), None);
+        let done = b.arrive(0, 9, &members, None, now).expect("complete");
+        assert_eq!(done.failure, None, "the replacement did not fail");
     }
 
     #[test]

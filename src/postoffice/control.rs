@@ -403,7 +403,8 @@ fn scheduler_only(cmd: Command, at_scheduler: bool, request: bool) -> bool {
 }
 
 /// What a barrier release means for the waiting node: `Ok` when it completed; a lost member is
-/// [`Error::PeerLost`]; a timeout or a refusal [`Error::Timeout`], with the scheduler's text.
+/// [`Error::PeerLost`]; a member whose application failed [`Error::JobFailed`]; a timeout or a
+/// refusal [`Error::Timeout`], with the scheduler's text.
 fn barrier_result(kind: Option<BarrierFailure>, text: Option<String>) -> Result<()> {
     match (kind, text) {
         (None, None) => Ok(()),

@@ -170,9 +170,6 @@ impl Postoffice {
     }
 }
 
-/// Warns when the scheduler's address is a host name (not `localhost`) that resolves to
-/// loopback here: Debian's /etc/hosts maps a host's own name to 127.0.1.1, and then no other
-/// host can reach the scheduler.
 /// Says once per process, at a node's start, when the node runs without authentication
 /// (`cfg.auth` is `None`: `PS_AUTH=none`, or no token with the scheduler and this node on
 /// loopback), so that nobody runs an open cluster without being told.
@@ -190,6 +187,9 @@ pub(super) fn warn_if_unauthenticated(cfg: &crate::config::Config) {
     }
 }
 
+/// Warns when the scheduler's address is a host name (not `localhost`) that resolves to
+/// loopback here: Debian's /etc/hosts maps a host's own name to 127.0.1.1, and then no other
+/// host can reach the scheduler.
 pub(super) fn warn_if_loopback_name(root_uri: &str) {
     if root_uri == "localhost" || root_uri.parse::<std::net::IpAddr>().is_ok() {
         return;

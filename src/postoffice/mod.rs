@@ -555,7 +555,8 @@ impl Postoffice {
     ///
     /// # Errors
     /// [`Error::PeerLost`] naming a node that was lost (before or while this one waits);
-    /// [`Error::DeclaredLost`] if this node was.
+    /// [`Error::DeclaredLost`] if this node was; [`Error::JobFailed`] when a member's
+    /// application failed ([`finalize_failed`](Self::finalize_failed)).
     pub fn finalize(&self) -> Result<()> {
         let r = self.barrier_with(ALL_GROUP, None, None);
         self.shutdown();

@@ -168,8 +168,7 @@ impl Routes {
     /// Takes the parked requests older than `park` ([`PARK`], or longer on a replacement
     /// server still restoring) at `now`, looking at those and the next one only (requests
     /// are parked in arrival order: a server called for every message whatever is parked).
-    /// Arrival times measured by racing threads may be out of order by the race: such a
-    /// request expires with the one in front of it.
+    /// (Arrival times are taken under the routes' lock, so they are in order.)
     pub fn expire(&mut self, now: Instant, park: Duration) -> Vec<Expired> {
         let mut old = Vec::new();
         while let Some((at, _, _)) = self.parked.front() {

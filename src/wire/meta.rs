@@ -99,7 +99,8 @@ pub struct Control {
     /// 0 = as long as every missing member is alive (heartbeats).
     pub barrier_timeout_ms: u64,
     /// For a barrier release: why the barrier failed (`Meta::error` has the text naming the
-    /// nodes); `None` when it completed.
+    /// nodes); `None` when it completed. For a barrier request: `Failed` when the node's
+    /// application failed (`Meta::error` has its error).
     pub barrier_failure: Option<BarrierFailure>,
     /// For an ACK: the sequence numbers acknowledged (`Meta::seq` of the data messages), in
     /// the order received.
@@ -267,7 +268,8 @@ pub struct Meta {
     pub dtype: DType,
     /// Free text for application commands (no layer below the application reads it).
     pub body: String,
-    /// Set on an answer whose request failed: the receiver's error text.
+    /// Set on an answer whose request failed: the receiver's error text; on a barrier request
+    /// of a node whose application failed, that error.
     pub error: Option<String>,
     /// Set on control messages.
     pub control: Option<Control>,
