@@ -34,6 +34,29 @@ fn scrape(addr: std::net::SocketAddr) -> String {
 }
 
 #[test]
+fn metrics_listen_on_loopback_unless_asked_for_the_nodes_address() {
+    // Nodes listening at 127.0.0.2 (another loopback address, so the test needs no network).
+    let default: fn(&mut pslite::Config) = |c| {
+        c.metrics_port = Some(0);
+        c.node_host = "127.0.0.2".into();
+    };
+    let node: fn(&mut pslite::Config) = |c| {
+        c.metrics_port = Some(0);
+        c.node_host = "127.0.0.2".into();
+        c.metrics_host = "node".into();
+    };
+    for (tweak, want) in [(default, "127.0.0.1"), (node, "127.0.0.2")] {
+        let c = common::cluster_cfg(1, 1, 30.0, tweak, common::serve_default::<u8>);
+        let addr = c.workers[0]
+            .metrics_addr()
+            .expect("the worker serves metrics");
+        assert_eq!(addr.ip().to_string(), want);
+        assert!(scrape(addr).contains("pslite_sent_bytes_total"));
+        c.finish();
+    }
+}
+
+#[test]
 fn metrics_grow_during_a_bench_and_count_its_requests() {
     let c = common::cluster_cfg(
         2,

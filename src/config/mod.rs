@@ -30,7 +30,8 @@
 //! | `PS_AUTH` | `none` runs without authentication where a token would be required (warns) | `none` | — |
 //! | `PS_MAX_INFLIGHT_BYTES` | a worker's requests sent and not yet answered, in bytes (payload + 1 KiB each); beyond it a push/pull blocks until earlier ones complete (at most `PS_TIMEOUT`). A server parks at most this much per worker and takes no larger frame ([`Bounds`]); the same on every node | bytes, 2²⁰–2⁴⁰ | 268435456 |
 //! | `PS_MAX_CONNECTIONS` | connections a node accepts at a time; more are closed at once | whole number ≥ 1 | 2 × (nodes) + 32 |
-//! | `PS_METRICS_PORT` | serve this node's Prometheus metrics at `http://<listening address>:PORT/metrics` ([`crate::metrics`]) | port 0–65535 (0: any free port, logged) | off |
+//! | `PS_METRICS_PORT` | serve this node's Prometheus metrics at `http://<PS_METRICS_HOST>:PORT/metrics` ([`crate::metrics`]) | port 0–65535 (0: any free port, logged) | off |
+//! | `PS_METRICS_HOST` | the address the metrics listen on; the endpoint has no authentication, so it is loopback unless asked | an address of this host, or `node` (the listening address) | 127.0.0.1 (`::1` for a node on IPv6) |
 //! | `PSLITE_RANK` | rank this server/worker asks for (the launcher sets it) | whole number ≥ 0 | registration order |
 //!
 //! The listening address is `DMLC_NODE_HOST` if set, else the address of `DMLC_INTERFACE` of the
@@ -147,6 +148,9 @@ pub struct Config {
     /// Port of the metrics server (`PS_METRICS_PORT`; 0: any free one); `None`: no metrics
     /// server.
     pub metrics_port: Option<u16>,
+    /// Address of the metrics server (`PS_METRICS_HOST`; `node`: the listening address);
+    /// loopback by default.
+    pub metrics_host: String,
 }
 
 /// Values given as flags; each one, when `Some`, replaces its environment variable.
@@ -256,6 +260,11 @@ impl Config {
                 "a port number 0–65535",
                 |_: &u16| true,
             )?,
+            metrics_host: vars
+                .raw("PS_METRICS_HOST")
+                .map(|h| h.trim().to_string())
+                .filter(|h| !h.is_empty())
+                .unwrap_or_default(),
             auth: None,
             bounds: Bounds::default_for(1, 1),
         })
@@ -397,6 +406,7 @@ impl Config {
             auth: None,
             bounds: Bounds::default_for(num_servers, num_workers),
             metrics_port: None,
+            metrics_host: String::new(),
         }
     }
 }

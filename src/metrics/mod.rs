@@ -28,8 +28,9 @@
 //!
 //! `peer` and `server` name a node as `scheduler`, `server 0`, `worker 1` (role and rank).
 //!
-//! The endpoint has no authentication: off loopback it listens on the node's cluster address,
-//! so keep `PS_METRICS_PORT` behind the same firewall as the cluster's ports.
+//! The endpoint has no authentication, so it listens on loopback unless `PS_METRICS_HOST` asks
+//! for another address (`node`: the node's cluster address); then keep it behind the same
+//! firewall as the cluster's ports.
 
 mod serve;
 

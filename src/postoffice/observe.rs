@@ -13,8 +13,10 @@ use std::sync::Arc;
 use std::time::Instant;
 
 impl Postoffice {
-    /// Starts the metrics server on `PS_METRICS_PORT` (when set) at this node's listening
-    /// address; with port 0 the port chosen is printed on standard error.
+    /// Starts the metrics server on `PS_METRICS_PORT` (when set) at `PS_METRICS_HOST`: loopback
+    /// by default (`::1` for a node listening on IPv6), this node's listening address with
+    /// `node`, or the address given; with port 0 the port chosen is printed on standard
+    /// error.
     ///
     /// # Errors
     /// [`crate::Error::Config`] when the port cannot be bound.
@@ -22,7 +24,13 @@ impl Postoffice {
         let Some(port) = self.cfg.metrics_port else {
             return Ok(());
         };
-        let host = self.me.read().map(|m| m.host.clone()).unwrap_or_default();
+        let node = self.me.read().map(|m| m.host.clone()).unwrap_or_default();
+        let host = match self.cfg.metrics_host.as_str() {
+            "" if node.contains(':') => "::1".to_string(),
+            "" => "127.0.0.1".to_string(),
+            "node" => node,
+            h => h.to_string(),
+        };
         let server = crate::metrics::serve(&self.metrics, &host, port)?;
         let url = format!(
             "http://{}/metrics",
