@@ -558,9 +558,7 @@ impl Postoffice {
     /// [`Error::DeclaredLost`] if this node was; [`Error::JobFailed`] when a member's
     /// application failed ([`finalize_failed`](Self::finalize_failed)).
     pub fn finalize(&self) -> Result<()> {
-        let r = self.barrier_with(ALL_GROUP, None, None);
-        self.shutdown();
-        r
+        self.end(None)
     }
 
     /// Ends this node after its application failed with `error`: as [`finalize`](Self::finalize),
@@ -572,7 +570,12 @@ impl Postoffice {
     /// [`Error::JobFailed`] with the failures of every member that failed, or what
     /// `finalize` fails with.
     pub fn finalize_failed(&self, error: &Error) -> Result<()> {
-        let r = self.barrier_with(ALL_GROUP, None, Some(error.to_string()));
+        self.end(Some(error.to_string()))
+    }
+
+    /// The last barrier (`failed`: this node's application error), then the shutdown.
+    fn end(&self, failed: Option<String>) -> Result<()> {
+        let r = self.barrier_with(ALL_GROUP, None, failed);
         self.shutdown();
         r
     }

@@ -96,8 +96,7 @@ impl Rows {
 
     #[inline]
     fn at(&self, slot: u32) -> (usize, usize) {
-        let s = slot as usize;
-        (s >> self.shift, (s & ((1 << self.shift) - 1)) * self.stride)
+        locate(slot, self.shift, self.stride)
     }
 
     /// The record's words.
@@ -135,10 +134,15 @@ impl Rows {
         r[1] = stamp;
     }
 
-    /// Sets the stamp of `slot`.
+    /// The stamp and the values (row, then optimizer slots) of `slot`, to change.
     #[inline]
-    pub fn set_stamp(&mut self, slot: u32, stamp: u64) {
-        self.record_mut(slot)[1] = stamp;
+    pub fn stamp_and_values_mut(&mut self, slot: u32) -> (&mut u64, &mut [f32]) {
+        let floats = self.floats;
+        let (head, values) = self.record_mut(slot).split_at_mut(2);
+        (
+            &mut head[1],
+            &mut bytemuck::cast_slice_mut::<u64, f32>(values)[..floats],
+        )
     }
 
     /// The row and slot values of `slot`.
@@ -279,9 +283,9 @@ impl RowsRaw<'_> {
     fn record(&self, slot: u32) -> *mut u64 {
         let s = slot as usize;
         assert!(s < self.used, "slot {s} of {} used", self.used);
-        let off = (s & ((1 << self.shift) - 1)) * self.stride;
+        let (chunk, off) = locate(slot, self.shift, self.stride);
         // In bounds: the chunk of a used slot exists and holds the whole record.
-        self.chunks[s >> self.shift].wrapping_add(off)
+        self.chunks[chunk].wrapping_add(off)
     }
 
     /// The stamp and the values (row, then optimizer slots) of `slot`, to change.
@@ -319,6 +323,14 @@ impl Records for RowsRaw<'_> {
             prefetch_lines(self.record(slot).cast(), bytes.min(self.stride * 8));
         }
     }
+}
+
+/// Where `slot`'s record is, in chunks of `1 << shift` records of `stride` words: the chunk,
+/// and the offset in words within it.
+#[inline]
+fn locate(slot: u32, shift: u32, stride: usize) -> (usize, usize) {
+    let s = slot as usize;
+    (s >> shift, (s & ((1 << shift) - 1)) * stride)
 }
 
 /// Asks the CPU for the cache lines of `bytes` bytes from `start`.

@@ -24,7 +24,7 @@ use super::init::initial_row;
 use super::lookup;
 use super::optim::{init_slots, step};
 use super::rows::{Rows, FREE};
-use super::spec::{bytes_text, Eviction, TableSpec};
+use super::spec::{bytes_text, Eviction, Optimizer, TableSpec};
 use crate::kv::durable::bytes::Reader;
 
 /// A stamp is `push << POS_BITS | position of the key in the push` (clamped), so stamps are
@@ -109,6 +109,22 @@ fn run_all<T: Send, F: FnOnce() -> T + Send>(jobs: Vec<F>) -> Vec<T> {
         );
         results
     })
+}
+
+/// One optimizer step (`opt` with weight decay) on a held record's `values` (its row, then its
+/// slots) with `grad` (`dim` values); the row after the step goes to `out` when given.
+#[inline]
+fn step_row(
+    (opt, wd): (&Optimizer, f32),
+    values: &mut [f32],
+    grad: &[f32],
+    out: Option<&mut [f32]>,
+) {
+    let (w, slots) = values.split_at_mut(grad.len());
+    step(opt, wd, w, slots, grad);
+    if let Some(o) = out {
+        o.copy_from_slice(w);
+    }
 }
 
 /// The most rows a budget of `budget` bytes holds for `spec`, with the bytes they take.
@@ -386,18 +402,14 @@ impl Table {
                     // SAFETY: within a part, each key once per step at a time; between parts,
                     // keys strictly increase (`threads_for`), so no two threads hold a slot.
                     let (stamp, values) = unsafe { raw.stamp_and_values(slot) };
-                    *stamp = stamp_of(first + j);
-                    let (w, slots) = values.split_at_mut(dim);
-                    step(
-                        &opt,
-                        wd,
-                        w,
-                        slots,
-                        &grads[(first + j) * dim..(first + j + 1) * dim],
+                    let i = first + j;
+                    *stamp = stamp_of(i);
+                    step_row(
+                        (&opt, wd),
+                        values,
+                        &grads[i * dim..(i + 1) * dim],
+                        out.as_deref_mut().map(|o| &mut o[j * dim..(j + 1) * dim]),
                     );
-                    if let Some(o) = out.as_deref_mut() {
-                        o[j * dim..(j + 1) * dim].copy_from_slice(w);
-                    }
                 });
                 missing
             };
@@ -444,13 +456,14 @@ impl Table {
                     continue;
                 }
             };
-            self.rows.set_stamp(slot, stamp_of(i));
-            let values = self.rows.values_mut(slot);
-            let (w, slots) = values.split_at_mut(dim);
-            step(&opt, wd, w, slots, &grads[i * dim..(i + 1) * dim]);
-            if let Some(o) = out.as_deref_mut() {
-                o[i * dim..(i + 1) * dim].copy_from_slice(w);
-            }
+            let (stamp, values) = self.rows.stamp_and_values_mut(slot);
+            *stamp = stamp_of(i);
+            step_row(
+                (&opt, wd),
+                values,
+                &grads[i * dim..(i + 1) * dim],
+                out.as_deref_mut().map(|o| &mut o[i * dim..(i + 1) * dim]),
+            );
         }
         Ok(())
     }
