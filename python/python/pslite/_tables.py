@@ -11,7 +11,7 @@ of the table's optimizer per key. Workers use a float32 :class:`pslite.KVWorker`
 
 import numbers
 import operator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Optional, Tuple, Union
 
 from ._errors import InvalidArgumentError
@@ -92,9 +92,17 @@ class Normal:
 # ``wd · w`` where a weight decay is set. Each keeps its slots (state) beside the row.
 
 
-def _with_wd(line: str, wd: float, name: str) -> str:
-    w = _real(wd, f"{name}(wd")
-    return line if float(w) == 0.0 else f"{line}:wd={w}"
+def _optimizer_spec(opt: Any, name: str) -> str:
+    """The ``opt=`` value of optimizer ``opt``: ``name``, then each of its fields in declaration
+    order as ``:field=X``, but ``wd`` only when it is not 0. A field that is not a number is
+    refused naming the class and the field ("Adam(b1='x'): expected a number")."""
+    cls = type(opt).__name__
+    line = name
+    for f in fields(opt):
+        value = _real(getattr(opt, f.name), f"{cls}({f.name}")
+        if f.name != "wd" or float(value) != 0.0:
+            line += f":{f.name}={value}"
+    return line
 
 
 @dataclass(frozen=True)
@@ -108,7 +116,7 @@ class SGD:
     @property
     def spec(self) -> str:
         """The ``opt=`` value."""
-        return _with_wd(f"sgd:lr={_real(self.lr, 'SGD(lr')}", self.wd, "SGD")
+        return _optimizer_spec(self, "sgd")
 
 
 @dataclass(frozen=True)
@@ -126,9 +134,7 @@ class Adagrad:
     @property
     def spec(self) -> str:
         """The ``opt=`` value."""
-        line = (f"adagrad:lr={_real(self.lr, 'Adagrad(lr')}:eps={_real(self.eps, 'Adagrad(eps')}"
-                f":init_acc={_real(self.init_acc, 'Adagrad(init_acc')}")
-        return _with_wd(line, self.wd, "Adagrad")
+        return _optimizer_spec(self, "adagrad")
 
 
 @dataclass(frozen=True)
@@ -148,9 +154,7 @@ class Adam:
     @property
     def spec(self) -> str:
         """The ``opt=`` value."""
-        line = (f"adam:lr={_real(self.lr, 'Adam(lr')}:b1={_real(self.b1, 'Adam(b1')}"
-                f":b2={_real(self.b2, 'Adam(b2')}:eps={_real(self.eps, 'Adam(eps')}")
-        return _with_wd(line, self.wd, "Adam")
+        return _optimizer_spec(self, "adam")
 
 
 @dataclass(frozen=True)
@@ -169,8 +173,7 @@ class FTRL:
     @property
     def spec(self) -> str:
         """The ``opt=`` value."""
-        return (f"ftrl:alpha={_real(self.alpha, 'FTRL(alpha')}:beta={_real(self.beta, 'FTRL(beta')}"
-                f":l1={_real(self.l1, 'FTRL(l1')}:l2={_real(self.l2, 'FTRL(l2')}")
+        return _optimizer_spec(self, "ftrl")
 
 
 # Admission: when a key not held gets a row. Until then its pulls get the initial row and its
