@@ -14,6 +14,10 @@ use crate::wire::{Role, MAX_FRAME_BYTES, MAX_META_BYTES};
 /// Default of `PS_MAX_INFLIGHT_BYTES`: 256 MiB per worker.
 pub const DEFAULT_MAX_INFLIGHT_BYTES: u64 = 256 << 20;
 
+/// Default of `PS_MAX_UNAUTHENTICATED`: 32 connections (32 MiB of frames at most), 16 from one
+/// address.
+pub const DEFAULT_MAX_UNAUTHENTICATED: usize = 32;
+
 /// Smallest `PS_MAX_INFLIGHT_BYTES`: a request's header alone may take 1 MiB.
 pub const MIN_INFLIGHT_BYTES: u64 = MAX_META_BYTES as u64;
 
@@ -22,7 +26,8 @@ pub const MIN_INFLIGHT_BYTES: u64 = MAX_META_BYTES as u64;
 /// requests are bounded as well as a few large ones.
 pub const REQUEST_OVERHEAD_BYTES: u64 = 1024;
 
-/// The bounds of one node (`PS_MAX_INFLIGHT_BYTES`, `PS_MAX_CONNECTIONS`).
+/// The bounds of one node (`PS_MAX_INFLIGHT_BYTES`, `PS_MAX_CONNECTIONS`,
+/// `PS_MAX_UNAUTHENTICATED`).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Bounds {
     /// `PS_MAX_INFLIGHT_BYTES`: the bytes of a worker's requests sent and not yet answered
@@ -34,6 +39,11 @@ pub struct Bounds {
     /// `PS_MAX_CONNECTIONS`: connections a node's van accepts at a time; one more is closed
     /// at once.
     pub max_connections: usize,
+    /// `PS_MAX_UNAUTHENTICATED`: of those, connections whose handshake has not succeeded yet,
+    /// and half of it (at least one) from one source address. Over either cap (or over
+    /// `PS_MAX_CONNECTIONS`), the oldest unauthenticated connection in its scope is closed.
+    /// Each can make the node hold one ZMQ frame of at most [`crate::wire::PIECE_BYTES`].
+    pub max_unauthenticated: usize,
 }
 
 impl Bounds {
@@ -44,6 +54,7 @@ impl Bounds {
         Bounds {
             max_inflight_bytes: DEFAULT_MAX_INFLIGHT_BYTES,
             max_connections: 2 * (1 + servers + workers) + 32,
+            max_unauthenticated: DEFAULT_MAX_UNAUTHENTICATED,
         }
     }
 
@@ -54,8 +65,8 @@ impl Bounds {
         self.max_inflight_bytes.saturating_mul(workers as u64)
     }
 
-    /// The largest frame a node of `role` accepts (`ZMQ_MAXMSGSIZE`; a larger one closes its
-    /// connection): the scheduler gets headers only ([`MAX_META_BYTES`]), a server request
+    /// The longest payload frame a node of `role` accepts (a message announcing a longer one
+    /// is dropped, its pieces read and let go one at a time, [`crate::wire::pieces`]): the scheduler gets headers only ([`MAX_META_BYTES`]), a server request
     /// parts (at most `max_inflight_bytes`), a worker answers of any size ([`MAX_FRAME_BYTES`]:
     /// what it pulls is its own choice).
     pub fn max_frame_bytes(&self, role: Role) -> u64 {
@@ -84,6 +95,9 @@ pub(super) fn bounds<F: Fn(&str) -> Option<String>>(
         max_connections: vars
             .ranged("PS_MAX_CONNECTIONS", 1usize, 1 << 20)?
             .unwrap_or(default.max_connections),
+        max_unauthenticated: vars
+            .ranged("PS_MAX_UNAUTHENTICATED", 2usize, 1 << 16)?
+            .unwrap_or(default.max_unauthenticated),
     })
 }
 
@@ -109,9 +123,11 @@ mod tests {
         let b = read(&[
             ("PS_MAX_INFLIGHT_BYTES", "33554432"),
             ("PS_MAX_CONNECTIONS", " 9 "),
+            ("PS_MAX_UNAUTHENTICATED", "4"),
         ])
         .expect("set");
         assert_eq!((b.max_inflight_bytes, b.max_connections), (32 << 20, 9));
+        assert_eq!(b.max_unauthenticated, 4);
         assert_eq!(b.max_frame_bytes(Role::Server), 32 << 20);
         assert_eq!(b.max_frame_bytes(Role::Scheduler), MAX_META_BYTES as u64);
         assert_eq!(b.max_frame_bytes(Role::Worker), MAX_FRAME_BYTES);
@@ -123,5 +139,7 @@ mod tests {
         assert!(e.to_string().contains("PS_MAX_INFLIGHT_BYTES"), "{e}");
         let e = read(&[("PS_MAX_CONNECTIONS", "0")]).expect_err("zero");
         assert!(e.to_string().contains("PS_MAX_CONNECTIONS"), "{e}");
+        let e = read(&[("PS_MAX_UNAUTHENTICATED", "1")]).expect_err("one");
+        assert!(e.to_string().contains("PS_MAX_UNAUTHENTICATED"), "{e}");
     }
 }

@@ -47,6 +47,17 @@ pub enum WireError {
         /// Bytes that arrived.
         got: usize,
     },
+    /// A payload frame is longer than the receiving node's bound (`PS_MAX_INFLIGHT_BYTES` for a
+    /// server, [`MAX_META_BYTES`] for the scheduler): refused before it is read.
+    #[error("malformed message: data frame {index} of {len} bytes exceeds this node's bound of {max} bytes")]
+    OverBound {
+        /// Payload frame index.
+        index: usize,
+        /// Its length in bytes, as the meta announces it.
+        len: u64,
+        /// The node's bound.
+        max: u64,
+    },
     /// A payload frame exceeds [`MAX_FRAME_BYTES`].
     #[error("malformed message: data frame {index} of {len} bytes exceeds the limit of {MAX_FRAME_BYTES}")]
     FrameTooLarge {
@@ -85,6 +96,22 @@ pub fn encode_meta(msg: &mut Message) -> Result<Vec<u8>, WireError> {
     Ok(head)
 }
 
+/// Decodes a meta frame (frame 0 of a message) whole, nothing after it.
+///
+/// # Errors
+/// [`WireError::MetaTooLarge`], [`WireError::BadMeta`] or [`WireError::TrailingBytes`].
+pub fn decode_meta(head: &[u8]) -> Result<Meta, WireError> {
+    if head.len() > MAX_META_BYTES {
+        return Err(WireError::MetaTooLarge(head.len()));
+    }
+    let (meta, used): (Meta, usize) = bincode::serde::decode_from_slice(head, config())
+        .map_err(|e| WireError::BadMeta(e.to_string()))?;
+    if used != head.len() {
+        return Err(WireError::TrailingBytes(head.len() - used));
+    }
+    Ok(meta)
+}
+
 /// Decodes and validates a received message: frame 0 is the meta, the rest its payload.
 ///
 /// # Errors
@@ -94,15 +121,7 @@ pub fn decode_frames(mut frames: Vec<Bytes>) -> Result<Message, WireError> {
         return Err(WireError::Empty);
     }
     let data = frames.split_off(1);
-    let head = &frames[0];
-    if head.len() > MAX_META_BYTES {
-        return Err(WireError::MetaTooLarge(head.len()));
-    }
-    let (meta, used): (Meta, usize) = bincode::serde::decode_from_slice(head, config())
-        .map_err(|e| WireError::BadMeta(e.to_string()))?;
-    if used != head.len() {
-        return Err(WireError::TrailingBytes(head.len() - used));
-    }
+    let meta = decode_meta(&frames[0])?;
     if meta.frame_lens.len() != data.len() {
         return Err(WireError::FrameCount {
             announced: meta.frame_lens.len(),

@@ -11,10 +11,14 @@ mod codec;
 pub mod container;
 mod ids;
 mod meta;
+pub mod pieces;
 
-pub use codec::{decode_frames, encode_meta, WireError, MAX_FRAME_BYTES, MAX_META_BYTES};
+pub use codec::{
+    decode_frames, decode_meta, encode_meta, WireError, MAX_FRAME_BYTES, MAX_META_BYTES,
+};
 pub use ids::{place, NodeId, SCHEDULER};
 pub use meta::{BarrierFailure, Command, Control, DType, KeyRef, Meta, Node, Rendezvous, Role};
+pub use pieces::{pieces, Assembly, PIECE_BYTES};
 
 use bytes::Bytes;
 

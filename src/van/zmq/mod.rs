@@ -1,7 +1,8 @@
 //! The ZMQ van: one ROUTER socket receives from every peer, one DEALER socket per peer sends
-//! (as ps-lite's `ZMQVan`). Frames are a bincode [`crate::wire::Meta`] and raw payload frames; large
-//! payloads move without a user-space copy in either direction (`zmq_msg_init_data` over the
-//! frame's `Bytes` on send, the received `zmq_msg_t` kept as the frame's storage on receive).
+//! (as ps-lite's `ZMQVan`). Frames are a bincode [`crate::wire::Meta`] and raw payload frames,
+//! each in pieces of at most [`PIECE_BYTES`] ([`crate::wire::pieces`]); payloads move without a
+//! user-space copy on send (`zmq_msg_init_data` over slices of the frame's `Bytes`) and, for a
+//! frame of one piece, on receive (the received `zmq_msg_t` kept as the frame's storage).
 
 mod accepted;
 mod joining;
@@ -14,7 +15,10 @@ use crate::auth::zap::ZapHandler;
 use crate::auth::{Identity, Token, ZAP_DOMAIN};
 use crate::config::Config;
 use crate::error::{Error, Result};
-use crate::wire::{decode_frames, encode_meta, Message, Node, NodeId, SCHEDULER};
+use crate::wire::pieces::piece_count;
+use crate::wire::{
+    encode_meta, pieces, Assembly, Message, Node, NodeId, WireError, PIECE_BYTES, SCHEDULER,
+};
 use accepted::ConnectionCap;
 use bytes::Bytes;
 use joining::Joining;
@@ -39,11 +43,14 @@ pub struct ZmqOptions {
     pub send_timeout: Duration,
     /// With a token, every connection to and from the van authenticates ([`crate::auth`]).
     pub token: Option<Token>,
-    /// The largest frame accepted, in bytes (`ZMQ_MAXMSGSIZE`: a larger one closes its
-    /// connection); [`crate::config::Bounds::max_frame_bytes`].
+    /// The longest payload frame accepted, in bytes: a message announcing a longer one is
+    /// dropped, its pieces read and let go one at a time; [`crate::config::Bounds::max_frame_bytes`].
     pub max_frame_bytes: u64,
-    /// Connections accepted at a time (`PS_MAX_CONNECTIONS`); more are closed at once.
+    /// Connections accepted at a time (`PS_MAX_CONNECTIONS`).
     pub max_connections: usize,
+    /// Of those, connections not authenticated yet (`PS_MAX_UNAUTHENTICATED`; half of it
+    /// from one address). Over a cap, the oldest unauthenticated connection is closed.
+    pub max_unauthenticated: usize,
 }
 
 impl ZmqOptions {
@@ -54,6 +61,7 @@ impl ZmqOptions {
             token: cfg.auth.clone(),
             max_frame_bytes: cfg.bounds.max_frame_bytes(cfg.role),
             max_connections: cfg.bounds.max_connections,
+            max_unauthenticated: cfg.bounds.max_unauthenticated,
         }
     }
 }
@@ -206,9 +214,9 @@ impl ZmqVan {
         sock.set_ipv6(ip.is_ipv6()).map_err(zerr("ipv6".into()))?;
         sock.set_linger(0).map_err(zerr("linger".into()))?;
         sock.set_rcvhwm(0).map_err(zerr("rcvhwm".into()))?;
-        // A frame over the bound closes its connection before it is read whole (issue 14).
-        let max = self.opts.max_frame_bytes.min(i64::MAX as u64) as i64;
-        sock.set_maxmsgsize(max)
+        // A ZMQ frame over a piece closes its connection before it is read whole, whether the
+        // connection authenticated or not; payload frames arrive in pieces ([`crate::wire::pieces`]).
+        sock.set_maxmsgsize(PIECE_BYTES as i64)
             .and_then(|_| sock.set_handshake_ivl(HANDSHAKE_MS))
             .map_err(zerr("frame limit".into()))?;
         if self.token.is_some() {
@@ -253,7 +261,7 @@ impl Van for ZmqVan {
                 Err(e) => tried.push(format!("{addr}: {e}")),
             }
         }
-        let Some((sock, addr)) = chosen else {
+        let Some((mut sock, addr)) = chosen else {
             return Err(Error::Van(format!("cannot bind {}", tried.join("; "))));
         };
         let last = sock
@@ -267,7 +275,13 @@ impl Van for ZmqVan {
             .ok_or_else(|| {
                 Error::Van(format!("cannot read the port bound at {addr} ({last:?})"))
             })?;
-        let cap = ConnectionCap::start(&self.ctx, &sock, bound, self.opts.max_connections)?;
+        let cap = ConnectionCap::start(
+            &self.ctx,
+            &mut sock,
+            bound,
+            self.opts.max_connections,
+            self.opts.max_unauthenticated,
+        )?;
         *crate::sync::lock(&self.cap) = Some(cap);
         *self.receiver.lock().map_err(|_| Error::Stopped)? = Some(sock);
         Ok(bound)
@@ -326,7 +340,15 @@ impl Van for ZmqVan {
             sock.send(zmq::Message::from(head), flag(0)).map_err(fail)?;
         }
         for (i, frame) in msg.data.into_iter().enumerate() {
-            send_frame(&mut sock, frame, flag(i + 1)).map_err(fail)?;
+            let n = piece_count(frame.len() as u64, PIECE_BYTES);
+            for (j, piece) in pieces(frame, PIECE_BYTES).enumerate() {
+                let flags = if j as u64 + 1 < n {
+                    zmq::SNDMORE
+                } else {
+                    flag(i + 1)
+                };
+                send_frame(&mut sock, piece, flags).map_err(fail)?;
+            }
         }
         Ok(total)
     }
@@ -348,27 +370,41 @@ impl Van for ZmqVan {
             Ok(false) => return self.scheduler_answer().transpose(),
             Ok(true) => {}
         }
-        let mut frames = Vec::with_capacity(4);
+        let next = || {
+            let mut m = zmq::Message::new();
+            sock.recv(&mut m, 0).map_err(zerr("receive".into()))?;
+            Ok::<_, Error>(m)
+        };
+        // Frame 0 is the ROUTER's routing id of the connection, then the meta frame, then the
+        // payload frames' pieces.
+        let id = next()?;
+        let mut more = id.get_more();
+        let routing_id = Bytes::from_owner(ZmqFrame(id));
+        if !more {
+            return Err(WireError::Empty.into());
+        }
+        let mut head = next()?;
+        more = head.get_more();
         // What the connection proved (with a token), read off its first frame after the
         // ROUTER's routing id: `User-Id` (set by the ZAP handler) and the peer's address.
         let mut origin = None;
-        loop {
-            let mut m = zmq::Message::new();
-            sock.recv(&mut m, 0).map_err(zerr("receive".into()))?;
-            let more = m.get_more();
-            if self.token.is_some() && frames.len() == 1 {
-                let who = m.gets("User-Id").and_then(Identity::parse);
-                let address = m.gets("Peer-Address").unwrap_or("?").to_string();
-                origin = Some((who, address));
-            }
-            frames.push(Bytes::from_owner(ZmqFrame(m)));
-            if !more {
-                break;
+        if self.token.is_some() {
+            let who = head.gets("User-Id").and_then(Identity::parse);
+            origin = Some((who, head.gets("Peer-Address").unwrap_or("?").to_string()));
+        }
+        let mut assembly = Assembly::new(&head, PIECE_BYTES, self.opts.max_frame_bytes);
+        drop(head);
+        // Every piece is read, a refused message's too: the next message starts after it.
+        while more {
+            let piece = next()?;
+            more = piece.get_more();
+            if let Ok(a) = &mut assembly {
+                if let Err(e) = a.push(Bytes::from_owner(ZmqFrame(piece))) {
+                    assembly = Err(e);
+                }
             }
         }
-        // Frame 0 is the ROUTER's routing id of the connection.
-        let routing_id = frames.remove(0);
-        let msg = decode_frames(frames)?;
+        let msg = assembly?.finish()?;
         if let Some((who, address)) = origin {
             if !self.admitted(who, &address, &msg) {
                 return Ok(None);
@@ -438,19 +474,75 @@ pub(super) fn monitor(
     events: i32,
     what: &str,
 ) -> Result<zmq::Socket> {
-    // A name of its own for each monitor (a socket's address can be reused).
-    static MONITORS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let endpoint = format!(
-        "inproc://ps-monitor-{}",
-        MONITORS.fetch_add(1, Ordering::Relaxed)
-    );
+    let endpoint = monitor_endpoint();
     sock.monitor(&endpoint, events)
         .map_err(zerr(format!("{what}: monitor")))?;
+    reader(ctx, &endpoint, what)
+}
+
+/// As [`monitor`], with libzmq's event version 2 (`zmq_socket_monitor_versioned`): each event
+/// is a 64-bit kind, a count of 64-bit values, the values, then the local and the remote
+/// address.
+///
+/// # Errors
+/// [`Error::Van`] when libzmq cannot set it up.
+pub(super) fn monitor_v2(
+    ctx: &zmq::Context,
+    sock: &mut zmq::Socket,
+    events: i32,
+    what: &str,
+) -> Result<zmq::Socket> {
+    extern "C" {
+        // libzmq 4.3.4 compiles this function whether or not its DRAFT API is on, but declares
+        // it `extern "C"` only with it, and zmq-sys builds libzmq without: the symbol is the
+        // C++ one, `int zmq_socket_monitor_versioned(void*, const char*, uint64_t, int, int)`.
+        #[link_name = "_Z28zmq_socket_monitor_versionedPvPKcmii"]
+        fn zmq_socket_monitor_versioned(
+            s: *mut std::ffi::c_void,
+            addr: *const std::ffi::c_char,
+            events: u64,
+            event_version: std::ffi::c_int,
+            kind: std::ffi::c_int,
+        ) -> std::ffi::c_int;
+    }
+    let endpoint = monitor_endpoint();
+    let c =
+        std::ffi::CString::new(endpoint.clone()).map_err(|e| Error::Van(format!("{what}: {e}")))?;
+    // SAFETY: a live socket (libzmq guards its monitor with its own lock) and a NUL-terminated
+    // endpoint that outlives the call.
+    let rc = unsafe {
+        zmq_socket_monitor_versioned(
+            sock.as_mut_ptr(),
+            c.as_ptr(),
+            events as u64,
+            2,
+            zmq_sys::ZMQ_PAIR as _,
+        )
+    };
+    if rc != 0 {
+        // SAFETY: reads the calling thread's libzmq error.
+        let e = zmq::Error::from_raw(unsafe { zmq_sys::zmq_errno() });
+        return Err(Error::Van(format!("{what}: monitor: {e}")));
+    }
+    reader(ctx, &endpoint, what)
+}
+
+/// A name of its own for each monitor (a socket's address can be reused).
+fn monitor_endpoint() -> String {
+    static MONITORS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    format!(
+        "inproc://ps-monitor-{}",
+        MONITORS.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// The PAIR socket of `ctx` that reads the monitor at `endpoint`.
+fn reader(ctx: &zmq::Context, endpoint: &str, what: &str) -> Result<zmq::Socket> {
     let reader = ctx
         .socket(zmq::PAIR)
         .map_err(zerr(format!("{what}: monitor socket")))?;
     reader
-        .connect(&endpoint)
+        .connect(endpoint)
         .map_err(zerr(format!("{what}: cannot read {endpoint}")))?;
     Ok(reader)
 }
