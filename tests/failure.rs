@@ -218,3 +218,42 @@ fn a_worker_whose_application_failed_makes_every_node_exit_non_zero_naming_it() 
         }
     }
 }
+
+#[test]
+fn a_timeout_shorter_than_a_loss_takes_to_be_known_is_named_once_at_start() {
+    // A scheduler alone, whose start-up gives up after a second: what it says at start is all
+    // this test reads.
+    let run = |extra: &[(&str, &str)]| {
+        let port = pslite::free_port().expect("free port").to_string();
+        let o = std::process::Command::new(env!("CARGO_BIN_EXE_pslite-scheduler"))
+            .envs([
+                ("DMLC_PS_ROOT_URI", "127.0.0.1"),
+                ("DMLC_PS_ROOT_PORT", port.as_str()),
+                ("DMLC_NUM_SERVER", "1"),
+                ("DMLC_NUM_WORKER", "1"),
+                ("PS_TIMEOUT", "1"),
+                ("PS_AUTH", "none"),
+            ])
+            .env_remove("RUST_LOG")
+            .envs(extra.iter().copied())
+            .output()
+            .expect("run");
+        let err = String::from_utf8_lossy(&o.stderr).to_string();
+        assert!(!o.status.success(), "the start-up gives up: {err}");
+        (err.matches("PS_TIMEOUT (1 s) is not longer than").count(), err)
+    };
+    let (n, err) = run(&[("PS_CHECKPOINT_DIR", "/nonexistent")]);
+    assert_eq!(n, 1, "{err}");
+    assert!(
+        err.contains(
+            "PS_HEARTBEAT_TIMEOUT (10 s) + PS_HEARTBEAT_INTERVAL (1 s) + PS_RECOVERY_TIMEOUT \
+             (60 s, a lost node is awaited with PS_CHECKPOINT_DIR) = 71 s"
+        ),
+        "{err}"
+    );
+    let (n, err) = run(&[
+        ("PS_HEARTBEAT_TIMEOUT", "0.5"),
+        ("PS_HEARTBEAT_INTERVAL", "0.1"),
+    ]);
+    assert_eq!(n, 0, "1 s outlasts 0.6 s: {err}");
+}

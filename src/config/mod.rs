@@ -11,7 +11,7 @@
 //! | `DMLC_INTERFACE` | network interface whose address (of the scheduler's family) to listen on | interface name | — |
 //! | `DMLC_PS_VAN_TYPE` | the van | `zmq`, or `rdma` (also `ibverbs`) in a build with the cargo feature `rdma` (its `RDMA_*` variables: [`crate::van::rdma::RdmaConfig`]) | `zmq` |
 //! | `PS_VERBOSE` | log level | 0 (warnings), 1 (info), 2 (debug), 3 (trace) | 0 |
-//! | `PS_TIMEOUT` | deadline of every wait: start-up, barrier, `wait(ts)` | seconds, > 0 | 60 |
+//! | `PS_TIMEOUT` | deadline of every wait: start-up, barrier, `wait(ts)`; a value not longer than [`Config::loss_horizon`] is warned about at start | seconds, > 0 | 60, or the loss horizon + 10 when that is longer (with `PS_CHECKPOINT_DIR`: 81) |
 //! | `PS_HEARTBEAT_INTERVAL` | how often a node tells the scheduler it is alive | seconds, > 0 | 1 |
 //! | `PS_HEARTBEAT_TIMEOUT` | silence after which the scheduler declares a node lost | seconds, > 0 | 10 |
 //! | `PS_DATA_VALIDATION` | rendezvous pulls carry and check a crc32c of the content | 0 or 1 | 0 |
@@ -59,6 +59,10 @@ use vars::Vars;
 
 /// Default of `PS_TIMEOUT`: 60 s.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// How much longer than [`Config::loss_horizon`] the default `PS_TIMEOUT` is: time for the
+/// scheduler's verdict to reach the node that waits.
+pub const LOSS_MARGIN: Duration = Duration::from_secs(10);
 
 /// `PS_TIMEOUT` of this process's environment (its default when unset), for a wait before a
 /// node's configuration is read (`pslite-launch task` waiting for the scheduler's name).
@@ -270,11 +274,63 @@ impl Config {
             bounds: Bounds::default_for(1, 1),
         })
         .and_then(|mut c| {
+            // The default waits out a loss and its replacement: a wait on a node that died
+            // then ends with the scheduler's verdict, not a timeout blaming whoever was slow.
+            if vars.seconds("PS_TIMEOUT")?.is_none() {
+                c.timeout = c.timeout.max(c.loss_horizon() + LOSS_MARGIN);
+            }
             c.bounds = bounds::bounds(&vars, c.num_servers, c.num_workers)?;
             // Whether a token is needed depends on where this node listens.
             c.auth = auth::auth(&vars, (&root_uri, root_port), &c.node_host)?;
             Ok(c)
         })
+    }
+
+    /// How long after a node dies the nodes waiting on it may still be waiting for the
+    /// scheduler's verdict: `PS_HEARTBEAT_TIMEOUT` + `PS_HEARTBEAT_INTERVAL` until it is
+    /// declared lost, plus, with `PS_CHECKPOINT_DIR` (a lost node is awaited),
+    /// `PS_RECOVERY_TIMEOUT` for its replacement.
+    pub fn loss_horizon(&self) -> Duration {
+        let awaited = self
+            .checkpoint
+            .as_ref()
+            .map_or(Duration::ZERO, |c| c.recovery_timeout);
+        self.heartbeat_timeout + self.heartbeat_interval + awaited
+    }
+
+    /// What a node says at start when `PS_TIMEOUT` is not longer than
+    /// [`loss_horizon`](Self::loss_horizon) (only an explicit value can be: the default
+    /// follows it), naming the variables; `None` otherwise.
+    pub fn timeout_warning(&self) -> Option<String> {
+        let horizon = self.loss_horizon();
+        if self.timeout > horizon {
+            return None;
+        }
+        let s = |d: Duration| format!("{} s", d.as_secs_f64());
+        let recovery = match &self.checkpoint {
+            Some(c) => format!(
+                " + PS_RECOVERY_TIMEOUT ({}, a lost node is awaited with PS_CHECKPOINT_DIR)",
+                s(c.recovery_timeout)
+            ),
+            None => String::new(),
+        };
+        Some(format!(
+            "PS_TIMEOUT ({}) is not longer than PS_HEARTBEAT_TIMEOUT ({}) + \
+             PS_HEARTBEAT_INTERVAL ({}){recovery} = {}: a wait on a node that dies ends at \
+             PS_TIMEOUT with a timeout, naming whoever it waited on, before the scheduler says \
+             the node was lost{}; set PS_TIMEOUT above {} or leave it unset (its default \
+             follows these)",
+            s(self.timeout),
+            s(self.heartbeat_timeout),
+            s(self.heartbeat_interval),
+            s(horizon),
+            if self.checkpoint.is_some() {
+                " or its replacement takes over"
+            } else {
+                ""
+            },
+            s(horizon)
+        ))
     }
 
     /// The `tracing` level filter of `PS_VERBOSE`.
@@ -435,6 +491,53 @@ mod tests {
         ("DMLC_NUM_SERVER", "2"),
         ("DMLC_NUM_WORKER", "3"),
     ];
+
+    #[test]
+    fn the_default_timeout_outlasts_a_loss_and_its_replacement_and_a_short_one_is_named() {
+        let with = |extra: &[(&str, &str)]| {
+            let mut pairs = BASE.to_vec();
+            pairs.extend_from_slice(extra);
+            load(&pairs).expect("valid")
+        };
+        // Without checkpoints a loss is known after 11 s: the default 60 s outlasts it.
+        let c = with(&[]);
+        assert_eq!(
+            (c.loss_horizon(), c.timeout),
+            (Duration::from_secs(11), DEFAULT_TIMEOUT)
+        );
+        assert_eq!(c.timeout_warning(), None);
+        // With them, the replacement is awaited 60 s more: the default follows (81 s).
+        let c = with(&[("PS_CHECKPOINT_DIR", "/tmp/cp")]);
+        assert_eq!(c.loss_horizon(), Duration::from_secs(71));
+        assert_eq!(c.timeout, Duration::from_secs(81));
+        assert_eq!(c.timeout_warning(), None);
+        let c = with(&[
+            ("PS_CHECKPOINT_DIR", "/tmp/cp"),
+            ("PS_RECOVERY_TIMEOUT", "200"),
+            ("PS_HEARTBEAT_TIMEOUT", "30"),
+        ]);
+        assert_eq!(c.timeout, Duration::from_secs(241));
+        // An explicit value is kept, and named at start when it is too short.
+        let c = with(&[("PS_CHECKPOINT_DIR", "/tmp/cp"), ("PS_TIMEOUT", "60")]);
+        assert_eq!(c.timeout, Duration::from_secs(60));
+        let w = c.timeout_warning().expect("too short");
+        assert!(
+            w.contains(
+                "PS_TIMEOUT (60 s) is not longer than PS_HEARTBEAT_TIMEOUT (10 s) + \
+                 PS_HEARTBEAT_INTERVAL (1 s) + PS_RECOVERY_TIMEOUT (60 s, a lost node is \
+                 awaited with PS_CHECKPOINT_DIR) = 71 s"
+            ) && w.contains("set PS_TIMEOUT above 71 s or leave it unset"),
+            "{w}"
+        );
+        let w = with(&[("PS_TIMEOUT", "4")])
+            .timeout_warning()
+            .expect("short");
+        assert!(
+            w.contains("PS_TIMEOUT (4 s) is not longer than PS_HEARTBEAT_TIMEOUT (10 s) + PS_HEARTBEAT_INTERVAL (1 s) = 11 s"),
+            "{w}"
+        );
+        assert_eq!(with(&[("PS_TIMEOUT", "12")]).timeout_warning(), None);
+    }
 
     #[test]
     fn full_config_parses_with_defaults() {

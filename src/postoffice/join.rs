@@ -187,6 +187,15 @@ pub(super) fn warn_if_unauthenticated(cfg: &crate::config::Config) {
     }
 }
 
+/// Says once per process, at a node's start, when `PS_TIMEOUT` ends waits before a lost
+/// node can be declared lost or replaced ([`crate::config::Config::timeout_warning`]).
+pub(super) fn warn_if_timeout_short(cfg: &crate::config::Config) {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    if let Some(w) = cfg.timeout_warning() {
+        ONCE.call_once(|| tracing::warn!("{w}"));
+    }
+}
+
 /// Warns when the scheduler's address is a host name (not `localhost`) that resolves to
 /// loopback here: Debian's /etc/hosts maps a host's own name to 127.0.1.1, and then no other
 /// host can reach the scheduler.

@@ -202,6 +202,7 @@ impl Postoffice {
         };
         join::warn_if_loopback_name(&cfg.root_uri);
         join::warn_if_unauthenticated(&cfg);
+        join::warn_if_timeout_short(&cfg);
         let port = van.bind(&host, port).map_err(|e| {
             let var = if is_scheduler {
                 "DMLC_PS_ROOT_URI and DMLC_PS_ROOT_PORT (the scheduler listens there)"
