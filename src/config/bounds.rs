@@ -14,9 +14,9 @@ use crate::wire::{Role, MAX_FRAME_BYTES, MAX_META_BYTES};
 /// Default of `PS_MAX_INFLIGHT_BYTES`: 256 MiB per worker.
 pub const DEFAULT_MAX_INFLIGHT_BYTES: u64 = 256 << 20;
 
-/// Default of `PS_MAX_UNAUTHENTICATED`: 32 connections (32 MiB of frames at most), 16 from one
-/// address.
-pub const DEFAULT_MAX_UNAUTHENTICATED: usize = 32;
+/// Default of `PS_MAX_UNAUTHENTICATED`: 16 connections, 8 from one address (a server or worker
+/// holds at most 16 frames of 4 MiB for them, the scheduler 16 of 1 MiB).
+pub const DEFAULT_MAX_UNAUTHENTICATED: usize = 16;
 
 /// Smallest `PS_MAX_INFLIGHT_BYTES`: a request's header alone may take 1 MiB.
 pub const MIN_INFLIGHT_BYTES: u64 = MAX_META_BYTES as u64;

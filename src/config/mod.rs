@@ -30,7 +30,7 @@
 //! | `PS_AUTH` | `none` runs without authentication where a token would be required (warns) | `none` | — |
 //! | `PS_MAX_INFLIGHT_BYTES` | a worker's requests sent and not yet answered, in bytes (payload + 1 KiB each); beyond it a push/pull blocks until earlier ones complete (at most `PS_TIMEOUT`). A server parks at most this much per worker and takes no longer payload frame ([`Bounds`]); the same on every node | bytes, 2²⁰–2⁴⁰ | 268435456 |
 //! | `PS_MAX_CONNECTIONS` | connections a node accepts at a time; over it, the oldest one that has not authenticated is closed | whole number ≥ 1 | 2 × (nodes) + 32 |
-//! | `PS_MAX_UNAUTHENTICATED` | of those, connections whose handshake has not succeeded yet (each can make the node hold one frame of at most 1 MiB), and half of it from one address; over either, the oldest such connection in its scope is closed | whole number ≥ 2 | 32 |
+//! | `PS_MAX_UNAUTHENTICATED` | of those, connections whose handshake has not succeeded yet (each can make the node hold one ZMQ frame of at most 4 MiB, 1 MiB at the scheduler), and half of it from one address; over either, the oldest such connection in its scope is closed | whole number ≥ 2 | 16 |
 //! | `PS_METRICS_PORT` | serve this node's Prometheus metrics at `http://<PS_METRICS_HOST>:PORT/metrics` ([`crate::metrics`]) | port 0–65535 (0: any free port, logged) | off |
 //! | `PS_METRICS_HOST` | the address the metrics listen on; the endpoint has no authentication, so it is loopback unless asked | an address of this host, or `node` (the listening address) | 127.0.0.1 (`::1` for a node on IPv6) |
 //! | `PSLITE_RANK` | rank this server/worker asks for (the launcher sets it) | whole number ≥ 0 | registration order |

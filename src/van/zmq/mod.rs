@@ -214,9 +214,11 @@ impl ZmqVan {
         sock.set_ipv6(ip.is_ipv6()).map_err(zerr("ipv6".into()))?;
         sock.set_linger(0).map_err(zerr("linger".into()))?;
         sock.set_rcvhwm(0).map_err(zerr("rcvhwm".into()))?;
-        // A ZMQ frame over a piece closes its connection before it is read whole, whether the
-        // connection authenticated or not; payload frames arrive in pieces ([`crate::wire::pieces`]).
-        sock.set_maxmsgsize(PIECE_BYTES as i64)
+        // A ZMQ frame over a piece (or this role's bound, if less) closes its connection before
+        // it is read whole, whether the connection authenticated or not; payload frames arrive
+        // in pieces ([`crate::wire::pieces`]).
+        let max = self.opts.max_frame_bytes.min(PIECE_BYTES as u64) as i64;
+        sock.set_maxmsgsize(max)
             .and_then(|_| sock.set_handshake_ivl(HANDSHAKE_MS))
             .map_err(zerr("frame limit".into()))?;
         if self.token.is_some() {
