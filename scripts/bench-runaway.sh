@@ -4,14 +4,14 @@
 # requests for an application no server serves to server 0 as soon as server 0 has started —
 # each is parked there for 5 s, then refused. Figure: the whole job's wall time (pslite-launch
 # start to exit, both workers' sums exact), medians of RUNS rounds, the order alternating.
-# Usage: scripts/bench-runaway.sh [RUNS] [COUNT] [REPEAT]      (defaults 5, 200000, 400)
+# Usage: scripts/bench-runaway.sh [RUNS] [COUNT] [REPEAT]      (defaults 5, 200000, 10000)
 #   REPEAT: kv-app's --repeat (the job's length).
 # Bounded: every run is time-limited, all traffic is on 127.0.0.1.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUNS=${1:-5}
 COUNT=${2:-200000}
-REPEAT=${3:-400}
+REPEAT=${3:-10000}
 cargo build --release --quiet --bin pslite-launch --example runaway_client
 . scripts/bench-lib.sh
 PS_AUTH_TOKEN=$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')

@@ -240,7 +240,10 @@ fn a_timeout_shorter_than_a_loss_takes_to_be_known_is_named_once_at_start() {
             .expect("run");
         let err = String::from_utf8_lossy(&o.stderr).to_string();
         assert!(!o.status.success(), "the start-up gives up: {err}");
-        (err.matches("PS_TIMEOUT (1 s) is not longer than").count(), err)
+        (
+            err.matches("PS_TIMEOUT (1 s) is not longer than").count(),
+            err,
+        )
     };
     let (n, err) = run(&[("PS_CHECKPOINT_DIR", "/nonexistent")]);
     assert_eq!(n, 1, "{err}");

@@ -31,6 +31,9 @@ pub struct Routes {
     cap: u64,
     /// Warnings about requests refused for the cap, per sender.
     warned: RateLimited,
+    /// Warnings about answers for no route, per sender (a runaway member's refused requests
+    /// come back as many answers).
+    unrouted: RateLimited,
 }
 
 /// What a parked request counts against the cap: its payload and
@@ -70,6 +73,7 @@ impl Routes {
             parked_bytes: 0,
             cap,
             warned: RateLimited::default(),
+            unrouted: RateLimited::default(),
         }
     }
 
@@ -152,10 +156,15 @@ impl Routes {
                 self.parked_bytes += cost;
                 self.parked.push_back((now, route, msg));
             }
-            None => tracing::warn!(
-                "dropped an answer from {} for unknown {route:?}",
-                Node::describe(m.sender)
-            ),
+            None => {
+                let from = Node::describe(m.sender);
+                if let Some(n) = self.unrouted.admit(&from, now) {
+                    tracing::warn!(
+                        "dropped an answer from {from} for unknown {route:?}{}",
+                        crate::auth::limit::more(n)
+                    );
+                }
+            }
         }
         None
     }

@@ -10,13 +10,13 @@
 //! kept as received; only one of several pieces is copied into one buffer. No IO here.
 
 use super::codec::decode_meta;
-use super::{Message, Meta, WireError, MAX_META_BYTES};
+use super::{Message, Meta, WireError};
 use bytes::{Bytes, BytesMut};
 
 /// The longest ZMQ frame a van sends: 4 MiB, so that values of up to 4 MiB (BytePS's default
 /// partition is 4 MB) travel in one piece, uncopied. A node takes no ZMQ frame longer than
 /// this or than its role's frame bound, whichever is less (the scheduler's:
-/// [`MAX_META_BYTES`], 1 MiB).
+/// [`MAX_META_BYTES`](super::MAX_META_BYTES), 1 MiB).
 pub const PIECE_BYTES: usize = 4 << 20;
 
 /// How many pieces of `piece` bytes a frame of `len` bytes leaves in: at least one (an empty
