@@ -24,7 +24,7 @@ fn main() -> Result<(), Box<dyn Error>> {
     let token = Token::new(&std::env::var("PS_AUTH_TOKEN").map_err(|_| "no PS_AUTH_TOKEN")?)?;
     let ctx = zmq::Context::new();
     let sock = ctx.socket(zmq::DEALER)?;
-    let (user, password) = token.credential(Identity::Node(9));
+    let (user, password) = token.credential(Identity::Node(9), 8);
     sock.set_plain_username(Some(&user))?;
     sock.set_plain_password(Some(&password))?;
     sock.set_sndhwm(0)?;

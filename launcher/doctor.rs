@@ -247,11 +247,18 @@ fn scheduler(cfg: &Config) -> Check {
 /// The cluster's token.
 fn token(cfg: &Config) -> Check {
     match &cfg.auth {
-        Some(t) => ok(
+        Some(pslite::auth::Secret::Token(t)) => ok(
             "token",
             format!(
                 "PS_AUTH_TOKEN(_FILE) set, {} bytes (every node needs the same)",
                 t.expose().len()
+            ),
+        ),
+        Some(pslite::auth::Secret::Key(k)) => ok(
+            "token",
+            format!(
+                "PS_AUTH_NODE_KEY set: this node proves {} only",
+                pslite::wire::Node::describe(k.id())
             ),
         ),
         None if std::env::var("PS_AUTH").is_ok_and(|v| v.trim() == "none") => bad(

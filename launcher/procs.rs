@@ -85,6 +85,38 @@ pub struct Restarts {
     pub used: usize,
 }
 
+/// The variables that carry the cluster's token, which a node given its key does not get.
+const SHARED_SECRET: [&str; 2] = ["PS_AUTH_TOKEN", "PS_AUTH_TOKEN_FILE"];
+
+/// The key (hex) of `node`'s id, for a server or worker with a rank when the cluster has a
+/// token (in `vars`, or the launcher's own `PS_AUTH_TOKEN` or `PS_AUTH_TOKEN_FILE`); `None`
+/// otherwise.
+///
+/// # Errors
+/// The launcher's token file cannot be read, or its token is refused.
+fn node_key(node: &Node, vars: &[(&str, String)]) -> Result<Option<String>, String> {
+    let id = match (node.role, node.rank) {
+        ("server", Some(r)) => pslite::wire::Node::server_id(r),
+        ("worker", Some(r)) => pslite::wire::Node::worker_id(r),
+        _ => return Ok(None),
+    };
+    let own = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
+    let token = match vars.iter().find(|(k, _)| *k == "PS_AUTH_TOKEN") {
+        Some((_, t)) => Some(
+            pslite::auth::Token::new(t).map_err(|why| format!("PS_AUTH_TOKEN refused: {why}"))?,
+        ),
+        None => match (own("PS_AUTH_TOKEN"), own("PS_AUTH_TOKEN_FILE")) {
+            (Some(t), _) => Some(
+                pslite::auth::Token::new(&t)
+                    .map_err(|why| format!("PS_AUTH_TOKEN refused: {why}"))?,
+            ),
+            (None, Some(f)) => Some(pslite::auth::Token::from_file(&f)?),
+            (None, None) => None,
+        },
+    };
+    Ok(token.map(|t| t.node_key(id).to_hex()))
+}
+
 /// Starts `node` with its role, rank and arguments, its output lines prefixed with
 /// `[<name>] `; prints its pid to stderr.
 pub fn spawn(launch: &Launch<'_>, node: Node) -> Result<Proc, String> {
@@ -94,6 +126,13 @@ pub fn spawn(launch: &Launch<'_>, node: Node) -> Result<Proc, String> {
         vars.push(("PSLITE_RANK", r.to_string()));
     }
     vars.push((LAUNCHER_VAR, "1".into()));
+    // A server or worker gets its own key instead of the cluster's token: it can then prove
+    // its own identity only (pslite::auth). The scheduler keeps the token.
+    let key = node_key(&node, &vars)?;
+    if let Some(k) = &key {
+        vars.retain(|(name, _)| !SHARED_SECRET.contains(name));
+        vars.push(("PS_AUTH_NODE_KEY", k.clone()));
+    }
     if launch.metrics {
         // Any free port, chosen by the node as it binds (no race between nodes picking ports),
         // which prints where: "[server 0] pslite: server metrics at http://…/metrics".
@@ -113,7 +152,10 @@ pub fn spawn(launch: &Launch<'_>, node: Node) -> Result<Proc, String> {
                 .arg(host)
                 .arg(line)
                 .stdin(Stdio::piped());
-            (cmd, Some(env_block(std::env::vars_os(), &vars)?))
+            let inherited = std::env::vars_os().filter(|(name, _)| {
+                key.is_none() || !SHARED_SECRET.iter().any(|s| name.as_os_str() == *s)
+            });
+            (cmd, Some(env_block(inherited, &vars)?))
         }
         _ => {
             let mut cmd = match &node.command {
@@ -133,6 +175,11 @@ pub fn spawn(launch: &Launch<'_>, node: Node) -> Result<Proc, String> {
                     cmd
                 }
             };
+            if key.is_some() {
+                for name in SHARED_SECRET {
+                    cmd.env_remove(name);
+                }
+            }
             cmd.envs(vars.iter().map(|(k, v)| (k, v)))
                 .stdin(Stdio::null());
             if !launch.metrics {

@@ -47,7 +47,7 @@ fn a_member_cannot_make_a_node_hold_memory_without_bound() {
     let ctx = zmq::Context::new();
     // 400 pushes of 1 MiB for an application nobody serves, 1 ms apart: without the cap
     // they would all wait 5 s at server 0 (400 MiB).
-    let member = dealer(&ctx, server, Some(token.credential(Identity::Node(9))));
+    let member = dealer(&ctx, server, Some(token.credential(Identity::Node(9), 8)));
     let frames = push(77, 1 << 20);
     for _ in 0..400 {
         member.send_multipart(frames.iter(), 0).expect("send");
@@ -57,7 +57,11 @@ fn a_member_cannot_make_a_node_hold_memory_without_bound() {
     member
         .send_multipart(push(78, 200 << 20).iter(), 0)
         .expect("send");
-    let at_scheduler = dealer(&ctx, port, Some(token.credential(Identity::Node(9))));
+    let at_scheduler = dealer(
+        &ctx,
+        port,
+        Some(token.credential(Identity::Node(9), pslite::wire::SCHEDULER)),
+    );
     at_scheduler
         .send_multipart(push(79, 64 << 20).iter(), 0)
         .expect("send");

@@ -1,5 +1,6 @@
-//! Issue 14: only members talk to the cluster. Real processes on loopback (`pslite-launch
-//! local`, which draws a token per run, or is given one), attacked with a stock ZMQ client.
+//! Only members talk to the cluster, and a member speaks only as itself. Real processes on
+//! loopback (`pslite-launch local`, which draws a token per run, or is given one, and gives
+//! each server and worker only its own key), attacked with a stock ZMQ client.
 
 mod common;
 
@@ -26,7 +27,7 @@ fn strangers_cannot_stop_the_cluster_and_are_named_in_a_warning() {
     let other = Token::new("another cluster's token, 0123456789").expect("token");
     attack(
         port,
-        Some(other.credential(Identity::Node(1))),
+        Some(other.credential(Identity::Node(1), SCHEDULER)),
         &terminate(1),
         10,
     );
@@ -39,7 +40,7 @@ fn strangers_cannot_stop_the_cluster_and_are_named_in_a_warning() {
     assert!(
         refused
             .iter()
-            .any(|l| l.contains("its proof of PS_AUTH_TOKEN as node:1 does not match")),
+            .any(|l| l.contains("its proof as node:1 does not match")),
         "{out}"
     );
     // Rate-limited: libzmq retries a refused connection, the warnings do not follow it.
@@ -78,7 +79,12 @@ fn strangers_cannot_push_release_a_barrier_or_register() {
         .expect("encode")
         .to_vec();
     attack(port, None, &add, 20);
-    attack(port, Some(other.credential(Identity::Joiner)), &add, 20);
+    attack(
+        port,
+        Some(other.credential(Identity::Joiner, SCHEDULER)),
+        &add,
+        20,
+    );
     let server = |who: &str| {
         let line = run.wait_line(&format!("{who} started: "));
         common::attack::port_of(&line, who)
@@ -103,7 +109,7 @@ fn strangers_cannot_push_release_a_barrier_or_register() {
         pslite::wire::encode_meta(&mut m).expect("encode").to_vec()
     };
     let ctx = zmq::Context::new();
-    for credential in [None, Some(other.credential(Identity::Node(9)))] {
+    for credential in [None, Some(other.credential(Identity::Node(9), 8))] {
         let to_s0 = common::attack::dealer(&ctx, s0, credential.clone());
         for _ in 0..5 {
             to_s0.send_multipart(push.iter(), zmq::DONTWAIT).ok();
@@ -111,7 +117,7 @@ fn strangers_cannot_push_release_a_barrier_or_register() {
         let to_s1 = common::attack::dealer(
             &ctx,
             s1,
-            credential.map(|_| other.credential(Identity::Node(SCHEDULER))),
+            credential.map(|_| other.credential(Identity::Node(SCHEDULER), 10)),
         );
         for _ in 0..5 {
             to_s1.send(release.as_slice(), zmq::DONTWAIT).ok();
@@ -127,8 +133,8 @@ fn strangers_cannot_push_release_a_barrier_or_register() {
         assert!(out.contains(&format!("{who} started: ")), "{shown}");
     }
     assert!(
-        shown.contains("its proof of PS_AUTH_TOKEN as join does not match")
-            && shown.contains("its proof of PS_AUTH_TOKEN as node:9 does not match"),
+        shown.contains("its proof as join does not match")
+            && shown.contains("its proof as node:9 does not match"),
         "{shown}"
     );
 }
@@ -144,13 +150,13 @@ fn a_member_cannot_speak_for_another_node() {
     let token = Token::new(TOKEN).expect("token");
     attack(
         port,
-        Some(token.credential(Identity::Node(11))),
+        Some(token.credential(Identity::Node(11), SCHEDULER)),
         &terminate(SCHEDULER),
         3,
     );
     attack(
         port,
-        Some(token.credential(Identity::Joiner)),
+        Some(token.credential(Identity::Joiner, SCHEDULER)),
         &terminate(-1),
         3,
     );
@@ -173,9 +179,14 @@ fn a_member_cannot_speak_for_another_node() {
 /// NODE_REPLACED telling `to` that server rank 0 (id 8) now listens at 127.0.0.1:`port`, as
 /// the scheduler would send it.
 fn node_replaced(to: i32, port: u16) -> Vec<u8> {
+    node_replaced_from(SCHEDULER, to, port)
+}
+
+/// [`node_replaced`], written as if `sender` sent it.
+fn node_replaced_from(sender: i32, to: i32, port: u16) -> Vec<u8> {
     use pslite::wire::{encode_meta, Command, Control, Message, Meta, Node, Role};
     let mut msg = Message::new(Meta {
-        sender: SCHEDULER,
+        sender,
         ..Meta::for_control(
             to,
             Control {
@@ -196,7 +207,8 @@ fn node_replaced(to: i32, port: u16) -> Vec<u8> {
 
 #[test]
 fn a_member_cannot_move_a_server_with_a_forged_node_replaced() {
-    // A member proves to be the scheduler (one shared token allows it) and tells worker 0 that
+    // The token's holder proves to be the scheduler (a member holding only its key cannot:
+    // `a_member_holding_worker_0s_key_speaks_as_no_one_else`) and tells worker 0 that
     // server 0 now listens at a port of its own. Without checkpoints no node is ever replaced:
     // worker 0 keeps its server and kv-app ends exact.
     let port = pslite::free_port().expect("port");
@@ -210,7 +222,7 @@ fn a_member_cannot_move_a_server_with_a_forged_node_replaced() {
     let token = Token::new(TOKEN).expect("token");
     attack(
         worker,
-        Some(token.credential(Identity::Node(SCHEDULER))),
+        Some(token.credential(Identity::Node(SCHEDULER), 9)),
         &node_replaced(9, sink),
         3,
     );
@@ -258,8 +270,8 @@ fn a_node_with_another_token_is_refused_with_the_reason() {
     assert!(!o.status.success(), "{out}");
     assert!(t0.elapsed() < Duration::from_secs(15), "{out}");
     assert!(
-        out.contains("refused this node's proof of PS_AUTH_TOKEN")
-            && out.contains("this node's token differs from the scheduler's"),
+        out.contains("refused this node's proof (ZAP status 400)")
+            && out.contains("this node's PS_AUTH_TOKEN differs from the scheduler's"),
         "{out}"
     );
     assert!(!out.contains(wrong) && !out.contains(TOKEN), "{out}");
@@ -328,7 +340,13 @@ fn an_in_process_cluster_with_a_token_pushes_and_pulls_exact_sums() {
         2,
         2,
         20.0,
-        |c| c.auth = Some(Token::new("the in-process test token, 0123").expect("token")),
+        |c| {
+            c.auth = Some(
+                Token::new("the in-process test token, 0123")
+                    .expect("token")
+                    .into(),
+            )
+        },
         common::serve_default::<f32>,
     );
     let keys = [5, u64::MAX / 2 + 3];
@@ -446,12 +464,12 @@ fn forged_heartbeats_do_not_keep_a_killed_worker_alive() {
         common::attack::dealer(
             &ctx,
             port.parse().expect("port"),
-            Some(other.credential(Identity::Node(11))),
+            Some(other.credential(Identity::Node(11), SCHEDULER)),
         ),
         common::attack::dealer(
             &ctx,
             port.parse().expect("port"),
-            Some(member.credential(Identity::Node(9))),
+            Some(member.credential(Identity::Node(9), SCHEDULER)),
         ),
     ];
     while t0.elapsed() < Duration::from_secs(20) {
@@ -485,4 +503,109 @@ fn forged_heartbeats_do_not_keep_a_killed_worker_alive() {
         took < Duration::from_secs(15),
         "the scheduler still waited for worker 1 after {took:?}: {err}"
     );
+}
+
+#[test]
+fn pslite_launch_gives_servers_and_workers_their_key_and_not_the_token() {
+    let out = Process::new(env!("CARGO_BIN_EXE_pslite-launch"))
+        .args(["local", "--servers", "1", "--workers", "1", "--worker-cmd"])
+        .arg("echo key=${PS_AUTH_NODE_KEY:+set} token=${PS_AUTH_TOKEN:-none}${PS_AUTH_TOKEN_FILE:-}; exit 3")
+        .env("PS_AUTH_TOKEN", TOKEN)
+        .env("PS_TIMEOUT", "5")
+        .output()
+        .expect("run");
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "the worker exits 3:\n{text}");
+    assert!(text.contains("[worker 0] key=set token=none"), "{text}");
+    assert!(!text.contains(TOKEN), "{text}");
+}
+
+#[test]
+fn a_member_holding_worker_0s_key_speaks_as_no_one_else() {
+    use pslite::auth::{NodeKey, Secret};
+    use pslite::wire::{encode_meta, Command, Control, Message, Meta, Node, Role};
+    let port = pslite::free_port().expect("free port");
+    let run = Launched::kv_app_s2w2(port, 2000, &[("PS_AUTH_TOKEN", TOKEN), ("PS_VERBOSE", "1")]);
+    let s0 = common::attack::port_of(&run.wait_line("server rank 0 (id 8) started: "), "(id 8)");
+    let s1 = common::attack::port_of(&run.wait_line("server rank 1 (id 10) started: "), "(id 10)");
+    run.wait_line("worker rank 1 (id 11) started: ");
+    // What a hostile worker 0 holds: its key (PS_AUTH_NODE_KEY) and the credentials the
+    // scheduler's table gave it for the servers.
+    let token = Token::new(TOKEN).expect("token");
+    let key = NodeKey::from_hex(9, &token.node_key(9).to_hex()).expect("key");
+    let member = Secret::Key(key.clone());
+    let reach: std::collections::HashMap<i32, String> = [8, 10]
+        .map(|s| (s, token.credential(Identity::Node(9), s).1))
+        .into();
+    for (who, to) in [(SCHEDULER, 8), (11, 8)] {
+        let e = member
+            .credential(Identity::Node(who), to, &reach)
+            .expect_err("not its own identity");
+        assert!(e.contains("holds the key of node:9 only"), "{e}");
+    }
+    let ctx = zmq::Context::new();
+    let as_itself = |port, to| {
+        let c = member
+            .credential(Identity::Node(9), to, &reach)
+            .expect("its own");
+        common::attack::dealer(&ctx, port, Some(c))
+    };
+    // What it can compute, offered as the scheduler to server 0 and as worker 1 to server 1.
+    let forged = [
+        common::attack::dealer(
+            &ctx,
+            s0,
+            Some(("node:1".into(), key.password_to_scheduler())),
+        ),
+        common::attack::dealer(&ctx, s1, Some(("node:11".into(), key.password_from(11)))),
+    ];
+    for f in &forged {
+        f.send(terminate(SCHEDULER), zmq::DONTWAIT).ok();
+    }
+    // As itself: a NODE_REPLACED and a TERMINATE to server 0, a push as worker 1 there; a
+    // TERMINATE and a registration as server rank 0 to the scheduler.
+    let to_s0 = as_itself(s0, 8);
+    to_s0.send(node_replaced_from(9, 8, 9), 0).expect("send");
+    to_s0.send(terminate(9), 0).expect("send");
+    let push = common::attack::push_frames(11, 8, 0, pslite::DType::F32, &[0], vec![0; 4]);
+    to_s0.send_multipart(push.iter(), 0).expect("send");
+    let to_scheduler = as_itself(port, SCHEDULER);
+    to_scheduler.send(terminate(9), 0).expect("send");
+    let mut add = Message::new(Meta {
+        sender: -1,
+        request: true,
+        ..Meta::for_control(
+            SCHEDULER,
+            Control {
+                cmd: Some(Command::AddNode),
+                nodes: vec![Node {
+                    role: Role::Server,
+                    id: -1,
+                    host: "127.0.0.1".into(),
+                    port: 9,
+                    requested_rank: Some(0),
+                }],
+                ..Control::default()
+            },
+        )
+    });
+    to_scheduler
+        .send(encode_meta(&mut add).expect("encode"), 0)
+        .expect("send");
+    std::thread::sleep(Duration::from_millis(500));
+    run.assert_still_running();
+    drop((forged, to_s0, to_scheduler));
+    let out = without_info(&run.finish_exact(Duration::from_secs(180)));
+    for refused in [
+        "refused a connection from 127.0.0.1: its proof as node:1 does not match",
+        "refused a connection from 127.0.0.1: its proof as node:11 does not match",
+        "dropped a NodeReplaced answer from worker rank 0 (id 9): only the scheduler gives it",
+        "dropped a Terminate answer from worker rank 0 (id 9): only the scheduler gives it",
+        "a data message from worker rank 0 (id 9) that claims to come from worker rank 1 (id 11)",
+        "a registration as server rank 0 (id 8) over a connection that proved worker rank 0 \
+         (id 9)",
+    ] {
+        assert!(out.contains(refused), "no {refused:?}:\n{out}");
+    }
 }

@@ -5,9 +5,11 @@
 //! closes the connection; the peer sees an authentication failure).
 
 use super::limit::{more, RateLimited};
-use super::proof::{Token, ZAP_DOMAIN};
+use super::proof::{Secret, ZAP_DOMAIN};
 use crate::sync::StoppableThread;
-use std::sync::atomic::{AtomicBool, Ordering};
+use crate::wire::NodeId;
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::Arc;
 use std::time::Instant;
 
 /// Where libzmq looks for the ZAP handler of a context.
@@ -23,25 +25,33 @@ pub struct ZapHandler {
 
 impl ZapHandler {
     /// Binds the ZAP endpoint in `ctx` (before this returns, so no connection can arrive
-    /// before it) and answers requests with `token` on a thread of its own.
+    /// before it) and answers requests with `secret` on a thread of its own, as the node whose
+    /// id `me` holds (-1 before it has one: then as any of `to_be`, [`Secret::check`]).
     ///
     /// # Errors
     /// A sentence naming what failed (the endpoint is taken: a second handler in the context).
-    pub fn start(ctx: &zmq::Context, token: Token) -> Result<ZapHandler, String> {
+    pub fn start(
+        ctx: &zmq::Context,
+        secret: Secret,
+        me: Arc<AtomicI32>,
+        to_be: Vec<NodeId>,
+    ) -> Result<ZapHandler, String> {
         let sock = ctx
             .socket(zmq::REP)
             .map_err(|e| format!("cannot create the ZAP socket: {e}"))?;
         sock.bind(ZAP_ENDPOINT)
             .map_err(|e| format!("cannot bind the ZAP handler at {ZAP_ENDPOINT}: {e}"))?;
-        let thread = StoppableThread::spawn("ps-zap", move |stop| serve(&sock, &token, stop))
-            .map_err(|e| format!("cannot start the ZAP handler: {e}"))?;
+        let thread = StoppableThread::spawn("ps-zap", move |stop| {
+            serve(&sock, (&secret, &to_be), &me, stop)
+        })
+        .map_err(|e| format!("cannot start the ZAP handler: {e}"))?;
         Ok(ZapHandler { _thread: thread })
     }
 }
 
 /// Answers requests until `stop` or the context ends. Any other error (a signal's EINTR
 /// included) is waited out: while this thread is gone, libzmq refuses every new connection.
-fn serve(sock: &zmq::Socket, token: &Token, stop: &AtomicBool) {
+fn serve(sock: &zmq::Socket, secret: (&Secret, &[NodeId]), me: &AtomicI32, stop: &AtomicBool) {
     let mut warned = RateLimited::default();
     // Whether the last call's error ends the thread (the context is terminating).
     let fatal = |e: zmq::Error| {
@@ -63,7 +73,7 @@ fn serve(sock: &zmq::Socket, token: &Token, stop: &AtomicBool) {
             Err(e) if fatal(e) => return,
             Err(_) => continue,
         };
-        let reply = answer(&request, token, &mut warned);
+        let reply = answer(&request, secret, me.load(Ordering::Acquire), &mut warned);
         // A REP socket must send before it receives again.
         loop {
             match sock.send_multipart(reply.clone(), 0) {
@@ -78,7 +88,12 @@ fn serve(sock: &zmq::Socket, token: &Token, stop: &AtomicBool) {
 
 /// The reply frames to one ZAP request: version, request id, status code, status text,
 /// user id, metadata.
-fn answer(request: &[Vec<u8>], token: &Token, warned: &mut RateLimited) -> Vec<Vec<u8>> {
+fn answer(
+    request: &[Vec<u8>],
+    (secret, to_be): (&Secret, &[NodeId]),
+    me: NodeId,
+    warned: &mut RateLimited,
+) -> Vec<Vec<u8>> {
     let frame = |i: usize| request.get(i).map(Vec::as_slice).unwrap_or_default();
     let reply = |code: &str, text: &str, user: &str| {
         vec![
@@ -99,7 +114,7 @@ fn answer(request: &[Vec<u8>], token: &Token, warned: &mut RateLimited) -> Vec<V
         if let Some(n) = warned.admit(&address, Instant::now()) {
             tracing::warn!("refused a connection from {address}: {why}{}", more(n));
         }
-        reply("400", "authentication failed: PS_AUTH_TOKEN differs", "")
+        reply("400", "authentication failed", "")
     };
     if frame(2) != ZAP_DOMAIN.as_bytes() {
         let domain = String::from_utf8_lossy(frame(2)).into_owned();
@@ -108,11 +123,13 @@ fn answer(request: &[Vec<u8>], token: &Token, warned: &mut RateLimited) -> Vec<V
     if frame(5) != b"PLAIN" || request.len() != 8 {
         let mechanism = String::from_utf8_lossy(frame(5)).into_owned();
         return refuse(
-            format!("it authenticates with {mechanism:?}, not with a proof of PS_AUTH_TOKEN"),
+            format!(
+                "it authenticates with {mechanism:?}, not with a proof of this cluster's secret"
+            ),
             warned,
         );
     }
-    match token.check(frame(6), frame(7)) {
+    match secret.check(me, to_be, frame(6), frame(7)) {
         Ok(who) => reply("200", "OK", &who.user_name()),
         Err(why) => refuse(why.to_string(), warned),
     }
@@ -120,8 +137,9 @@ fn answer(request: &[Vec<u8>], token: &Token, warned: &mut RateLimited) -> Vec<V
 
 #[cfg(test)]
 mod tests {
-    use super::super::proof::Identity;
+    use super::super::proof::{Identity, Token};
     use super::*;
+    use crate::wire::SCHEDULER;
 
     fn request(domain: &str, mechanism: &str, user: &str, password: &str) -> Vec<Vec<u8>> {
         [
@@ -143,21 +161,61 @@ mod tests {
     fn answers_name_the_proven_identity_or_refuse() {
         let t = Token::new("0123456789abcdef0123").expect("token");
         let other = Token::new("another token of the cluster").expect("token");
+        let s = Secret::Token(t.clone());
         let mut w = RateLimited::default();
-        let (user, password) = t.credential(Identity::Node(8));
-        let ok = answer(&request("pslite", "PLAIN", &user, &password), &t, &mut w);
+        let (user, password) = t.credential(Identity::Node(8), SCHEDULER);
+        let ok = answer(
+            &request("pslite", "PLAIN", &user, &password),
+            (&s, &[]),
+            SCHEDULER,
+            &mut w,
+        );
         assert_eq!(ok[1], b"7");
         assert_eq!(ok[2], b"200");
         assert_eq!(ok[4], b"node:8");
-        let (user, password) = other.credential(Identity::Node(8));
-        let no = answer(&request("pslite", "PLAIN", &user, &password), &t, &mut w);
+        let (user, password) = other.credential(Identity::Node(8), SCHEDULER);
+        let no = answer(
+            &request("pslite", "PLAIN", &user, &password),
+            (&s, &[]),
+            SCHEDULER,
+            &mut w,
+        );
         assert_eq!(no[2], b"400");
         assert_eq!(no[4], b"");
-        let wrong_domain = answer(&request("x", "PLAIN", &user, &password), &t, &mut w);
+        let wrong_domain = answer(
+            &request("x", "PLAIN", &user, &password),
+            (&s, &[]),
+            SCHEDULER,
+            &mut w,
+        );
         assert_eq!(wrong_domain[2], b"400");
         let mut curve = request("pslite", "CURVE", "", "");
         curve.truncate(7);
-        assert_eq!(answer(&curve, &t, &mut w)[2], b"400");
-        assert_eq!(answer(&[b"2.0".to_vec()], &t, &mut w)[2], b"500");
+        assert_eq!(answer(&curve, (&s, &[]), SCHEDULER, &mut w)[2], b"400");
+        assert_eq!(
+            answer(&[b"2.0".to_vec()], (&s, &[]), SCHEDULER, &mut w)[2],
+            b"500"
+        );
+        // A server holding only its key takes worker 0's credential for it, not for another.
+        let server = Secret::Key(t.node_key(8));
+        let (user, password) = t.credential(Identity::Node(9), 8);
+        let ok = answer(
+            &request("pslite", "PLAIN", &user, &password),
+            (&server, &[]),
+            8,
+            &mut w,
+        );
+        assert_eq!(
+            (ok[2].as_slice(), ok[4].as_slice()),
+            (&b"200"[..], &b"node:9"[..])
+        );
+        let (user, password) = t.credential(Identity::Node(9), 10);
+        let no = answer(
+            &request("pslite", "PLAIN", &user, &password),
+            (&server, &[]),
+            8,
+            &mut w,
+        );
+        assert_eq!(no[2], b"400");
     }
 }

@@ -1,9 +1,11 @@
-//! `PS_AUTH_TOKEN`, `PS_AUTH_TOKEN_FILE` and `PS_AUTH` (rows of the table in [`super`]): the
-//! cluster secret of [`crate::auth`], and the rule that makes it the default.
+//! `PS_AUTH_TOKEN`, `PS_AUTH_TOKEN_FILE`, `PS_AUTH_NODE_KEY` and `PS_AUTH` (rows of the table
+//! in [`super`]): the cluster secret of [`crate::auth`] or one node's key, and the rule that
+//! makes authentication the default.
 
 use super::vars::Vars;
-use crate::auth::Token;
+use crate::auth::{NodeKey, Secret, Token};
 use crate::error::{Error, Result};
+use crate::wire::{Node, Role};
 use std::net::ToSocketAddrs;
 
 /// The token of this node: `Some` from `PS_AUTH_TOKEN` or `PS_AUTH_TOKEN_FILE`; `None` with
@@ -75,6 +77,54 @@ pub(super) fn auth<F: Fn(&str) -> Option<String>>(
     }
 }
 
+/// What this node proves itself with: its key (`PS_AUTH_NODE_KEY`, a server's or worker's
+/// with `PSLITE_RANK`: the key is of the id that rank gives), or the token ([`auth`]).
+///
+/// # Errors
+/// As [`auth`]; and, with `PS_AUTH_NODE_KEY`: a token or `PS_AUTH=none` set too, the
+/// scheduler's role, no `PSLITE_RANK`, or a key that is not 64 hex digits (never shown).
+pub(super) fn secret<F: Fn(&str) -> Option<String>>(
+    vars: &Vars<'_, F>,
+    root: (&str, u16),
+    node_host: &str,
+    (role, rank): (Role, Option<u32>),
+) -> Result<Option<Secret>> {
+    let Some(text) = vars
+        .raw("PS_AUTH_NODE_KEY")
+        .filter(|k| !k.trim().is_empty())
+    else {
+        return Ok(auth(vars, root, node_host)?.map(Secret::Token));
+    };
+    let set = |v: &str| vars.raw(v).is_some_and(|x| !x.trim().is_empty());
+    if set("PS_AUTH_TOKEN") || set("PS_AUTH_TOKEN_FILE") || set("PS_AUTH") {
+        return Err(Error::Config(
+            "PS_AUTH_NODE_KEY is set with PS_AUTH_TOKEN, PS_AUTH_TOKEN_FILE or PS_AUTH: a node \
+             holds its key or the token, not both (pslite-launch gives servers and workers \
+             their keys, the scheduler the token)"
+                .into(),
+        ));
+    }
+    let id = match (role, rank) {
+        (Role::Server, Some(r)) => Node::server_id(r as usize),
+        (Role::Worker, Some(r)) => Node::worker_id(r as usize),
+        (Role::Scheduler, _) => {
+            return Err(Error::Config(
+                "PS_AUTH_NODE_KEY is set on the scheduler, which needs the cluster's token \
+                 (PS_AUTH_TOKEN) to check every node's key"
+                    .into(),
+            ))
+        }
+        (_, None) => {
+            return Err(Error::Config(
+                "PS_AUTH_NODE_KEY needs PSLITE_RANK: a node key is the key of one rank's id".into(),
+            ))
+        }
+    };
+    let key = NodeKey::from_hex(id, &text)
+        .map_err(|why| Error::Config(format!("PS_AUTH_NODE_KEY refused: {why}")))?;
+    Ok(Some(Secret::Key(key)))
+}
+
 /// Whether every address `host` resolves to is a loopback address (a host name that does not
 /// resolve is not).
 fn on_loopback(host: &str, port: u16) -> bool {
@@ -134,6 +184,63 @@ mod tests {
             e.contains("PS_AUTH_TOKEN_FILE=") && e.contains("cannot read it"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn a_node_key_is_a_servers_or_workers_with_its_rank_and_alone() {
+        let t = Token::new(TOKEN).expect("token");
+        let hex = t.node_key(11).to_hex();
+        let load = |pairs: &[(&str, &str)], role| {
+            let e: HashMap<String, String> = pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+            let rank = e.get("PSLITE_RANK").and_then(|r| r.parse().ok());
+            secret(
+                &Vars::new(|k| e.get(k).cloned()),
+                ("10.1.2.3", 9000),
+                "10.1.2.4",
+                (role, rank),
+            )
+        };
+        let k = load(
+            &[("PS_AUTH_NODE_KEY", &hex), ("PSLITE_RANK", "1")],
+            Role::Worker,
+        )
+        .expect("a worker's key");
+        assert_eq!(k, Some(Secret::Key(t.node_key(11))));
+        type Case<'a> = (&'a [(&'a str, &'a str)], Role, &'a str);
+        let cases: [Case<'_>; 4] = [
+            (
+                &[("PS_AUTH_NODE_KEY", &hex)],
+                Role::Worker,
+                "needs PSLITE_RANK",
+            ),
+            (
+                &[("PS_AUTH_NODE_KEY", &hex), ("PSLITE_RANK", "0")],
+                Role::Scheduler,
+                "set on the scheduler",
+            ),
+            (
+                &[
+                    ("PS_AUTH_NODE_KEY", &hex),
+                    ("PSLITE_RANK", "0"),
+                    ("PS_AUTH_TOKEN", TOKEN),
+                ],
+                Role::Server,
+                "holds its key or the token, not both",
+            ),
+            (
+                &[("PS_AUTH_NODE_KEY", "12ab"), ("PSLITE_RANK", "0")],
+                Role::Server,
+                "PS_AUTH_NODE_KEY refused: expected 64 hex digits",
+            ),
+        ];
+        for (pairs, role, want) in cases {
+            let e = load(pairs, role).expect_err(want).to_string();
+            assert!(e.contains(want), "{e}");
+            assert!(!e.contains(&hex), "the key is never shown: {e}");
+        }
     }
 
     #[test]

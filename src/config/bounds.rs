@@ -3,7 +3,7 @@
 //! connections it accepts. With them a worker's loop that never waits blocks instead of
 //! growing queues, a server parks at most what every worker may have in flight, and no peer,
 //! member or not, makes a node read a frame over its limit or hold more connections than the
-//! cap. What they do not bound: a hostile member (it holds the token) that ignores the budget
+//! cap. What they do not bound: a hostile member (it holds a credential) that ignores the budget
 //! and floods an application that *is* served fills that server's receive queue, as the
 //! queues between a ZMQ socket and its customer thread have no limit of their own.
 

@@ -18,7 +18,7 @@
 //! | `PS_POOL_BYTES` | size of the registered memory pool for zero-copy pulls | bytes ≥ 4096 | 268435456 |
 //! | `PS_KEY_CACHE` | workers send a digest instead of a key list the server already keeps (see [`crate::kv::keycache`]) | 0 or 1 | 1 |
 //! | `PS_KEY_CACHE_KEYS` | keys of the lists a server keeps per worker customer (the worker keeps the same), and × `DMLC_NUM_WORKER` in all | whole number ≥ 1 | 16777216 |
-//! | `PS_RESEND` | acknowledge every data message and send it again until acknowledged; drop duplicates (ps-lite's `PS_RESEND`) | 0 or 1 | 0 |
+//! | `PS_RESEND` | acknowledge every data message and send it again until acknowledged; drop duplicates (ps-lite's `PS_RESEND`) | 0 or 1 | 1 |
 //! | `PS_RESEND_TIMEOUT` | how long a data message waits for its acknowledgement before it is sent again | milliseconds, 1–3600000 | 1000 |
 //! | `PS_DROP_MSG` | for tests: the share of received data messages dropped (ps-lite's knob) | percent, 0–99 | 0 |
 //! | `PS_CHECKPOINT_DIR` | servers keep their state recoverable here (snapshots and a request log, `server-R/` per rank); a lost server or worker can then be replaced ([`crate::kv::durable`]) | directory path | off |
@@ -27,6 +27,7 @@
 //! | `PS_RECOVERY_TIMEOUT` | (scheduler) how long a lost server or worker waits for a replacement before the job fails | seconds, > 0 | 60 |
 //! | `PS_AUTH_TOKEN` | the cluster's secret: every connection proves it ([`crate::auth`]); the same on every node | text, ≥ 16 bytes | required unless the scheduler is on loopback (`pslite-launch` draws one per run) |
 //! | `PS_AUTH_TOKEN_FILE` | instead of `PS_AUTH_TOKEN`: a file holding it | file path | — |
+//! | `PS_AUTH_NODE_KEY` | instead of the token, on a server or worker with `PSLITE_RANK`: the key of its id, which proves that identity only ([`crate::auth`]; `pslite-launch local` and `ssh` set it) | 64 hex digits | — |
 //! | `PS_AUTH` | `none` runs without authentication where a token would be required (warns) | `none` | — |
 //! | `PS_MAX_INFLIGHT_BYTES` | a worker's requests sent and not yet answered, in bytes (payload + 1 KiB each); beyond it a push/pull blocks until earlier ones complete (at most `PS_TIMEOUT`). A server parks at most this much per worker and takes no longer payload frame ([`Bounds`]); the same on every node | bytes, 2²⁰–2⁴⁰ | 268435456 |
 //! | `PS_MAX_CONNECTIONS` | connections a node accepts at a time; over it, the oldest one that has not authenticated is closed | whole number ≥ 1 | 2 × (nodes) + 32 |
@@ -73,6 +74,9 @@ pub fn timeout_from_env() -> Result<Duration> {
     let vars = Vars::new(|k| std::env::var(k).ok());
     Ok(vars.seconds("PS_TIMEOUT")?.unwrap_or(DEFAULT_TIMEOUT))
 }
+
+/// Default of `PS_RESEND_TIMEOUT`: 1 s (ps-lite's).
+pub const DEFAULT_RESEND_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// Default size of the registered memory pool: 256 MiB (reserved, touched only when used).
 pub const DEFAULT_POOL_BYTES: usize = 256 << 20;
@@ -138,16 +142,18 @@ pub struct Config {
     /// Threads an embedding table splits a request of at least 16384 keys among
     /// (`PS_TABLE_THREADS`; by default this host's cores, at most 4).
     pub table_threads: usize,
-    /// Resend (`PS_RESEND=1`): how long a data message waits for its acknowledgement before
-    /// it is sent again (`PS_RESEND_TIMEOUT`, ms); `None` when resend is off.
+    /// Resend (on unless `PS_RESEND=0`): how long a data message waits for its
+    /// acknowledgement before it is sent again (`PS_RESEND_TIMEOUT`, ms); `None` when resend
+    /// is off.
     pub resend_timeout: Option<Duration>,
     /// Percent of received data messages dropped, for tests (`PS_DROP_MSG`); 0 normally.
     pub drop_msg_percent: u32,
     /// Durable servers and recovery (`PS_CHECKPOINT_DIR` and its companions); `None` when off.
     pub checkpoint: Option<Checkpoint>,
-    /// The cluster's secret (`PS_AUTH_TOKEN`, `PS_AUTH_TOKEN_FILE`); `None`: no
-    /// authentication (a scheduler on loopback, or `PS_AUTH=none`).
-    pub auth: Option<crate::auth::Token>,
+    /// What this node proves itself with: the cluster's token (`PS_AUTH_TOKEN`,
+    /// `PS_AUTH_TOKEN_FILE`) or its own key (`PS_AUTH_NODE_KEY`); `None`: no authentication
+    /// (a scheduler on loopback, or `PS_AUTH=none`).
+    pub auth: Option<crate::auth::Secret>,
     /// Memory bounds (`PS_MAX_INFLIGHT_BYTES`, `PS_MAX_CONNECTIONS`).
     pub bounds: Bounds,
     /// Port of the metrics server (`PS_METRICS_PORT`; 0: any free one); `None`: no metrics
@@ -281,7 +287,12 @@ impl Config {
             }
             c.bounds = bounds::bounds(&vars, c.num_servers, c.num_workers)?;
             // Whether a token is needed depends on where this node listens.
-            c.auth = auth::auth(&vars, (&root_uri, root_port), &c.node_host)?;
+            c.auth = auth::secret(
+                &vars,
+                (&root_uri, root_port),
+                &c.node_host,
+                (c.role, c.rank_hint),
+            )?;
             Ok(c)
         })
     }
@@ -426,15 +437,15 @@ fn key_cache_keys<F: Fn(&str) -> Option<String>>(vars: &Vars<'_, F>) -> Result<u
     })
 }
 
-/// `PS_RESEND_TIMEOUT` (ms, default 1000) when `PS_RESEND` is 1; `None` when it is 0 or unset.
+/// `PS_RESEND_TIMEOUT` (ms, default 1000) unless `PS_RESEND` is 0 (then `None`).
 fn resend_timeout<F: Fn(&str) -> Option<String>>(vars: &Vars<'_, F>) -> Result<Option<Duration>> {
     let on = vars.choice(
         "PS_RESEND",
-        &[("0", false), ("", false), ("1", true)],
+        &[("0", false), ("", true), ("1", true)],
         "0 (off) or 1 (on)",
     )?;
     let ms = vars.ranged("PS_RESEND_TIMEOUT", 1u64, 3_600_000)?;
-    Ok((on == Some(true)).then(|| Duration::from_millis(ms.unwrap_or(1000))))
+    Ok((on != Some(false)).then(|| ms.map_or(DEFAULT_RESEND_TIMEOUT, Duration::from_millis)))
 }
 
 impl Config {
@@ -457,7 +468,7 @@ impl Config {
             pool_bytes: DEFAULT_POOL_BYTES,
             key_cache_keys: DEFAULT_KEY_CACHE_KEYS,
             table_threads: default_table_threads(),
-            resend_timeout: None,
+            resend_timeout: Some(DEFAULT_RESEND_TIMEOUT),
             drop_msg_percent: 0,
             checkpoint: None,
             auth: None,
@@ -573,16 +584,22 @@ mod tests {
     }
 
     #[test]
-    fn resend_is_off_unless_asked_and_its_timeout_is_in_milliseconds() {
+    fn resend_is_on_unless_turned_off_and_its_timeout_is_in_milliseconds() {
         let base = load(&BASE).expect("loads");
-        assert_eq!((base.resend_timeout, base.drop_msg_percent), (None, 0));
+        assert_eq!(
+            (base.resend_timeout, base.drop_msg_percent),
+            (Some(Duration::from_secs(1)), 0)
+        );
         let mut pairs = BASE.to_vec();
         pairs.push(("PS_RESEND_TIMEOUT", "250"));
         assert_eq!(
             load(&pairs).expect("loads").resend_timeout,
-            None,
+            Some(Duration::from_millis(250)),
             "PS_RESEND unset"
         );
+        pairs.push(("PS_RESEND", "0"));
+        assert_eq!(load(&pairs).expect("loads").resend_timeout, None, "off");
+        pairs.pop();
         pairs.extend([("PS_RESEND", "1"), ("PS_DROP_MSG", "10")]);
         let c = load(&pairs).expect("loads");
         assert_eq!(c.resend_timeout, Some(Duration::from_millis(250)));

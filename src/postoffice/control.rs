@@ -258,6 +258,7 @@ impl Postoffice {
                     nodes: table.clone(),
                     replace_within_ms: window,
                     run_id,
+                    reach: self.reach_for(n.id, &table),
                     ..Control::default()
                 };
                 self.send(Message::new(Meta::for_control(n.id, control)))

@@ -4,7 +4,7 @@
 
 use super::{Postoffice, SCHEDULER};
 use crate::error::{Error, Result};
-use crate::wire::{Command, Control, Message, Meta, Node, Role};
+use crate::wire::{Command, Control, Message, Meta, Node, NodeId, Role};
 use std::sync::atomic::Ordering;
 use std::sync::Weak;
 use std::time::{Duration, Instant};
@@ -109,6 +109,7 @@ impl Postoffice {
         if let Ok(mut m) = self.me.write() {
             m.id = mine.id;
         }
+        self.van.set_reach(control.reach);
         self.van.set_node_id(mine.id);
         let peers = nodes
             .iter()
@@ -167,6 +168,22 @@ impl Postoffice {
             // Woken early by `shutdown`.
             std::thread::park_timeout(Duration::from_millis(50));
         }
+    }
+}
+
+impl Postoffice {
+    /// (Scheduler) The credentials node `id` presents to the peers it connects to in `nodes`
+    /// (servers to workers and back), for the node table it is sent: a node holding only its
+    /// key cannot compute them ([`crate::auth`]). Empty without the token.
+    pub(super) fn reach_for(&self, id: NodeId, nodes: &[Node]) -> Vec<(NodeId, String)> {
+        let Some(crate::auth::Secret::Token(t)) = &self.cfg.auth else {
+            return Vec::new();
+        };
+        nodes
+            .iter()
+            .filter(|n| Node::is_worker_server_pair(id, n.id))
+            .map(|n| (n.id, t.node_key(n.id).password_from(id)))
+            .collect()
     }
 }
 

@@ -203,6 +203,11 @@ impl Postoffice {
         join::warn_if_loopback_name(&cfg.root_uri);
         join::warn_if_unauthenticated(&cfg);
         join::warn_if_timeout_short(&cfg);
+        if is_scheduler {
+            // Before the first connection can arrive: the ZAP handler checks credentials as
+            // the scheduler's.
+            van.set_node_id(SCHEDULER);
+        }
         let port = van.bind(&host, port).map_err(|e| {
             let var = if is_scheduler {
                 "DMLC_PS_ROOT_URI and DMLC_PS_ROOT_PORT (the scheduler listens there)"
@@ -211,9 +216,6 @@ impl Postoffice {
             };
             Error::Config(format!("cannot listen at {host}: check {var}: {e}"))
         })?;
-        if is_scheduler {
-            van.set_node_id(SCHEDULER);
-        }
         let me = Node {
             role: cfg.role,
             id: if is_scheduler { SCHEDULER } else { -1 },

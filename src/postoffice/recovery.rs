@@ -343,6 +343,7 @@ impl Postoffice {
             barrier_group: if started { 0 } else { super::ALL_GROUP },
             barriers_done: inherited.barriers,
             incarnation: inherited.incarnation,
+            reach: self.reach_for(node.id, &table),
             ..Control::default()
         };
         if node.role != Role::Worker {

@@ -76,6 +76,10 @@ pub trait Van: Send + Sync {
     /// peer). Vans that set up per-peer state (QPs) need it for their bootstrap messages.
     fn set_node_id(&self, _id: NodeId) {}
 
+    /// The credentials this node presents to its peers, from the scheduler's node table
+    /// (`Control::reach`), before it connects to them. The default keeps none.
+    fn set_reach(&self, _reach: Vec<(NodeId, String)>) {}
+
     /// Registers `[addr, addr + len)` for RDMA: as a write target (`remote_write`: the memory
     /// pool, which peers write into) or as a write source only (a key store's chunks, read by
     /// this node's writes). The van keeps the registration (an MR) until it stops or

@@ -190,6 +190,7 @@ mod tests {
                     run_id: 0xfeed_beef,
                     barriers_done: vec![(4, 3)],
                     incarnation: 2,
+                    reach: vec![(8, "ab".repeat(32))],
                 }),
                 frame_lens: vec![],
                 incarnation: 3,

@@ -121,6 +121,9 @@ pub struct Control {
     /// In the node table sent to a replacement, and in NODE_REPLACED: how many nodes held its
     /// id before it (a replacement worker numbers its requests from `incarnation × 2^27` on).
     pub incarnation: u32,
+    /// In the node table sent to one node: the PLAIN password it presents to each peer it
+    /// connects to ([`crate::auth`]; what a node holding only its own key cannot compute).
+    pub reach: Vec<(NodeId, String)>,
 }
 
 /// Why a barrier failed (the scheduler's release of a failed barrier).

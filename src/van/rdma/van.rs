@@ -122,6 +122,10 @@ impl Van for RdmaVan {
         self.state.zmq.set_node_id(id);
     }
 
+    fn set_reach(&self, reach: Vec<(NodeId, String)>) {
+        self.state.zmq.set_reach(reach);
+    }
+
     fn connect(&self, id: NodeId, host: &str, port: u16) -> Result<()> {
         self.state.connect(id, host, port)
     }

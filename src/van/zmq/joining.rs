@@ -12,7 +12,7 @@
 //! there.
 
 use super::{zerr, ZmqVan};
-use crate::auth::Identity;
+use crate::auth::{Identity, Secret};
 use crate::error::{Error, Result};
 use crate::van::{Van, VanEvent};
 use crate::wire::{decode_frames, encode_meta, Command, Message, Node, NodeId, SCHEDULER};
@@ -67,13 +67,18 @@ impl ZmqVan {
         port: u16,
     ) -> Result<()> {
         let me = self.me.load(Ordering::Acquire);
-        let who = if me >= 0 {
-            Identity::Node(me)
-        } else {
-            Identity::Joiner
+        // A node holding its key proves that id from the start; one holding the token is a
+        // joiner until the scheduler gives it an id.
+        let bound = self.secret.as_ref().and_then(Secret::bound_id);
+        let who = match (me, bound) {
+            (me, _) if me >= 0 => Identity::Node(me),
+            (_, Some(id)) => Identity::Node(id),
+            _ => Identity::Joiner,
         };
-        if let Some(t) = &self.token {
-            let (user, password) = t.credential(who);
+        if let Some(s) = &self.secret {
+            let (user, password) = s
+                .credential(who, peer, &crate::sync::lock(&self.reach))
+                .map_err(Error::Van)?;
             sock.set_plain_username(Some(&user))
                 .and_then(|_| sock.set_plain_password(Some(&password)))
                 .map_err(zerr("PLAIN credentials".into()))?;
@@ -82,7 +87,7 @@ impl ZmqVan {
                 crate::sync::lock(&self.joining).as_joiner.push(again);
             }
         }
-        if who == Identity::Joiner && peer == SCHEDULER {
+        if me < 0 && peer == SCHEDULER {
             self.watch(sock)?;
         }
         Ok(())
@@ -141,6 +146,16 @@ impl ZmqVan {
     /// (the scheduler accepts no more than ADD_NODE from a joiner), and the joining connection
     /// is no longer watched.
     pub(super) fn joined(&self, id: NodeId) {
+        if let Some(bound) = self.secret.as_ref().and_then(Secret::bound_id) {
+            if bound != id {
+                tracing::error!(
+                    "the scheduler gave this node the id of {}, but its key (PS_AUTH_NODE_KEY) \
+                     is the key of {}: its messages will be refused",
+                    Node::describe(id),
+                    Node::describe(bound)
+                );
+            }
+        }
         // The watched connection stops reporting before its watcher can go (`rewatch` drops it
         // once the id is stored).
         let watched = self
@@ -287,8 +302,9 @@ fn refusal_event(watcher: &zmq::Socket) -> Option<Error> {
         .unwrap_or_default();
     let why = match event {
         zmq::SocketEvent::HANDSHAKE_FAILED_AUTH => format!(
-            "the scheduler at {at} refused this node's proof of PS_AUTH_TOKEN (ZAP status \
-             {value}): this node's token differs from the scheduler's"
+            "the scheduler at {at} refused this node's proof (ZAP status {value}): this node's \
+             PS_AUTH_TOKEN differs from the scheduler's, or its PS_AUTH_NODE_KEY is not the key \
+             the scheduler's token gives its rank"
         ),
         _ => format!(
             "the scheduler at {at} did not complete the handshake (ZMTP error {value:#x}): \

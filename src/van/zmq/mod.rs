@@ -12,7 +12,7 @@ pub use accepted::Accepted;
 use super::{Van, VanEvent};
 use crate::auth::limit::{more, RateLimited};
 use crate::auth::zap::ZapHandler;
-use crate::auth::{Identity, Token, ZAP_DOMAIN};
+use crate::auth::{Identity, Secret, ZAP_DOMAIN};
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::wire::pieces::piece_count;
@@ -41,8 +41,9 @@ const HANDSHAKE_MS: i32 = 10_000;
 pub struct ZmqOptions {
     /// A send fails after this long if the peer does not take the message (`PS_TIMEOUT`).
     pub send_timeout: Duration,
-    /// With a token, every connection to and from the van authenticates ([`crate::auth`]).
-    pub token: Option<Token>,
+    /// With a secret (the cluster's token, or this node's key), every connection to and from
+    /// the van authenticates ([`crate::auth`]).
+    pub secret: Option<Secret>,
     /// The longest payload frame accepted, in bytes: a message announcing a longer one is
     /// dropped, its pieces read and let go one at a time; [`crate::config::Bounds::max_frame_bytes`].
     pub max_frame_bytes: u64,
@@ -51,6 +52,9 @@ pub struct ZmqOptions {
     /// Of those, connections not authenticated yet (`PS_MAX_UNAUTHENTICATED`; half of it
     /// from one address). Over a cap, the oldest unauthenticated connection is closed.
     pub max_unauthenticated: usize,
+    /// The ids the scheduler may give this node (its rank's, or every one of its role's):
+    /// before it has one, a node holding the token takes a credential made for any of them.
+    pub to_be: Vec<NodeId>,
 }
 
 impl ZmqOptions {
@@ -58,10 +62,21 @@ impl ZmqOptions {
     pub fn of(cfg: &Config) -> ZmqOptions {
         ZmqOptions {
             send_timeout: cfg.timeout,
-            token: cfg.auth.clone(),
+            secret: cfg.auth.clone(),
             max_frame_bytes: cfg.bounds.max_frame_bytes(cfg.role),
             max_connections: cfg.bounds.max_connections,
             max_unauthenticated: cfg.bounds.max_unauthenticated,
+            to_be: match (cfg.role, cfg.rank_hint) {
+                (crate::wire::Role::Server, Some(r)) => vec![Node::server_id(r as usize)],
+                (crate::wire::Role::Worker, Some(r)) => vec![Node::worker_id(r as usize)],
+                (crate::wire::Role::Server, None) => {
+                    (0..cfg.num_servers).map(Node::server_id).collect()
+                }
+                (crate::wire::Role::Worker, None) => {
+                    (0..cfg.num_workers).map(Node::worker_id).collect()
+                }
+                (crate::wire::Role::Scheduler, _) => Vec::new(),
+            },
         }
     }
 }
@@ -125,10 +140,14 @@ pub struct ZmqVan {
     stopping: AtomicBool,
     senders: RwLock<HashMap<NodeId, Arc<Mutex<zmq::Socket>>>>,
     opts: ZmqOptions,
-    /// This node's id once known (-1 before): the identity its connections claim.
-    me: AtomicI32,
-    /// With a token: connections authenticate ([`crate::auth`]).
-    token: Option<Token>,
+    /// This node's id once known (-1 before): the identity its connections claim, and the one
+    /// the ZAP handler checks credentials for.
+    me: Arc<AtomicI32>,
+    /// With a secret: connections authenticate ([`crate::auth`]).
+    secret: Option<Secret>,
+    /// The password this node presents to each peer, from the scheduler's node table (a node
+    /// holding only its key cannot compute them).
+    reach: Mutex<HashMap<NodeId, String>>,
     /// Connections to open again once this node has an id; registrations to answer.
     joining: Mutex<Joining>,
     /// Whether `joining` holds answers to send (checked on every receive without its lock).
@@ -161,15 +180,19 @@ fn zerr(what: String) -> impl FnOnce(zmq::Error) -> Error {
 
 impl ZmqVan {
     /// A van with `opts`: sends fail after `opts.send_timeout` if the peer does not take the
-    /// message; with `opts.token`, every connection to and from it authenticates
+    /// message; with `opts.secret`, every connection to and from it authenticates
     /// ([`crate::auth`]).
     ///
     /// # Errors
     /// [`Error::Van`] when the ZAP handler cannot start.
     pub fn new(opts: ZmqOptions) -> Result<ZmqVan> {
         let ctx = zmq::Context::new();
-        let zap = match &opts.token {
-            Some(t) => Some(ZapHandler::start(&ctx, t.clone()).map_err(Error::Van)?),
+        let me = Arc::new(AtomicI32::new(-1));
+        let zap = match &opts.secret {
+            Some(s) => Some(
+                ZapHandler::start(&ctx, s.clone(), me.clone(), opts.to_be.clone())
+                    .map_err(Error::Van)?,
+            ),
             None => None,
         };
         Ok(ZmqVan {
@@ -177,8 +200,9 @@ impl ZmqVan {
             receiver: Mutex::new(None),
             stopping: AtomicBool::new(false),
             senders: RwLock::new(HashMap::new()),
-            me: AtomicI32::new(-1),
-            token: opts.token.clone(),
+            me,
+            secret: opts.secret.clone(),
+            reach: Mutex::new(HashMap::new()),
             opts,
             joining: Mutex::new(Joining::default()),
             answers_queued: AtomicBool::new(false),
@@ -221,7 +245,7 @@ impl ZmqVan {
         sock.set_maxmsgsize(max)
             .and_then(|_| sock.set_handshake_ivl(HANDSHAKE_MS))
             .map_err(zerr("frame limit".into()))?;
-        if self.token.is_some() {
+        if self.secret.is_some() {
             sock.set_plain_server(true)
                 .and_then(|_| sock.set_zap_domain(ZAP_DOMAIN))
                 .map_err(zerr("PLAIN server".into()))?;
@@ -390,7 +414,7 @@ impl Van for ZmqVan {
         // What the connection proved (with a token), read off its first frame after the
         // ROUTER's routing id: `User-Id` (set by the ZAP handler) and the peer's address.
         let mut origin = None;
-        if self.token.is_some() {
+        if self.secret.is_some() {
             let who = head.gets("User-Id").and_then(Identity::parse);
             origin = Some((who, head.gets("Peer-Address").unwrap_or("?").to_string()));
         }
@@ -418,6 +442,10 @@ impl Van for ZmqVan {
 
     fn set_node_id(&self, id: NodeId) {
         self.joined(id);
+    }
+
+    fn set_reach(&self, reach: Vec<(NodeId, String)>) {
+        crate::sync::lock(&self.reach).extend(reach);
     }
 
     fn answer_joiner(&self, host: &str, port: u16, msg: Message) -> Result<()> {
