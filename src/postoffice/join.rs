@@ -169,9 +169,7 @@ impl Postoffice {
             std::thread::park_timeout(Duration::from_millis(50));
         }
     }
-}
 
-impl Postoffice {
     /// (Scheduler) The credentials node `id` presents to the peers it connects to in `nodes`
     /// (servers to workers and back), for the node table it is sent: a node holding only its
     /// key cannot compute them ([`crate::auth`]). Empty without the token.
