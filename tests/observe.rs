@@ -56,6 +56,52 @@ fn metrics_listen_on_loopback_unless_asked_for_the_nodes_address() {
     }
 }
 
+/// Threads of this process (`Threads:` of /proc/self/status).
+fn threads() -> usize {
+    let status = std::fs::read_to_string("/proc/self/status").expect("status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Threads:")?.trim().parse().ok())
+        .expect("Threads:")
+}
+
+#[test]
+fn idle_connections_to_the_metrics_cost_no_thread_and_do_not_stop_a_scrape() {
+    let c = common::cluster_cfg(
+        1,
+        1,
+        30.0,
+        |c| c.metrics_port = Some(0),
+        common::serve_default::<u8>,
+    );
+    let addr = c.workers[0]
+        .metrics_addr()
+        .expect("the worker serves metrics");
+    let before = threads();
+    // 300 connections that never send a byte, then one that sends half a request.
+    let mut idle: Vec<std::net::TcpStream> = (0..300)
+        .map(|_| std::net::TcpStream::connect(addr).expect("connect"))
+        .collect();
+    let mut half = std::net::TcpStream::connect(addr).expect("connect");
+    std::io::Write::write_all(&mut half, b"GET /metrics HTTP/1.1\r\nHo").expect("write");
+    idle.push(half);
+    std::thread::sleep(Duration::from_millis(500));
+    let during = threads();
+    // A scrape still answers (it closes the oldest idle connection, if need be).
+    let t0 = Instant::now();
+    assert!(scrape(addr).contains("pslite_sent_bytes_total"));
+    let took = t0.elapsed();
+    drop(idle);
+    c.finish();
+    eprintln!("threads: {before} before, {during} with 301 idle connections; scrape {took:?}");
+    // A thread per connection would add 301; the other tests of this binary, running beside
+    // this one, start and end a few of their own meanwhile.
+    assert!(
+        during < before + 50,
+        "{before} threads before, {during} with 301 idle metrics connections"
+    );
+}
+
 #[test]
 fn metrics_grow_during_a_bench_and_count_its_requests() {
     let c = common::cluster_cfg(
