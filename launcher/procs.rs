@@ -85,8 +85,8 @@ pub struct Restarts {
     pub used: usize,
 }
 
-/// The variables that carry the cluster's token, which a node given its key does not get.
-const SHARED_SECRET: [&str; 2] = ["PS_AUTH_TOKEN", "PS_AUTH_TOKEN_FILE"];
+/// The variables about the cluster's token, which a node given its key does not get.
+const SHARED_SECRET: [&str; 3] = ["PS_AUTH_TOKEN", "PS_AUTH_TOKEN_FILE", "PS_AUTH"];
 
 /// The key (hex) of `node`'s id, for a server or worker with a rank when the cluster has a
 /// token (in `vars`, or the launcher's own `PS_AUTH_TOKEN` or `PS_AUTH_TOKEN_FILE`); `None`

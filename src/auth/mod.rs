@@ -18,7 +18,8 @@
 //! - the ZMQ van then takes a message's sender from its connection, never from its header: a
 //!   message whose header names another sender than its connection proved is dropped; a
 //!   `join` connection may only register (ADD_NODE), and a `node:ID` connection may register
-//!   only as the server or worker whose rank gives that id. A node that got its id as a joiner
+//!   only as the server or worker whose rank gives that id; the van marks such a registration
+//!   with the id, and the scheduler gives it that id or refuses it. A node that got its id as a joiner
 //!   connects to the scheduler again as `node:ID`. Commands only the scheduler gives are
 //!   obeyed only from the scheduler (`postoffice/control.rs`).
 //!
@@ -29,7 +30,8 @@
 //! data, or learn the cluster's addresses and keys) against anyone who can reach the ports
 //! but not read or alter the traffic between members; and, where members hold node keys,
 //! *identity*: a hostile member cannot speak as the scheduler or as another member (take a
-//! server's place, send TERMINATE or NODE_REPLACED, push as another worker). A member that
+//! server's place, send TERMINATE or NODE_REPLACED, push as another worker) — as long as it
+//! cannot read the scheduler's memory or environment (another host, or another user). A member that
 //! holds the token (nodes started by hand, or by `pslite-launch task`, share it) can prove any
 //! identity. It does not encrypt or sign the traffic after the handshake, so an attacker on the
 //! path between two members can read it, inject into a connection, and replay a sniffed
@@ -48,7 +50,8 @@ use crate::wire::{Command, Meta, Node, NodeId, Role};
 /// Whether a message with header `meta`, received over a connection that proved `who`, may
 /// be acted on; otherwise why not. A node's messages must name it as their sender; a joiner
 /// (no id yet) may only register (an ADD_NODE request, sender -1); a node that proved its id
-/// with its key may register (sender -1) only as the server or worker whose rank gives that id.
+/// with its key may register (sender -1, never its id) only as the server or worker whose rank
+/// gives that id.
 /// `who` is `None` when the connection proved nothing.
 ///
 /// # Errors
@@ -75,10 +78,17 @@ pub fn admit(who: Option<Identity>, meta: &Meta) -> Result<(), String> {
             "{} from a node that has not joined (only ADD_NODE is accepted before)",
             what()
         )),
-        Some(Identity::Node(id)) if meta.sender == id => Ok(()),
         Some(Identity::Node(id))
-            if meta.command() == Some(Command::AddNode) && meta.request && meta.sender == -1 =>
+            if meta.command() == Some(Command::AddNode) && meta.request && meta.sender != -1 =>
         {
+            Err(format!(
+                "a registration that names a sender ({}) over a connection that proved {} (a \
+                 registration names none)",
+                Node::describe(meta.sender),
+                Node::describe(id)
+            ))
+        }
+        Some(Identity::Node(id)) if meta.command() == Some(Command::AddNode) && meta.request => {
             let node = meta.control.as_ref().and_then(|c| c.nodes.first());
             match node.and_then(registered_id) {
                 Some(asked) if asked == id => Ok(()),
@@ -94,6 +104,7 @@ pub fn admit(who: Option<Identity>, meta: &Meta) -> Result<(), String> {
                 )),
             }
         }
+        Some(Identity::Node(id)) if meta.sender == id => Ok(()),
         Some(Identity::Node(id)) => Err(format!(
             "{} from {} that claims to come from {}",
             what(),
@@ -198,5 +209,15 @@ mod tests {
         assert!(e.contains("as server rank 0 (id 8)"), "{e}");
         let e = admit(w0, &registration(Role::Worker, None)).expect_err("no rank");
         assert!(e.contains("a registration without a rank"), "{e}");
+        // Naming itself as the sender does not skip the check.
+        let named = Meta {
+            sender: 9,
+            ..registration(Role::Server, Some(0))
+        };
+        let e = admit(w0, &named).expect_err("a sender");
+        assert!(
+            e.contains("a registration that names a sender (worker rank 0 (id 9))"),
+            "{e}"
+        );
     }
 }

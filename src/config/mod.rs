@@ -25,7 +25,7 @@
 //! | `PS_CHECKPOINT_SYNC` | fsync each log record before the request is answered (survives a machine crash; without: a process death) | 0 or 1 | 0 |
 //! | `PS_CHECKPOINT_LOG_MB` | log size after which a snapshot starts a new log (or twice the last snapshot, if more) | MiB, 1–2³⁰ | 256 |
 //! | `PS_RECOVERY_TIMEOUT` | (scheduler) how long a lost server or worker waits for a replacement before the job fails | seconds, > 0 | 60 |
-//! | `PS_AUTH_TOKEN` | the cluster's secret: every connection proves it ([`crate::auth`]); the same on every node | text, ≥ 16 bytes | required unless the scheduler is on loopback (`pslite-launch` draws one per run) |
+//! | `PS_AUTH_TOKEN` | the cluster's secret: every connection proves it, or a node key derived from it ([`crate::auth`]); the same wherever it is set | text, ≥ 16 bytes | required unless the scheduler is on loopback (`pslite-launch` draws one per run) |
 //! | `PS_AUTH_TOKEN_FILE` | instead of `PS_AUTH_TOKEN`: a file holding it | file path | — |
 //! | `PS_AUTH_NODE_KEY` | instead of the token, on a server or worker with `PSLITE_RANK`: the key of its id, which proves that identity only ([`crate::auth`]; `pslite-launch local` and `ssh` set it) | 64 hex digits | — |
 //! | `PS_AUTH` | `none` runs without authentication where a token would be required (warns) | `none` | — |

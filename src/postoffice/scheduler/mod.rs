@@ -158,6 +158,9 @@ impl Scheduler {
         {
             return Admission::Repeat;
         }
+        if let Some(why) = self.proven_conflict(&node) {
+            return Admission::Refused { node, why };
+        }
         if self.ready && node.role != Role::Scheduler && self.recovery.is_some() {
             if let Some(a) = self.replace(&node, now) {
                 return a;
@@ -195,6 +198,44 @@ impl Scheduler {
         self.table = table.clone();
         self.ready = true;
         Admission::Complete(table)
+    }
+
+    /// Why a registration proven as an id (`node.id >= 0`: its node holds that id's key; the
+    /// van marks it) cannot be given that id: another role's id, a rank beyond the cluster's,
+    /// or a rank another registration waiting to join asked for. `None` otherwise, and for an
+    /// unproven registration (`node.id` -1). A proven registration is given its id or none.
+    fn proven_conflict(&self, node: &Node) -> Option<String> {
+        let id = node.id;
+        if id < 0 {
+            return None;
+        }
+        if Node::role_of(id) != Some(node.role) {
+            return Some(format!(
+                "it registers as a {} but proved {}",
+                node.role,
+                Node::describe(id)
+            ));
+        }
+        let (rank, want) = (Node::rank_of(id), self.wanted(node.role));
+        if rank >= want {
+            return Some(format!(
+                "it proved {}, but the cluster has {want} {}s (DMLC_NUM_{})",
+                Node::describe(id),
+                node.role,
+                node.role.name().to_uppercase()
+            ));
+        }
+        let taken = self
+            .joining
+            .iter()
+            .find(|n| n.role == node.role && (n.id == id || n.requested_rank == Some(rank as u32)));
+        taken.map(|n| {
+            format!(
+                "{} is asked for already, by the registration from {}",
+                Node::describe(id),
+                crate::wire::place(&n.host, n.port)
+            )
+        })
     }
 
     /// A server or worker registering after the start replaces the node of its role and
@@ -442,28 +483,45 @@ fn id_of(role: Role, rank: usize) -> NodeId {
     }
 }
 
-/// Ranks for the nodes of one role, in registration order: the requested ranks when they are a
-/// permutation of `0..n`, else `0, 1, 2, …`.
+/// Ranks for the nodes of one role, in registration order. A node proven as an id (`id >= 0`,
+/// distinct ranks below `n`: [`Scheduler::add_node`] refuses the rest) keeps that id's rank;
+/// the others get the requested ranks when these are a permutation of the ranks left, else
+/// the ranks left in order.
 pub fn assign_ranks(nodes: &[&Node]) -> Vec<usize> {
     let n = nodes.len();
-    let asked: Vec<usize> = nodes
+    let fixed: Vec<Option<usize>> = nodes
         .iter()
-        .filter_map(|x| x.requested_rank)
+        .map(|x| (x.id >= 0).then(|| Node::rank_of(x.id)).filter(|&r| r < n))
+        .collect();
+    let mut free = vec![true; n];
+    for &r in fixed.iter().flatten() {
+        free[r] = false;
+    }
+    let left: Vec<usize> = (0..n).filter(|&r| free[r]).collect();
+    let rest = nodes.iter().zip(&fixed).filter(|(_, f)| f.is_none());
+    let asked: Vec<usize> = rest
+        .clone()
+        .filter_map(|(x, _)| x.requested_rank)
         .map(|r| r as usize)
         .collect();
-    let mut seen = vec![false; n];
-    let valid = asked.len() == n
-        && asked
-            .iter()
-            .all(|&r| r < n && !std::mem::replace(&mut seen[r], true));
-    if valid {
+    let mut sorted = asked.clone();
+    sorted.sort_unstable();
+    let order = if asked.len() == rest.count() && sorted == left {
         asked
     } else {
         if !asked.is_empty() {
-            tracing::warn!("requested ranks {asked:?} are not a permutation of 0..{n}; using registration order");
+            tracing::warn!(
+                "requested ranks {asked:?} are not a permutation of the ranks left {left:?}; \
+                 using registration order"
+            );
         }
-        (0..n).collect()
-    }
+        left
+    };
+    let mut order = order.into_iter();
+    fixed
+        .iter()
+        .map(|f| f.or_else(|| order.next()).unwrap_or(0))
+        .collect()
 }
 
 #[cfg(test)]

@@ -67,6 +67,63 @@ fn admits_the_expected_nodes_then_assigns_ids_by_requested_rank() {
 }
 
 #[test]
+fn a_registration_proven_as_an_id_gets_that_id_or_is_refused() {
+    let now = Instant::now();
+    let proven = |role, port, id| Node {
+        id,
+        ..node(role, port, Some(Node::rank_of(id) as u32))
+    };
+    let mut s = scheduler(1, 2);
+    // Worker rank 0's key: a second registration with it, and one as worker rank 5, are
+    // refused; an unproven one that asks for its rank is not, but does not take it.
+    assert!(matches!(
+        s.add_node(proven(Role::Worker, 1, 9), now),
+        Admission::Waiting
+    ));
+    let refused = |a: Admission| match a {
+        Admission::Refused { why, .. } => why,
+        _ => panic!("not refused"),
+    };
+    let why = refused(s.add_node(proven(Role::Worker, 2, 9), now));
+    assert_eq!(
+        why,
+        "worker rank 0 (id 9) is asked for already, by the registration from 127.0.0.1:1"
+    );
+    let why = refused(s.add_node(proven(Role::Worker, 3, 19), now));
+    assert!(
+        why.contains("but the cluster has 2 workers (DMLC_NUM_WORKER)"),
+        "{why}"
+    );
+    let why = refused(s.add_node(proven(Role::Server, 4, 9), now));
+    assert!(
+        why.contains("registers as a server but proved worker rank 0 (id 9)"),
+        "{why}"
+    );
+    assert!(matches!(
+        s.add_node(node(Role::Worker, 5, Some(0)), now),
+        Admission::Waiting
+    ));
+    let Admission::Complete(table) = s.add_node(node(Role::Server, 6, None), now) else {
+        panic!("complete");
+    };
+    let ids: Vec<(u16, NodeId)> = table.iter().map(|n| (n.port, n.id)).collect();
+    assert_eq!(ids, vec![(9000, 1), (6, 8), (1, 9), (5, 11)]);
+}
+
+#[test]
+fn proven_ranks_are_kept_and_the_others_fill_the_ranks_left() {
+    let p = Node {
+        id: 11,
+        ..node(Role::Worker, 1, Some(1))
+    };
+    let (a, b) = (node(Role::Worker, 2, Some(1)), node(Role::Worker, 3, None));
+    assert_eq!(assign_ranks(&[&a, &p, &b]), vec![0, 1, 2]);
+    let c = node(Role::Worker, 4, Some(2));
+    let d = node(Role::Worker, 5, Some(0));
+    assert_eq!(assign_ranks(&[&c, &p, &d]), vec![2, 1, 0]);
+}
+
+#[test]
 fn invalid_requested_ranks_fall_back_to_registration_order() {
     let (a, b) = (
         node(Role::Worker, 1, Some(1)),

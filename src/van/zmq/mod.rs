@@ -430,11 +430,12 @@ impl Van for ZmqVan {
                 }
             }
         }
-        let msg = assembly?.finish()?;
+        let mut msg = assembly?.finish()?;
         if let Some((who, address)) = origin {
             if !self.admitted(who, &address, &msg) {
                 return Ok(None);
             }
+            mark_registration(&mut msg, who);
         }
         self.note_registration(&routing_id, &msg);
         Ok(Some(VanEvent::Message(msg)))
@@ -508,6 +509,23 @@ pub(super) fn monitor(
     sock.monitor(&endpoint, events)
         .map_err(zerr(format!("{what}: monitor")))?;
     reader(ctx, &endpoint, what)
+}
+
+/// Marks a registration (an ADD_NODE request) with the id its connection proved: its node's
+/// id is that id for a node holding its key, -1 for a joiner, whatever the node wrote. The
+/// scheduler gives a marked registration that id or none.
+fn mark_registration(msg: &mut Message, who: Option<Identity>) {
+    let m = &mut msg.meta;
+    if m.command() != Some(crate::wire::Command::AddNode) || !m.request {
+        return;
+    }
+    let proven = match who {
+        Some(Identity::Node(id)) => id,
+        _ => -1,
+    };
+    if let Some(n) = m.control.as_mut().and_then(|c| c.nodes.first_mut()) {
+        n.id = proven;
+    }
 }
 
 /// As [`monitor`], with libzmq's event version 2 (`zmq_socket_monitor_versioned`): each event
