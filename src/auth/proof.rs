@@ -261,6 +261,8 @@ impl Secret {
                 t.node_key(me).mac(format!("from:node:{a}").as_bytes())
             }
             // Before the node table (which comes over such a connection): any id it may get.
+            // The key of such an id makes a proof of any identity for it: a cluster gives its
+            // servers and workers all keys or all the token.
             (Secret::Token(t), Identity::Node(a)) if me < 0 => {
                 let what = format!("from:node:{a}");
                 let proven = to_be.iter().any(|&id| {

@@ -480,7 +480,7 @@ impl Postoffice {
     /// Tells a node that may still run at its old address (paused, say) that a new one took
     /// its place (it then fails with `Error::DeclaredLost`), through a temporary connection.
     fn tell_displaced(&self, old: &Node, place: &str) {
-        let tmp = -2000 - old.id;
+        let tmp = Node::temporary_id(old.id);
         let control = Control {
             cmd: Some(Command::NodeLost),
             nodes: vec![old.clone()],

@@ -20,6 +20,17 @@ impl Node {
         }
     }
 
+    /// The temporary id under which a connection to the node `id` is opened beside its usual
+    /// one (the scheduler telling a displaced node it was replaced): negative, below -2000.
+    pub fn temporary_id(id: NodeId) -> NodeId {
+        -2000 - id
+    }
+
+    /// The node a temporary id ([`Node::temporary_id`]) stands for; `None` for any other id.
+    pub fn of_temporary(tmp: NodeId) -> Option<NodeId> {
+        (tmp <= -2000).then(|| -2000 - tmp)
+    }
+
     /// The id of server rank `r`.
     pub fn server_id(rank: usize) -> NodeId {
         8 + 2 * rank as NodeId
@@ -75,6 +86,17 @@ pub fn place(host: &str, port: impl std::fmt::Display) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_temporary_id_stands_for_its_node_and_no_other_id_does() {
+        for id in [SCHEDULER, 8, 9, 10_001] {
+            let tmp = Node::temporary_id(id);
+            assert!(tmp <= -2000 && Node::role_of(tmp).is_none());
+            assert_eq!(Node::of_temporary(tmp), Some(id));
+            assert_eq!(Node::of_temporary(id), None);
+        }
+        assert_eq!(Node::of_temporary(-1), None);
+    }
 
     #[test]
     fn ids_ranks_and_roles_agree() {

@@ -76,8 +76,10 @@ impl ZmqVan {
             _ => Identity::Joiner,
         };
         if let Some(s) = &self.secret {
+            // A temporary connection proves this node to the node it stands for.
+            let to = Node::of_temporary(peer).unwrap_or(peer);
             let (user, password) = s
-                .credential(who, peer, &crate::sync::lock(&self.reach))
+                .credential(who, to, &crate::sync::lock(&self.reach))
                 .map_err(Error::Van)?;
             sock.set_plain_username(Some(&user))
                 .and_then(|_| sock.set_plain_password(Some(&password)))
