@@ -80,7 +80,11 @@ fn resends_that_race_their_acknowledgement_are_dropped_as_duplicates() {
 
 #[test]
 fn without_resend_a_lost_message_ends_the_job_at_its_deadline() {
-    let env = [("PS_RESEND", "0"), ("PS_DROP_MSG", "10"), ("PS_TIMEOUT", "3")];
+    let env = [
+        ("PS_RESEND", "0"),
+        ("PS_DROP_MSG", "10"),
+        ("PS_TIMEOUT", "3"),
+    ];
     let o = launch_env(2, 2, &env, &["kv-app"]);
     let out = text(&o);
     assert!(!o.status.success(), "it cannot succeed:\n{out}");
