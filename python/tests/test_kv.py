@@ -327,15 +327,21 @@ def test_ctrl_c_interrupts_a_barrier(cluster):
 
     t = threading.Thread(target=other, daemon=True)
     t.start()
-    with c.start() as po:
-        assert started.wait(30)
-        timer = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT))
-        timer.start()
-        t0 = time.monotonic()
-        with pytest.raises(KeyboardInterrupt):
-            po.barrier()
-        assert time.monotonic() - t0 < 5
-        release.set()  # the other worker arrives: the interrupted barrier completes alone
+    # Python's own Ctrl-C handler, as at a terminal: a shell that started this process in the
+    # background (`cmd &` without job control) hands it SIGINT ignored.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with c.start() as po:
+            assert started.wait(30)
+            timer = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT))
+            timer.start()
+            t0 = time.monotonic()
+            with pytest.raises(KeyboardInterrupt):
+                po.barrier()
+            assert time.monotonic() - t0 < 5
+            release.set()  # the other worker arrives: the interrupted barrier completes alone
+    finally:
+        signal.signal(signal.SIGINT, previous)
     t.join(30)
     assert not other_error, other_error
     c.wait()
