@@ -224,22 +224,9 @@ fn a_timeout_shorter_than_a_loss_takes_to_be_known_is_named_once_at_start() {
     // A scheduler alone, whose start-up gives up after a second: what it says at start is all
     // this test reads.
     let run = |extra: &[(&str, &str)]| {
-        let port = pslite::free_port().expect("free port").to_string();
-        let o = std::process::Command::new(env!("CARGO_BIN_EXE_pslite-scheduler"))
-            .envs([
-                ("DMLC_PS_ROOT_URI", "127.0.0.1"),
-                ("DMLC_PS_ROOT_PORT", port.as_str()),
-                ("DMLC_NUM_SERVER", "1"),
-                ("DMLC_NUM_WORKER", "1"),
-                ("PS_TIMEOUT", "1"),
-                ("PS_AUTH", "none"),
-            ])
-            .env_remove("RUST_LOG")
-            .envs(extra.iter().copied())
-            .output()
-            .expect("run");
-        let err = String::from_utf8_lossy(&o.stderr).to_string();
-        assert!(!o.status.success(), "the start-up gives up: {err}");
+        let mut env = vec![("PS_AUTH", "none")];
+        env.extend_from_slice(extra);
+        let err = common::scheduler_alone(&env);
         (
             err.matches("PS_TIMEOUT (1 s) is not longer than").count(),
             err,

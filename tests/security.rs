@@ -307,24 +307,7 @@ fn a_node_without_authentication_says_so_once_at_start() {
     // A scheduler alone, on loopback, whose start-up gives up after a second: what it says
     // at start is all this test reads.
     let run = |auth: &[(&str, &str)]| {
-        let port = pslite::free_port().expect("free port").to_string();
-        let o = Process::new(env!("CARGO_BIN_EXE_pslite-scheduler"))
-            .envs([
-                ("DMLC_PS_ROOT_URI", "127.0.0.1"),
-                ("DMLC_PS_ROOT_PORT", port.as_str()),
-                ("DMLC_NUM_SERVER", "1"),
-                ("DMLC_NUM_WORKER", "1"),
-                ("PS_TIMEOUT", "1"),
-            ])
-            .env_remove("PS_AUTH_TOKEN")
-            .env_remove("PS_AUTH_TOKEN_FILE")
-            .env_remove("PS_AUTH")
-            .env_remove("RUST_LOG")
-            .envs(auth.iter().copied())
-            .output()
-            .expect("run");
-        let err = String::from_utf8_lossy(&o.stderr).to_string();
-        assert!(!o.status.success(), "the start-up gives up: {err}");
+        let err = common::scheduler_alone(auth);
         assert!(err.contains("PS_TIMEOUT"), "{err}");
         err.matches("no authentication (PS_AUTH=none, or no PS_AUTH_TOKEN")
             .count()

@@ -111,3 +111,29 @@ impl Cluster {
         }
     }
 }
+
+/// Runs a scheduler alone on loopback (it waits for one server and one worker that never come)
+/// with `PS_TIMEOUT=1`, no authentication variables from the test's environment, and `env`;
+/// its start-up gives up (checked) and what it printed on stderr is returned: what a node
+/// says at start.
+pub fn scheduler_alone(env: &[(&str, &str)]) -> String {
+    let port = pslite::free_port().expect("free port").to_string();
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_pslite-scheduler"))
+        .envs([
+            ("DMLC_PS_ROOT_URI", "127.0.0.1"),
+            ("DMLC_PS_ROOT_PORT", port.as_str()),
+            ("DMLC_NUM_SERVER", "1"),
+            ("DMLC_NUM_WORKER", "1"),
+            ("PS_TIMEOUT", "1"),
+        ])
+        .env_remove("PS_AUTH_TOKEN")
+        .env_remove("PS_AUTH_TOKEN_FILE")
+        .env_remove("PS_AUTH")
+        .env_remove("RUST_LOG")
+        .envs(env.iter().copied())
+        .output()
+        .expect("run");
+    let err = String::from_utf8_lossy(&o.stderr).to_string();
+    assert!(!o.status.success(), "the start-up gives up: {err}");
+    err
+}
