@@ -66,6 +66,13 @@ struct Conn {
     proven: bool,
 }
 
+impl Conn {
+    /// Whether it has not authenticated yet, and comes from `from` (any address: `None`).
+    fn pending_from(&self, from: Option<IpAddr>) -> bool {
+        !self.proven && from.is_none_or(|ip| self.peer.ip() == ip)
+    }
+}
+
 /// The open accepted connections, by file descriptor, and the caps.
 #[derive(Debug)]
 pub struct Accepted {
@@ -154,17 +161,14 @@ impl Accepted {
 
     /// How many are open and not authenticated, from `from` or from anywhere.
     pub fn pending(&self, from: Option<IpAddr>) -> usize {
-        self.open
-            .values()
-            .filter(|c| !c.proven && from.is_none_or(|ip| c.peer.ip() == ip))
-            .count()
+        self.open.values().filter(|c| c.pending_from(from)).count()
     }
 
     fn cut_oldest(&mut self, from: Option<IpAddr>, cap: Cap) -> Option<Cut> {
         let (&fd, _) = self
             .open
             .iter()
-            .filter(|(_, c)| !c.proven && from.is_none_or(|ip| c.peer.ip() == ip))
+            .filter(|(_, c)| c.pending_from(from))
             .min_by_key(|(_, c)| c.order)?;
         let c = self.open.remove(&fd)?;
         Some(Cut {
