@@ -128,6 +128,63 @@ fn a_flipped_byte_in_the_log_makes_the_replacement_refuse_naming_file_and_offset
     assert!(out.contains(&want), "expected {want:?} in:\n{out}");
 }
 
+/// The recovery cross-check: server 0's log is cut inside its first record after the server
+/// was killed, so the log holds none of the pushes the server had answered (a cut the log
+/// alone takes for a torn tail). The worker tells the replacement what the dead server
+/// answered; the replacement refuses to serve, naming the worker, the missing requests and
+/// the log, and every node of the job exits non-zero.
+#[test]
+fn a_log_cut_inside_an_answered_record_makes_the_replacement_refuse_and_the_job_fail() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = fresh_dir("cut-log");
+    let cp = dir.to_string_lossy().to_string();
+    let env = [
+        ("PS_CHECKPOINT_DIR", cp.as_str()),
+        ("PS_CHECKPOINT_LOG_MB", "4096"),
+        ("PS_VERBOSE", "1"),
+        ("PS_HEARTBEAT_TIMEOUT", "60"),
+    ];
+    let mut c = Cluster::start(1, 1, &env, &["bench", "--seconds", "20", "--len", "1024"]);
+    for name in ["server0", "worker0"] {
+        c.wait_for(name, " started: ", Duration::from_secs(30));
+    }
+    std::thread::sleep(Duration::from_secs(1));
+    c.signal("server0", libc::SIGKILL);
+    let log = dir.join("server-0").join("app0-u8").join("log.1");
+    let len = std::fs::metadata(&log).expect("the log").len();
+    assert!(len > 40, "the bench logged {len} bytes");
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&log)
+        .expect("opened");
+    // Record 0 starts at byte 0, its payload at byte 12.
+    f.set_len(40).expect("cut");
+    c.add(
+        "server0b",
+        env!("CARGO_BIN_EXE_pslite-server"),
+        Some(0),
+        &[],
+    );
+    let (code, out) = c.wait_exit("server0b", Duration::from_secs(60));
+    let want = "refuses to serve: worker rank 0 (id 9) saw the server it replaces answer requests \
+                that its checkpoint does not hold, so acknowledged updates were lost: customer 0 \
+                up to timestamp ";
+    assert!(out.contains(want), "expected {want:?} in:\n{out}");
+    let whose = format!(
+        "its state: restored from {} and 0 logged entries of {} (its last record, cut short at \
+         byte 0, was taken for a torn tail)",
+        log.with_file_name("snapshot").display(),
+        log.display()
+    );
+    assert!(out.contains(&whose), "expected {whose:?} in:\n{out}");
+    assert_eq!(code, Some(1), "{out}");
+    for name in ["worker0", "scheduler"] {
+        let (code, out) = c.wait_exit(name, Duration::from_secs(60));
+        assert_eq!(code, Some(1), "{name}:\n{out}");
+        assert!(out.contains("refuses to serve"), "{name}:\n{out}");
+    }
+}
+
 /// A number in `0..n` from the clock (the moments differ run to run; each is printed).
 fn random_below(n: u64) -> u64 {
     let t = std::time::SystemTime::now()

@@ -17,7 +17,7 @@
 use crate::postoffice::Postoffice;
 use crate::rendezvous::RvMessage;
 use crate::van::{RemoteWrite, VanEvent, WriteSource};
-use crate::wire::{Message, Meta, Node, NodeId, Rendezvous};
+use crate::wire::{Command, Message, Meta, Node, NodeId, Rendezvous};
 use bytes::Bytes;
 
 /// One event for a key-value customer (a `KVWorker`'s or a `KVServer`'s), sorted by carrier.
@@ -37,10 +37,17 @@ pub(super) enum Arrival {
     Written(RemoteWrite),
     /// A peer is gone (see [`VanEvent::PeerLost`]): what waits on it fails with `error`.
     PeerLost { peer: NodeId, error: crate::Error },
+    /// At a replacement server: worker `from` saw the replaced server answer, per customer,
+    /// the state-changing requests up to this timestamp (`Command::Answered`).
+    Answered {
+        from: NodeId,
+        answered: Vec<(i32, i32)>,
+    },
 }
 
 /// Sorts and decodes a customer's event. `None`: a malformed rendezvous message (no frame 0,
-/// or a control message that does not decode), logged and dropped.
+/// or a control message that does not decode) or a control command other than ANSWERED,
+/// logged and dropped.
 pub(super) fn arrival(ev: VanEvent) -> Option<Arrival> {
     let msg = match ev {
         VanEvent::RemoteWrite(w) => return Some(Arrival::Written(w)),
@@ -49,6 +56,19 @@ pub(super) fn arrival(ev: VanEvent) -> Option<Arrival> {
         // Only the postoffice's receiving thread sees these.
         VanEvent::Refused(_) => return None,
     };
+    if let Some(control) = &msg.meta.control {
+        let from = msg.meta.sender;
+        if control.cmd == Some(Command::Answered) {
+            let answered = control.answered.clone();
+            return Some(Arrival::Answered { from, answered });
+        }
+        tracing::warn!(
+            "dropped a {:?} for a key-value customer from {}",
+            control.cmd,
+            Node::describe(from)
+        );
+        return None;
+    }
     let Some(kind) = msg.meta.rendezvous else {
         return Some(Arrival::KeyValue(msg));
     };

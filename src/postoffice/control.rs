@@ -141,6 +141,7 @@ impl Postoffice {
             (Command::NodeReplaced, true, false) => {
                 self.on_replaced_confirmed(msg.meta.sender, &control)
             }
+            (Command::Answered, false, true) => self.deliver_answered(msg),
             (Command::Terminate, _, _) => {
                 self.stopped.store(true, Ordering::Release);
                 self.cv.notify_all();
@@ -150,6 +151,29 @@ impl Postoffice {
                 if request { "request" } else { "answer" },
                 Node::describe(msg.meta.sender)
             ),
+        }
+    }
+
+    /// ANSWERED from a worker to this server: handed to the `KVServer` of its application
+    /// and value type like a request (parked until that application is served), which checks
+    /// its restored checkpoint against it.
+    fn deliver_answered(&self, msg: Message) {
+        let from = msg.meta.sender;
+        if self.cfg.role != crate::wire::Role::Server
+            || Node::role_of(from) != Some(crate::wire::Role::Worker)
+        {
+            tracing::warn!(
+                "dropped an ANSWERED from {}: only a worker tells it to a server",
+                Node::describe(from)
+            );
+            return;
+        }
+        if let Some(o) = lock(&self.routes).deliver(msg, Instant::now()) {
+            tracing::warn!(
+                "dropped an ANSWERED from {}: {}",
+                Node::describe(from),
+                o.why
+            );
         }
     }
 

@@ -104,6 +104,9 @@ struct State {
     holders: std::collections::HashMap<crate::wire::NodeId, u32>,
     /// The scheduler's replacement tables held for the servers' confirmations.
     held_tables: Vec<recovery::HeldTable>,
+    /// A failure of this node's application that did not stop it
+    /// ([`Postoffice::fail_application`]): `finalize` ends as `finalize_failed` with it.
+    app_failure: Option<String>,
 }
 
 /// One node's view of the cluster. Create it with [`Postoffice::start`]; end it with
@@ -576,8 +579,20 @@ impl Postoffice {
         self.end(Some(error.to_string()))
     }
 
-    /// The last barrier (`failed`: this node's application error), then the shutdown.
+    /// Records that this node's application failed with `error` while it goes on (a server
+    /// that refuses every request, say): its [`finalize`](Self::finalize) then fails the job
+    /// as [`finalize_failed`](Self::finalize_failed) would, naming this node and the error.
+    /// The first error recorded is kept.
+    pub fn fail_application(&self, error: &str) {
+        lock(&self.state)
+            .app_failure
+            .get_or_insert_with(|| error.to_string());
+    }
+
+    /// The last barrier (`failed`: this node's application error, or one recorded by
+    /// [`fail_application`](Self::fail_application)), then the shutdown.
     fn end(&self, failed: Option<String>) -> Result<()> {
+        let failed = failed.or_else(|| lock(&self.state).app_failure.clone());
         let r = self.barrier_with(ALL_GROUP, None, failed);
         self.shutdown();
         r

@@ -12,8 +12,12 @@
 //! sends again every request the lost server had not answered: workers keep each request to
 //! a server until its answer arrives ([`Retained`]), and the replacement answers a request it
 //! finds among those applied before the loss without applying it again
-//! (`kv::durable::applied`). No replacement within the window: NODE_LOST again, without a
-//! window, and the job fails as in [`super::failure`].
+//! (`kv::durable::applied`). Before those requests, each worker tells the replacement what
+//! the lost server answered (ANSWERED: per application, value type and customer, the highest
+//! timestamp of a state-changing request answered without an error), and the replacement
+//! refuses to serve if its restored checkpoint lacks one (`kv::server::durable`). No
+//! replacement within the window: NODE_LOST again, without a window, and the job fails as in
+//! [`super::failure`].
 //!
 //! On the RDMA van a worker drops the old server's QP and rings (late completions of the old
 //! QP name an older channel generation and are dropped) and sets up a new channel with the
@@ -45,7 +49,7 @@ use super::scheduler::{Declared, Inherited, Why};
 use super::{Postoffice, SCHEDULER};
 use crate::config::Config;
 use crate::sync::lock;
-use crate::wire::{Command, Control, Message, Meta, Node, NodeId, Role};
+use crate::wire::{Command, Control, DType, KeyRef, Message, Meta, Node, NodeId, Role};
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -53,17 +57,63 @@ use std::time::{Duration, Instant};
 /// A retained request's key: the server, the application, the customer, the timestamp.
 pub(super) type Key = (NodeId, i32, i32, i32);
 
-/// A worker's requests to servers that have not been answered yet (only while the cluster
-/// replaces lost servers: `Postoffice::retaining`).
+/// What a `KVServer` serves: an application and a value type.
+type Served = (i32, DType);
+
+/// Per customer id, the highest timestamp a server answered (`Control::answered`).
+type Highest = Vec<(i32, i32)>;
+
+/// A worker's requests to servers that have not been answered yet, and per server the
+/// highest state-changing request each answered (only while the cluster replaces lost
+/// servers: `Postoffice::retaining`).
 #[derive(Default)]
 pub(super) struct Retained {
     msgs: HashMap<Key, Message>,
+    /// Per (server, application, value type, customer): the highest timestamp of a
+    /// state-changing request the server answered without an error (the recovery
+    /// cross-check, `Command::Answered`).
+    highest: HashMap<(NodeId, i32, DType, i32), i32>,
 }
 
 impl Retained {
-    /// Forgets a request (answered, or never sent).
+    /// Forgets a request (never sent).
     pub(super) fn release(&mut self, key: Key) {
         self.msgs.remove(&key);
+    }
+
+    /// Request `key` was answered, `ok` without an error (and not to be sent again with its
+    /// keys): forgets it, and counts it among what its server answered when it may have
+    /// changed state.
+    fn answer(&mut self, key: Key, ok: bool) {
+        let Some(msg) = self.msgs.remove(&key) else {
+            return;
+        };
+        let m = &msg.meta;
+        if ok && m.may_change_state() {
+            let (server, app, customer, ts) = key;
+            self.highest
+                .entry((server, app, m.dtype, customer))
+                .and_modify(|h| *h = (*h).max(ts))
+                .or_insert(ts);
+        }
+    }
+
+    /// What `server` answered, per (application, value type): the customers' highest
+    /// timestamps, sorted.
+    fn answered_by(&self, server: NodeId) -> Vec<(Served, Highest)> {
+        let mut by_app: std::collections::BTreeMap<Served, Highest> = Default::default();
+        for (&(s, app, dtype, customer), &ts) in &self.highest {
+            if s == server {
+                by_app.entry((app, dtype)).or_default().push((customer, ts));
+            }
+        }
+        by_app
+            .into_iter()
+            .map(|(k, mut v)| {
+                v.sort_unstable();
+                (k, v)
+            })
+            .collect()
     }
 
     /// Takes the requests to `server`, oldest first per customer.
@@ -208,10 +258,12 @@ impl Postoffice {
         Some(key)
     }
 
-    /// An answer arrived: its request needs no copy any more.
+    /// An answer arrived: its request needs no copy any more; what its server answered
+    /// without an error is remembered for the recovery cross-check.
     pub(super) fn answered(&self, m: &Meta) {
         if self.retaining.load(Ordering::Acquire) {
-            lock(&self.retained).release((m.sender, m.app_id, m.customer_id, m.timestamp));
+            let ok = m.error.is_none() && !matches!(m.keys, Some(KeyRef::Unknown { .. }));
+            lock(&self.retained).answer((m.sender, m.app_id, m.customer_id, m.timestamp), ok);
         }
     }
 
@@ -285,8 +337,10 @@ impl Postoffice {
                     return;
                 }
             }
-            lock(&self.retained).take_for(id)
+            let mut retained = lock(&self.retained);
+            (retained.take_for(id), retained.answered_by(id))
         };
+        let (again, answered) = again;
         let resend = match again.len() {
             0 => String::new(),
             n => format!("; sending it again the {n} requests not answered"),
@@ -298,6 +352,27 @@ impl Postoffice {
             node.host,
             node.port,
         );
+        // What the replaced server answered goes first: the replacement checks its restored
+        // log against it before it applies anything sent again.
+        for ((app_id, dtype), answered) in answered {
+            let control = Control {
+                cmd: Some(Command::Answered),
+                answered,
+                ..Control::default()
+            };
+            let meta = Meta {
+                request: true,
+                app_id,
+                dtype,
+                ..Meta::for_control(id, control)
+            };
+            if let Err(e) = self.send(Message::new(meta)) {
+                tracing::warn!(
+                    "cannot tell {} what its predecessor answered: {e}",
+                    Node::describe(id)
+                );
+            }
+        }
         for mut msg in again {
             msg.meta.seq = None;
             if let Err(e) = self.send(msg) {
@@ -530,7 +605,7 @@ mod tests {
         ] {
             r.msgs.insert(k, m);
         }
-        r.release((8, 0, 0, 4));
+        r.answer((8, 0, 0, 4), true);
         let again: Vec<(i32, i32)> = r
             .take_for(8)
             .iter()
@@ -543,5 +618,58 @@ mod tests {
         );
         assert_eq!(r.msgs.len(), 1, "server 10's request stays");
         assert!(r.take_for(8).is_empty(), "taken once");
+    }
+
+    #[test]
+    fn what_a_server_answered_is_its_highest_state_changing_request_per_customer_without_errors() {
+        let mut r = Retained::default();
+        let mut keep = |server, app, customer, ts, push: bool, head: i32, dtype: DType| {
+            let meta = Meta {
+                recver: server,
+                app_id: app,
+                customer_id: customer,
+                timestamp: ts,
+                request: true,
+                push,
+                pull: !push,
+                head,
+                dtype,
+                ..Meta::default()
+            };
+            r.msgs
+                .insert((server, app, customer, ts), Message::new(meta));
+        };
+        keep(8, 0, 0, 3, true, 0, DType::F32);
+        keep(8, 0, 0, 7, true, 0, DType::F32);
+        keep(8, 0, 0, 9, false, 0, DType::F32); // a pull changes nothing
+        keep(8, 0, 0, 11, true, 0, DType::F32); // answered with an error
+        keep(8, 0, 1, 4, false, 5, DType::F32); // an application command
+        keep(8, 0, 2, 5, true, 0, DType::U8);
+        keep(8, 1, 0, 6, true, 0, DType::F32);
+        keep(10, 0, 0, 12, true, 0, DType::F32); // another server
+        keep(8, 0, 3, 13, true, 0, DType::F32); // not answered yet
+        for (key, ok) in [
+            ((8, 0, 0, 7), true),
+            ((8, 0, 0, 3), true),
+            ((8, 0, 0, 9), true),
+            ((8, 0, 0, 11), false),
+            ((8, 0, 1, 4), true),
+            ((8, 0, 2, 5), true),
+            ((8, 1, 0, 6), true),
+            ((10, 0, 0, 12), true),
+            ((8, 0, 0, 99), true), // never kept
+        ] {
+            r.answer(key, ok);
+        }
+        assert_eq!(
+            r.answered_by(8),
+            vec![
+                ((0, DType::F32), vec![(0, 7), (1, 4)]),
+                ((0, DType::U8), vec![(2, 5)]),
+                ((1, DType::F32), vec![(0, 6)]),
+            ]
+        );
+        assert_eq!(r.answered_by(10), vec![((0, DType::F32), vec![(0, 12)])]);
+        assert_eq!(r.take_for(8).len(), 1, "the unanswered one is still kept");
     }
 }

@@ -191,6 +191,7 @@ mod tests {
                     barriers_done: vec![(4, 3)],
                     incarnation: 2,
                     reach: vec![(8, "ab".repeat(32))],
+                    answered: vec![(0, 41), (2, 7)],
                 }),
                 frame_lens: vec![],
                 incarnation: 3,

@@ -84,6 +84,12 @@ pub enum Command {
     /// key range) is now served by a replacement at this host and port: connect to it and send
     /// it again the requests it has not answered (issue 13). Not in ps-lite.
     NodeReplaced,
+    /// Recovery cross-check: worker → a replacement server (a request routed like the data
+    /// requests of `Meta::app_id` and `Meta::dtype`, parked until that application is
+    /// served), per customer the highest timestamp among the state-changing requests the
+    /// replaced server answered (`Control::answered`). The replacement refuses to serve when
+    /// its restored log lacks one. Not in ps-lite.
+    Answered,
 }
 
 /// A control message's body.
@@ -124,6 +130,10 @@ pub struct Control {
     /// In the node table sent to one node: the PLAIN password it presents to each peer it
     /// connects to ([`crate::auth`]; what a node holding only its own key cannot compute).
     pub reach: Vec<(NodeId, String)>,
+    /// In ANSWERED: per customer id of the application, the highest timestamp of a
+    /// state-changing request (a push or an application command) the replaced server answered
+    /// without an error: `(customer_id, timestamp)`.
+    pub answered: Vec<(i32, i32)>,
 }
 
 /// Why a barrier failed (the scheduler's release of a failed barrier).
@@ -140,7 +150,9 @@ pub enum BarrierFailure {
 }
 
 /// Element type of the values frame.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+#[derive(
+    Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default,
+)]
 pub enum DType {
     /// No values (control messages).
     #[default]
@@ -293,6 +305,13 @@ pub struct Meta {
 }
 
 impl Meta {
+    /// Whether a server may change its values for this request (a push, or an application
+    /// command, `head` ≠ 0). Such requests wait for zero-copy writes from the values, and a
+    /// durable server logs them before answering.
+    pub fn may_change_state(&self) -> bool {
+        self.push || self.head != 0
+    }
+
     /// The header of a control message to `recver` (sender, ids and flags default; the
     /// postoffice fills in the sender).
     pub fn for_control(recver: NodeId, control: Control) -> Meta {

@@ -38,6 +38,13 @@ impl Applied {
             .is_some_and(|r| r.set.contains(&ts))
     }
 
+    /// The highest timestamp remembered of (`sender`, `customer`), `None` when none is.
+    pub fn latest(&self, sender: NodeId, customer: i32) -> Option<i32> {
+        self.by_client
+            .get(&(sender, customer))
+            .and_then(|r| r.set.iter().max().copied())
+    }
+
     /// Records that request `ts` of (`sender`, `customer`) was applied.
     pub fn insert(&mut self, sender: NodeId, customer: i32, ts: i32) {
         let r = self.by_client.entry((sender, customer)).or_default();

@@ -13,7 +13,7 @@ use crate::kv::durable::Fsync;
 use crate::kv::pairs::decode_checked;
 use crate::kv::value::Value;
 use crate::postoffice::Postoffice;
-use crate::wire::{Meta, Node};
+use crate::wire::{Meta, Node, NodeId};
 use bytes::Bytes;
 
 /// The checkpoint of one `KVServer`.
@@ -24,6 +24,12 @@ pub(super) struct Durable {
     /// The handler's saved state, kept from one snapshot to the next so that its memory is
     /// reused ([`RequestHandler::save_into`]).
     state: Vec<u8>,
+    /// Where the state came from, in words ("restored from DIR/snapshot and 12 logged entries
+    /// of DIR/log.1", or a new checkpoint), for [`check_answered`](Self::check_answered).
+    origin: String,
+    /// Set when a worker saw answered a request this checkpoint lacks: every request is
+    /// refused with this text.
+    refusal: Option<String>,
 }
 
 impl Durable {
@@ -56,8 +62,8 @@ impl Durable {
             true => restore(&dir, (sync, c.log_bytes), handler, (&name, po.run_id()))?,
             false => None,
         };
-        let cp = match cp {
-            Some(cp) => cp,
+        let (cp, origin) = match cp {
+            Some(restored) => restored,
             None => {
                 let state = handler.save().ok_or_else(|| {
                     Error::Config(format!(
@@ -65,14 +71,67 @@ impl Durable {
                          state (RequestHandler::save returns None)"
                     ))
                 })?;
-                Checkpoint::create(&dir, (sync, c.log_bytes), po.run_id(), &state)?
+                let cp = Checkpoint::create(&dir, (sync, c.log_bytes), po.run_id(), &state)?;
+                let origin = match po.is_replacement() {
+                    true => "started empty: no checkpoint of this run to restore",
+                    false => "a new checkpoint",
+                };
+                (cp, format!("{origin} in {}", dir.display()))
             }
         };
         Ok(Some(Durable {
             cp,
             name,
             state: Vec::new(),
+            origin,
+            refusal: None,
         }))
+    }
+
+    /// The recovery cross-check: worker `from` saw the server this one replaces answer, per
+    /// customer, the state-changing requests up to a timestamp (`answered`: customer id,
+    /// timestamp; `Command::Answered`). Each answered request was logged before its answer
+    /// went out, so each must be among those this checkpoint holds as applied. One that is
+    /// not (the log lost a record it had acknowledged: a file cut or replaced) makes this
+    /// server refuse every request from now on, naming the worker, the missing requests and
+    /// the files, and fail its node ([`Postoffice::fail_application`]).
+    pub(super) fn check_answered(
+        &mut self,
+        po: &Postoffice,
+        from: NodeId,
+        answered: &[(i32, i32)],
+    ) {
+        let missing: Vec<String> = answered
+            .iter()
+            .filter(|&&(customer, ts)| !self.cp.applied.contains(from, customer, ts))
+            .map(|&(customer, ts)| {
+                let held = match self.cp.applied.latest(from, customer) {
+                    Some(last) => format!("the last it holds is timestamp {last}"),
+                    None => "it holds none of that customer".to_string(),
+                };
+                format!("customer {customer} up to timestamp {ts} ({held})")
+            })
+            .collect();
+        if missing.is_empty() || self.refusal.is_some() {
+            return;
+        }
+        let text = format!(
+            "{} refuses to serve: {} saw the server it replaces answer requests that its \
+             checkpoint does not hold, so acknowledged updates were lost: {}; its state: {}",
+            self.name,
+            Node::describe(from),
+            missing.join(", "),
+            self.origin
+        );
+        tracing::error!("{text}");
+        po.fail_application(&text);
+        self.refusal = Some(text);
+    }
+
+    /// Why every request is refused, `None` while this server serves
+    /// ([`check_answered`](Self::check_answered)).
+    pub(super) fn refusal(&self) -> Option<&str> {
+        self.refusal.as_deref()
     }
 
     /// Whether request `m` was applied before this server restarted (it is then answered
@@ -191,7 +250,7 @@ fn restore<V: Value>(
     (sync, limit): (Fsync, u64),
     handler: &mut impl RequestHandler<V>,
     (name, run): (&str, u64),
-) -> Result<Option<Checkpoint>> {
+) -> Result<Option<(Checkpoint, String)>> {
     if !dir.join(SNAPSHOT).exists() {
         tracing::warn!(
             "{name}: no checkpoint in {} to restore: starting empty",
@@ -215,12 +274,16 @@ fn restore<V: Value>(
         cp.note(e);
     }
     let n = entries.len();
-    tracing::warn!(
-        "{name}: restored from {} and {n} logged entries of {}",
+    let torn = restored.torn_at.map_or(String::new(), |at| {
+        format!(" (its last record, cut short at byte {at}, was taken for a torn tail)")
+    });
+    let origin = format!(
+        "restored from {} and {n} logged entries of {}{torn}",
         dir.join(SNAPSHOT).display(),
         restored.log_name
     );
-    Ok(Some(cp))
+    tracing::warn!("{name}: {origin}");
+    Ok(Some((cp, origin)))
 }
 
 /// Puts `handler` in the state checkpoint `restored` (read from `dir`) holds: the snapshot's

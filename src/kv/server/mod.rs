@@ -210,11 +210,20 @@ impl<H> Served<H> {
                 );
                 return;
             }
+            Some(Arrival::Answered { from, answered }) => {
+                if let Some(d) = durable {
+                    d.check_answered(po, from, &answered);
+                }
+                return;
+            }
         };
         // A push, or an application command (which may change values), waits for the
         // zero-copy writes of stored values still in flight.
-        let may_change = changes_state(&msg.meta);
-        let gate = if may_change && !rv.in_flight.wait_idle(*timeout) {
+        let may_change = msg.meta.may_change_state();
+        let refusal = durable.as_ref().and_then(|d| d.refusal());
+        let gate = if let Some(why) = refusal {
+            Err(why.to_string())
+        } else if may_change && !rv.in_flight.wait_idle(*timeout) {
             Err(format!(
                 "zero-copy pulls of this server's values were still being written after {:.0} s (PS_TIMEOUT); the request was not applied",
                 timeout.as_secs_f64()
@@ -325,7 +334,7 @@ fn serve_request<V: Value>(
         }
     };
     let mut pushed = None;
-    let may_change = changes_state(&m);
+    let may_change = m.may_change_state();
     let again = may_change && durable.as_ref().is_some_and(|d| d.applied_before(&m));
     // Applied before the restart: answered as a plain pull of its keys (no command, no values).
     let rm = ReqMeta {
@@ -410,13 +419,6 @@ fn out_of_place(po: &Postoffice, sender: NodeId, keys: &[Key]) -> Option<String>
         range.begin,
         range.end
     ))
-}
-
-/// Whether request `m` may change the handler's state: a push or an application command
-/// (`cmd` ≠ 0). Such requests wait for zero-copy writes from the values, and are logged with a
-/// checkpoint.
-fn changes_state(m: &Meta) -> bool {
-    m.push || m.head != 0
 }
 
 /// Why a request is answered without reaching the handler, before anything of it is applied.

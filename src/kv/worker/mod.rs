@@ -426,6 +426,11 @@ fn on_event<V: Value>(state: &WorkerState<V>, ev: VanEvent) {
             state.requests.fail_all(&error);
             zpull::fail_all(state, &error);
         }
+        // Only requests reach a route of answers: the postoffice delivers none here.
+        Some(Arrival::Answered { from, .. }) => tracing::warn!(
+            "a key-value worker got ANSWERED from {}; dropped",
+            crate::wire::Node::describe(from)
+        ),
     }
 }
 

@@ -262,8 +262,8 @@ impl Checkpoint {
         remove_other_logs(dir, &log_path, sync)?;
         if let Some(at) = restored.torn_at {
             tracing::warn!(
-                "{}: cut off a torn last record at byte {at} (written when the server died, \
-                 never answered)",
+                "{}: cut off a torn last record at byte {at} (being written when the server \
+                 died; the workers tell what they saw answered, which is checked against the log)",
                 restored.log_name
             );
             let f = std::fs::OpenOptions::new()
