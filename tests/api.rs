@@ -136,13 +136,20 @@ fn length_mismatch_is_an_error_reply_and_the_server_keeps_serving() {
 fn a_type_the_server_does_not_serve_is_an_error_naming_it() {
     let c = cluster(1, 1, 20.0);
     let kv = KVWorker::<f64>::new(&c.workers[0], 0, 0).expect("worker");
-    let err = kv
-        .wait(kv.push(&[1], &[1.0], None).expect("push"))
-        .expect_err("no f64 server");
-    assert!(
-        err.to_string().contains("no KVServer for app 0 with values of type f64 on server rank 0 (id 8) (it serves: f32)"),
-        "{err}"
-    );
+    // Parked together, refused in one answer: each request fails with the server's text.
+    let mut sent: Vec<_> = (0..3)
+        .map(|i| kv.push(&[1], &[f64::from(i)], None).expect("push"))
+        .collect();
+    sent.push(kv.pull(&[1]).expect("pull"));
+    for ts in sent {
+        let err = kv.wait(ts).expect_err("no f64 server");
+        assert!(
+            err.to_string().contains(
+                "no KVServer for app 0 with values of type f64 on server rank 0 (id 8) (it serves: f32)"
+            ),
+            "timestamp {ts}: {err}"
+        );
+    }
     drop(kv);
     c.finish();
 }

@@ -88,7 +88,7 @@ impl Postoffice {
                             crate::auth::limit::more(n)
                         );
                     }
-                    self.refuse_request(&o.msg.meta, o.why);
+                    self.refuse_request(&o.msg.meta, o.why, Vec::new());
                 }
             }
             return;
@@ -214,14 +214,15 @@ impl Postoffice {
                     e.served.join(", ")
                 }
             );
-            self.refuse_request(&e.msg.meta, why);
+            self.refuse_request(&e.msg.meta, why, e.also);
         }
     }
 
     /// Answers request `m`, for an application not served here, with an error (`why`: more
-    /// about it); a zero-copy pull is dropped with a warning (its requester gives up at its
-    /// own deadline, `PS_TIMEOUT`).
-    fn refuse_request(&self, m: &Meta, why: String) {
+    /// about it), and in the same answer the requests of the same customer timestamped `also`;
+    /// zero-copy pulls are dropped with a warning (their requester gives up at its own
+    /// deadline, `PS_TIMEOUT`).
+    fn refuse_request(&self, m: &Meta, why: String, also: Vec<i32>) {
         let what = format!(
             "no KVServer for app {} with values of type {} on {}",
             m.app_id,
@@ -229,14 +230,16 @@ impl Postoffice {
             Node::describe(self.my_id())
         );
         if m.rendezvous.is_some() {
+            let n = also.len() + 1;
             tracing::warn!(
-                "dropped a zero-copy pull request from {}: {what} ({why})",
+                "dropped {n} zero-copy pull request(s) from {}: {what} ({why})",
                 Node::describe(m.sender)
             );
             return;
         }
         let mut meta = reply_meta(m);
         meta.error = Some(format!("{what} ({why})"));
+        meta.also_refused = also;
         if let Err(err) = self.send(Message::new(meta)) {
             tracing::warn!("could not answer {}: {err}", Node::describe(m.sender));
         }

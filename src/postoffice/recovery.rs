@@ -263,7 +263,10 @@ impl Postoffice {
     pub(super) fn answered(&self, m: &Meta) {
         if self.retaining.load(Ordering::Acquire) {
             let ok = m.error.is_none() && !matches!(m.keys, Some(KeyRef::Unknown { .. }));
-            lock(&self.retained).answer((m.sender, m.app_id, m.customer_id, m.timestamp), ok);
+            let mut retained = lock(&self.retained);
+            for &ts in std::iter::once(&m.timestamp).chain(&m.also_refused) {
+                retained.answer((m.sender, m.app_id, m.customer_id, ts), ok);
+            }
         }
     }
 

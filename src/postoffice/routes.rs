@@ -1,6 +1,7 @@
 //! The route table: which customer thread gets the data messages of each [`Route`], and the
 //! requests parked while their route does not exist yet (ps-lite's `Customer` registry and its
-//! 5-second wait for a server's app). Expired requests are handed back to be refused, and so
+//! 5-second wait for a server's app). Expired requests are handed back to be refused (one
+//! answer per sender's customer, application and value type), and so
 //! is a request that would pass the parked bytes' cap (issue 14: every worker's
 //! `PS_MAX_INFLIGHT_BYTES`, [`crate::config::Bounds::parked_bytes`]).
 
@@ -9,7 +10,7 @@ use crate::auth::limit::RateLimited;
 use crate::config::bounds::REQUEST_OVERHEAD_BYTES;
 use crate::error::{Error, Result};
 use crate::van::VanEvent;
-use crate::wire::{Message, Node};
+use crate::wire::{DType, Message, Node, NodeId};
 use crossbeam_channel::Sender;
 use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
@@ -53,11 +54,14 @@ pub struct OverCap {
     pub warn: Option<u64>,
 }
 
-/// A parked request that waited [`PARK`] in vain, and the value types its application is served
-/// with here (for the refusal's text).
+/// Parked requests that waited [`PARK`] in vain, of one sender's customer for one
+/// application and value type, and the value types that application is served with here (for
+/// the refusal's text): refused in one answer ([`Meta::also_refused`](crate::wire::Meta)).
 pub struct Expired {
-    /// The request.
+    /// The first request.
     pub msg: Message,
+    /// The timestamps of the others, in arrival order.
+    pub also: Vec<i32>,
     /// Value types served here for its application (`"f32"`, …), possibly none.
     pub served: Vec<String>,
 }
@@ -190,19 +194,42 @@ impl Routes {
                 old.push(msg);
             }
         }
-        old.into_iter()
-            .map(|msg| {
-                let served = self
-                    .open
-                    .keys()
-                    .filter_map(|k| match k {
-                        Route::Server { app_id, dtype } if *app_id == msg.meta.app_id => {
-                            Some(dtype.to_string())
-                        }
-                        _ => None,
-                    })
-                    .collect();
-                Expired { msg, served }
+        // One refusal per sender's customer, application, value type and kind (a zero-copy
+        // pull is not answered): a flood of requests costs a flood of answers no more.
+        let mut groups: Vec<Expired> = Vec::new();
+        let mut index: HashMap<(NodeId, i32, i32, DType, bool), usize> = HashMap::new();
+        for msg in old {
+            let m = &msg.meta;
+            let key = (
+                m.sender,
+                m.customer_id,
+                m.app_id,
+                m.dtype,
+                m.rendezvous.is_some(),
+            );
+            match index.get(&key) {
+                Some(&i) => groups[i].also.push(m.timestamp),
+                None => {
+                    index.insert(key, groups.len());
+                    let served = self.served(m.app_id);
+                    groups.push(Expired {
+                        msg,
+                        also: Vec::new(),
+                        served,
+                    });
+                }
+            }
+        }
+        groups
+    }
+
+    /// The value types application `app` is served with here (`"f32"`, …).
+    fn served(&self, app: i32) -> Vec<String> {
+        self.open
+            .keys()
+            .filter_map(|k| match k {
+                Route::Server { app_id, dtype } if *app_id == app => Some(dtype.to_string()),
+                _ => None,
             })
             .collect()
     }
@@ -250,6 +277,46 @@ mod tests {
     }
 
     #[test]
+    fn expired_requests_are_refused_once_per_sender_customer_application_and_kind() {
+        let mut r = Routes::new(u64::MAX);
+        let t0 = Instant::now();
+        let mut ts = 0;
+        let mut park = |sender, customer, app, dtype, rendezvous: bool| {
+            ts += 1;
+            let mut msg = request(app, dtype);
+            msg.meta.sender = sender;
+            msg.meta.customer_id = customer;
+            msg.meta.timestamp = ts;
+            msg.meta.rendezvous = rendezvous.then_some(crate::wire::Rendezvous::Control);
+            assert!(r.deliver(msg, t0).is_none());
+        };
+        park(9, 0, 7, DType::F32, false); // 1
+        park(11, 0, 7, DType::F32, false); // 2
+        park(9, 0, 7, DType::F32, false); // 3
+        park(9, 1, 7, DType::F32, false); // 4
+        park(9, 0, 8, DType::F32, false); // 5
+        park(9, 0, 7, DType::U8, false); // 6
+        park(9, 0, 7, DType::F32, true); // 7
+        park(9, 0, 7, DType::F32, false); // 8
+        let got: Vec<(i32, i32, Vec<i32>)> = r
+            .expire(t0 + PARK, PARK)
+            .into_iter()
+            .map(|e| (e.msg.meta.sender, e.msg.meta.timestamp, e.also))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (9, 1, vec![3, 8]),
+                (11, 2, vec![]),
+                (9, 4, vec![]),
+                (9, 5, vec![]),
+                (9, 6, vec![]),
+                (9, 7, vec![]),
+            ]
+        );
+    }
+
+    #[test]
     fn expiring_looks_at_the_expired_requests_and_one_more() {
         let mut r = Routes::new(u64::MAX);
         let t0 = Instant::now();
@@ -262,7 +329,8 @@ mod tests {
         }
         assert_eq!(r.looked_at, 1000);
         let expired = r.expire(t0 + PARK + Duration::from_micros(49_999), PARK);
-        assert_eq!(expired.len(), 50_000);
+        assert_eq!(expired.len(), 1, "one sender's customer: one refusal");
+        assert_eq!(expired[0].also.len(), 49_999);
         assert_eq!(r.looked_at, 1000 + 50_001);
         assert_eq!(r.parked.len(), 50_000);
     }

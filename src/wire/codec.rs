@@ -195,6 +195,7 @@ mod tests {
                 }),
                 frame_lens: vec![],
                 incarnation: 3,
+                also_refused: vec![5, 9],
             },
             data: vec![
                 Bytes::from(vec![1u8; 16]),

@@ -302,6 +302,10 @@ pub struct Meta {
     /// lost node (issue 13). A node told of a replacement drops what an earlier holder of the
     /// id still sends.
     pub incarnation: u32,
+    /// On an answer with an `error`: the timestamps of further requests of the same customer
+    /// that failed with the same error (a server refuses the parked requests of one customer
+    /// in one answer). Empty otherwise.
+    pub also_refused: Vec<i32>,
 }
 
 impl Meta {

@@ -327,10 +327,15 @@ impl<V: Value> Tracker<V> {
             return;
         }
         let outcome = if let Some(e) = msg.meta.error {
-            Outcome::Failed(Error::Remote {
+            let failed = Error::Remote {
                 node: Node::describe(from),
                 message: e,
-            })
+            };
+            // Further requests refused in the same answer.
+            for &also in &msg.meta.also_refused {
+                self.settle(also, server, Outcome::Failed(failed.clone()));
+            }
+            Outcome::Failed(failed)
         } else if msg.meta.pull {
             let as_requested = msg.meta.keys == Some(KeyRef::AsRequested);
             let mut it = msg.data.into_iter();
