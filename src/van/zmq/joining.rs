@@ -115,15 +115,8 @@ impl ZmqVan {
     /// thread that waits for that lock (`watch`, `set_node_id`) would starve while the RDMA
     /// van's bootstrap thread polls in a loop (std's Mutex is not fair; a Soft-RoCE guest's
     /// start hung there).
-    ///
-    /// Without a monitor, a message already queued is found through `ZMQ_EVENTS` (no system
-    /// call while libzmq's mailbox is quiet), and only an empty socket is polled: under a
-    /// stream of small messages a `poll` per message cost a third of the receiving thread.
     pub(super) fn poll(&self, sock: &zmq::Socket, ms: i64) -> Result<Result<bool, Error>> {
         let Some(w) = crate::sync::lock(&self.monitor).take() else {
-            if sock.get_events().is_ok_and(|e| e.contains(zmq::POLLIN)) {
-                return Ok(Ok(true));
-            }
             return Ok(Ok(sock
                 .poll(zmq::POLLIN, ms)
                 .map_err(zerr("poll".into()))?
