@@ -30,16 +30,19 @@ enum Damage {
     TruncateSnapshot,
     /// Flip one byte in the first logged request's payload.
     FlipLog,
+    /// Cut the log inside its first record (byte 40).
+    CutLog,
 }
 
 /// Runs a bench on 1 server and 1 worker with checkpoints, kills the server, damages its
-/// checkpoint with `damage`, starts a replacement; returns the replacement's exit status and
-/// output, and the directory of the damaged files.
-fn replace_after(damage: Damage) -> (Option<i32>, String, PathBuf) {
+/// checkpoint with `damage`, starts a replacement (`server0b`); returns the cluster and the
+/// directory of the damaged files.
+fn replace_after(damage: Damage) -> (Cluster, PathBuf) {
     let dir = fresh_dir(match damage {
         Damage::FlipSnapshot => "flip-snapshot",
         Damage::TruncateSnapshot => "cut-snapshot",
         Damage::FlipLog => "flip-log",
+        Damage::CutLog => "cut-log",
     });
     let cp = dir.to_string_lossy().to_string();
     let env = [
@@ -48,7 +51,7 @@ fn replace_after(damage: Damage) -> (Option<i32>, String, PathBuf) {
         ("PS_VERBOSE", "1"),
         ("PS_HEARTBEAT_TIMEOUT", "60"),
     ];
-    let mut c = Cluster::start(1, 1, &env, &["bench", "--seconds", "60", "--len", "1024"]);
+    let mut c = Cluster::start(1, 1, &env, &["bench", "--seconds", "20", "--len", "1024"]);
     for name in ["server0", "worker0"] {
         c.wait_for(name, " started: ", Duration::from_secs(30));
     }
@@ -62,6 +65,13 @@ fn replace_after(damage: Damage) -> (Option<i32>, String, PathBuf) {
         Some(0),
         &[],
     );
+    (c, app)
+}
+
+/// The replacement's exit status and output after [`replace_after`]`(damage)`, and the
+/// directory of the damaged files.
+fn replacement_after(damage: Damage) -> (Option<i32>, String, PathBuf) {
+    let (mut c, app) = replace_after(damage);
     let (code, out) = c.wait_exit("server0b", Duration::from_secs(30));
     (code, out, app)
 }
@@ -87,13 +97,22 @@ fn damage_files(app: &Path, damage: Damage) {
         }
         // Record 0 starts at byte 0; its payload at byte 12.
         Damage::FlipLog => flip(&log, 40),
+        Damage::CutLog => {
+            let len = std::fs::metadata(&log).expect("the log").len();
+            assert!(len > 40, "the bench logged {len} bytes");
+            let f = std::fs::OpenOptions::new()
+                .write(true)
+                .open(&log)
+                .expect("opened");
+            f.set_len(40).expect("cut");
+        }
     }
 }
 
 #[test]
 fn a_flipped_byte_in_the_snapshot_makes_the_replacement_refuse_naming_file_and_offset() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    let (code, out, app) = replace_after(Damage::FlipSnapshot);
+    let (code, out, app) = replacement_after(Damage::FlipSnapshot);
     assert_eq!(code, Some(1), "{out}");
     let want = format!(
         "pslite-server: error: corrupt checkpoint: {}: damaged at byte",
@@ -106,7 +125,7 @@ fn a_flipped_byte_in_the_snapshot_makes_the_replacement_refuse_naming_file_and_o
 #[test]
 fn a_truncated_snapshot_makes_the_replacement_refuse_naming_file_and_offset() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    let (code, out, app) = replace_after(Damage::TruncateSnapshot);
+    let (code, out, app) = replacement_after(Damage::TruncateSnapshot);
     assert_eq!(code, Some(1), "{out}");
     let want = format!(
         "pslite-server: error: corrupt checkpoint: {}: damaged at byte 12: the header says",
@@ -118,7 +137,7 @@ fn a_truncated_snapshot_makes_the_replacement_refuse_naming_file_and_offset() {
 #[test]
 fn a_flipped_byte_in_the_log_makes_the_replacement_refuse_naming_file_and_offset() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    let (code, out, app) = replace_after(Damage::FlipLog);
+    let (code, out, app) = replacement_after(Damage::FlipLog);
     assert_eq!(code, Some(1), "{out}");
     let want = format!(
         "pslite-server: error: corrupt checkpoint: {}: damaged at byte 0: record payload \
@@ -136,35 +155,7 @@ fn a_flipped_byte_in_the_log_makes_the_replacement_refuse_naming_file_and_offset
 #[test]
 fn a_log_cut_inside_an_answered_record_makes_the_replacement_refuse_and_the_job_fail() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    let dir = fresh_dir("cut-log");
-    let cp = dir.to_string_lossy().to_string();
-    let env = [
-        ("PS_CHECKPOINT_DIR", cp.as_str()),
-        ("PS_CHECKPOINT_LOG_MB", "4096"),
-        ("PS_VERBOSE", "1"),
-        ("PS_HEARTBEAT_TIMEOUT", "60"),
-    ];
-    let mut c = Cluster::start(1, 1, &env, &["bench", "--seconds", "20", "--len", "1024"]);
-    for name in ["server0", "worker0"] {
-        c.wait_for(name, " started: ", Duration::from_secs(30));
-    }
-    std::thread::sleep(Duration::from_secs(1));
-    c.signal("server0", libc::SIGKILL);
-    let log = dir.join("server-0").join("app0-u8").join("log.1");
-    let len = std::fs::metadata(&log).expect("the log").len();
-    assert!(len > 40, "the bench logged {len} bytes");
-    let f = std::fs::OpenOptions::new()
-        .write(true)
-        .open(&log)
-        .expect("opened");
-    // Record 0 starts at byte 0, its payload at byte 12.
-    f.set_len(40).expect("cut");
-    c.add(
-        "server0b",
-        env!("CARGO_BIN_EXE_pslite-server"),
-        Some(0),
-        &[],
-    );
+    let (mut c, app) = replace_after(Damage::CutLog);
     let (code, out) = c.wait_exit("server0b", Duration::from_secs(60));
     let want = "refuses to serve: worker rank 0 (id 9) saw the server it replaces answer requests \
                 that its checkpoint does not hold, so acknowledged updates were lost: customer 0 \
@@ -173,8 +164,8 @@ fn a_log_cut_inside_an_answered_record_makes_the_replacement_refuse_and_the_job_
     let whose = format!(
         "its state: restored from {} and 0 logged entries of {} (its last record, cut short at \
          byte 0, was taken for a torn tail)",
-        log.with_file_name("snapshot").display(),
-        log.display()
+        app.join("snapshot").display(),
+        app.join("log.1").display()
     );
     assert!(out.contains(&whose), "expected {whose:?} in:\n{out}");
     assert_eq!(code, Some(1), "{out}");
