@@ -206,6 +206,18 @@ impl Postoffice {
         };
         let expired = lock(&self.routes).expire(Instant::now(), park);
         for e in expired {
+            if e.msg.meta.control.is_some() {
+                // ANSWERED for an application this replacement does not serve: nothing of it
+                // was restored, nothing to check, and no request to answer.
+                tracing::warn!(
+                    "dropped an ANSWERED from {} for app {} with values of type {}: not served \
+                     here",
+                    Node::describe(e.msg.meta.sender),
+                    e.msg.meta.app_id,
+                    e.msg.meta.dtype
+                );
+                continue;
+            }
             let why = format!(
                 "it serves: {}",
                 if e.served.is_empty() {

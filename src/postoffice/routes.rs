@@ -195,7 +195,8 @@ impl Routes {
             }
         }
         // One refusal per sender's customer, application, value type and kind (a zero-copy
-        // pull is not answered): a flood of requests costs a flood of answers no more.
+        // pull is not answered): a flood of requests costs a flood of answers no more. A
+        // control message (ANSWERED) stays alone.
         let mut groups: Vec<Expired> = Vec::new();
         let mut index: HashMap<(NodeId, i32, i32, DType, bool), usize> = HashMap::new();
         for msg in old {
@@ -207,10 +208,16 @@ impl Routes {
                 m.dtype,
                 m.rendezvous.is_some(),
             );
-            match index.get(&key) {
-                Some(&i) => groups[i].also.push(m.timestamp),
+            let found = match m.control {
+                None => index.get(&key).copied(),
+                Some(_) => None,
+            };
+            match found {
+                Some(i) => groups[i].also.push(m.timestamp),
                 None => {
-                    index.insert(key, groups.len());
+                    if m.control.is_none() {
+                        index.insert(key, groups.len());
+                    }
                     let served = self.served(m.app_id);
                     groups.push(Expired {
                         msg,
@@ -277,27 +284,35 @@ mod tests {
     }
 
     #[test]
-    fn expired_requests_are_refused_once_per_sender_customer_application_and_kind() {
+    fn expired_requests_are_refused_once_per_sender_customer_application_and_kind_a_control_alone()
+    {
         let mut r = Routes::new(u64::MAX);
         let t0 = Instant::now();
         let mut ts = 0;
-        let mut park = |sender, customer, app, dtype, rendezvous: bool| {
+        let mut parked = Vec::new();
+        let mut park = |sender, customer, app, dtype, rendezvous: bool, control: bool| {
             ts += 1;
             let mut msg = request(app, dtype);
             msg.meta.sender = sender;
             msg.meta.customer_id = customer;
             msg.meta.timestamp = ts;
             msg.meta.rendezvous = rendezvous.then_some(crate::wire::Rendezvous::Control);
-            assert!(r.deliver(msg, t0).is_none());
+            msg.meta.control = control.then(crate::wire::Control::default);
+            parked.push(msg);
         };
-        park(9, 0, 7, DType::F32, false); // 1
-        park(11, 0, 7, DType::F32, false); // 2
-        park(9, 0, 7, DType::F32, false); // 3
-        park(9, 1, 7, DType::F32, false); // 4
-        park(9, 0, 8, DType::F32, false); // 5
-        park(9, 0, 7, DType::U8, false); // 6
-        park(9, 0, 7, DType::F32, true); // 7
-        park(9, 0, 7, DType::F32, false); // 8
+        park(9, 0, 7, DType::F32, false, false); // 1
+        park(11, 0, 7, DType::F32, false, false); // 2
+        park(9, 0, 7, DType::F32, false, false); // 3
+        park(9, 1, 7, DType::F32, false, false); // 4
+        park(9, 0, 8, DType::F32, false, false); // 5
+        park(9, 0, 7, DType::U8, false, false); // 6
+        park(9, 0, 7, DType::F32, true, false); // 7
+        park(9, 0, 7, DType::F32, false, false); // 8
+        park(9, 0, 7, DType::F32, false, true); // 9, ANSWERED
+        park(9, 0, 7, DType::F32, false, false); // 10
+        for msg in parked {
+            assert!(r.deliver(msg, t0).is_none());
+        }
         let got: Vec<(i32, i32, Vec<i32>)> = r
             .expire(t0 + PARK, PARK)
             .into_iter()
@@ -306,12 +321,13 @@ mod tests {
         assert_eq!(
             got,
             vec![
-                (9, 1, vec![3, 8]),
+                (9, 1, vec![3, 8, 10]),
                 (11, 2, vec![]),
                 (9, 4, vec![]),
                 (9, 5, vec![]),
                 (9, 6, vec![]),
                 (9, 7, vec![]),
+                (9, 9, vec![]),
             ]
         );
     }
