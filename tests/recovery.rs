@@ -173,6 +173,12 @@ fn a_log_cut_inside_an_answered_record_makes_the_replacement_refuse_and_the_job_
         let (code, out) = c.wait_exit(name, Duration::from_secs(60));
         assert_eq!(code, Some(1), "{name}:\n{out}");
         assert!(out.contains("refuses to serve"), "{name}:\n{out}");
+        if name == "scheduler" {
+            // The replacement's own failure, not only the worker's.
+            let own =
+                "server rank 0 (id 8) failed: server rank 0 (id 8), app 0, u8 refuses to serve";
+            assert!(out.contains(own), "expected {own:?} in:\n{out}");
+        }
     }
 }
 

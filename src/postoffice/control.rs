@@ -207,14 +207,15 @@ impl Postoffice {
         let expired = lock(&self.routes).expire(Instant::now(), park);
         for e in expired {
             if e.msg.meta.control.is_some() {
-                // ANSWERED for an application this replacement does not serve: nothing of it
-                // was restored, nothing to check, and no request to answer.
+                // ANSWERED for an application this replacement did not serve within the
+                // parking time: not checked, and no request to answer.
                 tracing::warn!(
                     "dropped an ANSWERED from {} for app {} with values of type {}: not served \
-                     here",
+                     here within {:.0} s, so what it answered is not checked",
                     Node::describe(e.msg.meta.sender),
                     e.msg.meta.app_id,
-                    e.msg.meta.dtype
+                    e.msg.meta.dtype,
+                    park.as_secs_f64()
                 );
                 continue;
             }

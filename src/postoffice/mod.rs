@@ -107,6 +107,8 @@ struct State {
     /// A failure of this node's application that did not stop it
     /// ([`Postoffice::fail_application`]): `finalize` ends as `finalize_failed` with it.
     app_failure: Option<String>,
+    /// `finalize` (or `finalize_failed`) was called: the last barrier is sent or about to be.
+    finalizing: bool,
 }
 
 /// One node's view of the cluster. Create it with [`Postoffice::start`]; end it with
@@ -462,26 +464,7 @@ impl Postoffice {
             st.barrier_since = Some(Instant::now());
             st.last_check = None;
         }
-        let me = self.my_id();
-        if me == SCHEDULER {
-            self.scheduler_barrier(SCHEDULER, group, timeout, failed);
-        } else {
-            let meta = Meta {
-                request: true,
-                error: failed.clone(),
-                ..Meta::for_control(
-                    SCHEDULER,
-                    Control {
-                        cmd: Some(Command::Barrier),
-                        barrier_group: group,
-                        barrier_timeout_ms: timeout.map_or(0, |t| t.as_millis() as u64),
-                        barrier_failure: failed.is_some().then_some(BarrierFailure::Failed),
-                        ..Control::default()
-                    },
-                )
-            };
-            self.send(Message::new(meta))?;
-        }
+        self.arrive(group, timeout, failed)?;
         // The scheduler answers a timed barrier itself; this grace covers a scheduler that died.
         let deadline = timeout.map(|t| Instant::now() + t + Duration::from_secs(5));
         let mut scheduler_gone = false;
@@ -579,20 +562,60 @@ impl Postoffice {
         self.end(Some(error.to_string()))
     }
 
+    /// Tells the scheduler this node arrived at a barrier of `group` (with `failed`: its
+    /// application's error).
+    fn arrive(&self, group: i32, timeout: Option<Duration>, failed: Option<String>) -> Result<()> {
+        if self.my_id() == SCHEDULER {
+            self.scheduler_barrier(SCHEDULER, group, timeout, failed);
+            return Ok(());
+        }
+        let meta = Meta {
+            request: true,
+            error: failed.clone(),
+            ..Meta::for_control(
+                SCHEDULER,
+                Control {
+                    cmd: Some(Command::Barrier),
+                    barrier_group: group,
+                    barrier_timeout_ms: timeout.map_or(0, |t| t.as_millis() as u64),
+                    barrier_failure: failed.is_some().then_some(BarrierFailure::Failed),
+                    ..Control::default()
+                },
+            )
+        };
+        self.send(Message::new(meta)).map(|_| ())
+    }
+
     /// Records that this node's application failed with `error` while it goes on (a server
     /// that refuses every request, say): its [`finalize`](Self::finalize) then fails the job
-    /// as [`finalize_failed`](Self::finalize_failed) would, naming this node and the error.
-    /// The first error recorded is kept.
+    /// as [`finalize_failed`](Self::finalize_failed) would, naming this node and the error;
+    /// when it is already finalizing, its arrival at the last barrier is sent again with the
+    /// error (the scheduler counts the failure of a member that arrived). The first error
+    /// recorded is kept.
     pub fn fail_application(&self, error: &str) {
-        lock(&self.state)
-            .app_failure
-            .get_or_insert_with(|| error.to_string());
+        let finalizing = {
+            let mut st = lock(&self.state);
+            if st.app_failure.is_some() {
+                return;
+            }
+            st.app_failure = Some(error.to_string());
+            st.finalizing
+        };
+        if finalizing {
+            if let Err(e) = self.arrive(ALL_GROUP, None, Some(error.to_string())) {
+                tracing::warn!("cannot tell the scheduler this node failed: {e}");
+            }
+        }
     }
 
     /// The last barrier (`failed`: this node's application error, or one recorded by
     /// [`fail_application`](Self::fail_application)), then the shutdown.
     fn end(&self, failed: Option<String>) -> Result<()> {
-        let failed = failed.or_else(|| lock(&self.state).app_failure.clone());
+        let failed = {
+            let mut st = lock(&self.state);
+            st.finalizing = true;
+            failed.or_else(|| st.app_failure.clone())
+        };
         let r = self.barrier_with(ALL_GROUP, None, failed);
         self.shutdown();
         r

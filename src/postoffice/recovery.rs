@@ -91,9 +91,14 @@ impl Retained {
         let m = &msg.meta;
         if ok && m.may_change_state() {
             let (server, app, customer, ts) = key;
+            // Later in serial-number order (RFC 1982): timestamps wrap around.
             self.highest
                 .entry((server, app, m.dtype, customer))
-                .and_modify(|h| *h = (*h).max(ts))
+                .and_modify(|h| {
+                    if ts.wrapping_sub(*h) > 0 {
+                        *h = ts
+                    }
+                })
                 .or_insert(ts);
         }
     }
@@ -264,7 +269,12 @@ impl Postoffice {
         if self.retaining.load(Ordering::Acquire) {
             let ok = m.error.is_none() && !matches!(m.keys, Some(KeyRef::Unknown { .. }));
             let mut retained = lock(&self.retained);
-            for &ts in std::iter::once(&m.timestamp).chain(&m.also_refused) {
+            let also = if m.error.is_some() {
+                &m.also_refused[..]
+            } else {
+                &[]
+            };
+            for &ts in std::iter::once(&m.timestamp).chain(also) {
                 retained.answer((m.sender, m.app_id, m.customer_id, ts), ok);
             }
         }
@@ -651,6 +661,8 @@ mod tests {
         keep(8, 1, 0, 6, true, 0, DType::F32);
         keep(10, 0, 0, 12, true, 0, DType::F32); // another server
         keep(8, 0, 3, 13, true, 0, DType::F32); // not answered yet
+        keep(8, 2, 0, i32::MAX, true, 0, DType::F32);
+        keep(8, 2, 0, i32::MIN, true, 0, DType::F32); // wrapped: later
         for (key, ok) in [
             ((8, 0, 0, 7), true),
             ((8, 0, 0, 3), true),
@@ -661,6 +673,8 @@ mod tests {
             ((8, 1, 0, 6), true),
             ((10, 0, 0, 12), true),
             ((8, 0, 0, 99), true), // never kept
+            ((8, 2, 0, i32::MIN), true),
+            ((8, 2, 0, i32::MAX), true),
         ] {
             r.answer(key, ok);
         }
@@ -670,6 +684,7 @@ mod tests {
                 ((0, DType::F32), vec![(0, 7), (1, 4)]),
                 ((0, DType::U8), vec![(2, 5)]),
                 ((1, DType::F32), vec![(0, 6)]),
+                ((2, DType::F32), vec![(0, i32::MIN)]),
             ]
         );
         assert_eq!(r.answered_by(10), vec![((0, DType::F32), vec![(0, 12)])]);

@@ -54,6 +54,11 @@ pub struct OverCap {
     pub warn: Option<u64>,
 }
 
+/// The most timestamps one refusal names besides its own request: 5 bytes each at most in the
+/// header, so that a refusal stays far below `MAX_META_BYTES` (a longer run is refused in
+/// several answers).
+pub const MAX_ALSO: usize = 65_536;
+
 /// Parked requests that waited [`PARK`] in vain, of one sender's customer for one
 /// application and value type, and the value types that application is served with here (for
 /// the refusal's text): refused in one answer ([`Meta::also_refused`](crate::wire::Meta)).
@@ -209,7 +214,10 @@ impl Routes {
                 m.rendezvous.is_some(),
             );
             let found = match m.control {
-                None => index.get(&key).copied(),
+                None => index
+                    .get(&key)
+                    .copied()
+                    .filter(|&i| groups[i].also.len() < MAX_ALSO),
                 Some(_) => None,
             };
             match found {
@@ -329,6 +337,40 @@ mod tests {
                 (9, 7, vec![]),
                 (9, 9, vec![]),
             ]
+        );
+    }
+
+    #[test]
+    fn a_long_run_of_one_customers_expired_requests_is_refused_in_answers_of_bounded_size() {
+        let mut r = Routes::new(u64::MAX);
+        let t0 = Instant::now();
+        let n = 2 * (MAX_ALSO + 1) + 5;
+        for ts in 0..n {
+            let mut msg = request(7, DType::F32);
+            msg.meta.timestamp = ts as i32;
+            assert!(r.deliver(msg, t0).is_none());
+        }
+        let sizes: Vec<(i32, usize)> = r
+            .expire(t0 + PARK, PARK)
+            .iter()
+            .map(|e| (e.msg.meta.timestamp, e.also.len()))
+            .collect();
+        let second = MAX_ALSO as i32 + 1;
+        assert_eq!(
+            sizes,
+            vec![(0, MAX_ALSO), (second, MAX_ALSO), (2 * second, 4)]
+        );
+        let mut meta = Meta {
+            error: Some("e".repeat(200)),
+            also_refused: (i32::MAX - MAX_ALSO as i32..i32::MAX).collect(),
+            ..Meta::default()
+        };
+        let mut msg = Message::new(std::mem::take(&mut meta));
+        let head = crate::wire::encode_meta(&mut msg).expect("encodes");
+        assert!(
+            head.len() < crate::wire::MAX_META_BYTES / 2,
+            "{}",
+            head.len()
         );
     }
 

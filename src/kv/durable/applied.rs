@@ -38,6 +38,14 @@ impl Applied {
             .is_some_and(|r| r.set.contains(&ts))
     }
 
+    /// Whether request `ts` of (`sender`, `customer`) may have been applied and forgotten:
+    /// [`KEEP`] of that client's are remembered and `ts` is older than each of them.
+    pub fn forgotten(&self, sender: NodeId, customer: i32, ts: i32) -> bool {
+        self.by_client
+            .get(&(sender, customer))
+            .is_some_and(|r| r.order.len() >= KEEP && r.set.iter().all(|&t| ts < t))
+    }
+
     /// The highest timestamp remembered of (`sender`, `customer`), `None` when none is.
     pub fn latest(&self, sender: NodeId, customer: i32) -> Option<i32> {
         self.by_client
@@ -169,6 +177,15 @@ mod tests {
         }
         a.insert(11, 0, 5);
         assert!(!a.contains(9, 0, 0), "pushed out");
+        assert!(a.forgotten(9, 0, 0) && a.forgotten(9, 0, -4));
+        assert!(
+            !a.forgotten(9, 0, KEEP as i32 + 1),
+            "newer than all: never applied"
+        );
+        assert!(
+            !a.forgotten(11, 0, 4),
+            "a client with fewer than KEEP forgets nothing"
+        );
         assert!(a.contains(9, 0, 1) && a.contains(9, 0, KEEP as i32));
         a.forget(9);
         assert!(!a.contains(9, 0, 1));

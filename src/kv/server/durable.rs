@@ -91,19 +91,39 @@ impl Durable {
     /// The recovery cross-check: worker `from` saw the server this one replaces answer, per
     /// customer, the state-changing requests up to a timestamp (`answered`: customer id,
     /// timestamp; `Command::Answered`). Each answered request was logged before its answer
-    /// went out, so each must be among those this checkpoint holds as applied. One that is
-    /// not (the log lost a record it had acknowledged: a file cut or replaced) makes this
-    /// server refuse every request from now on, naming the worker, the missing requests and
-    /// the files, and fail its node ([`Postoffice::fail_application`]).
+    /// went out, so each must be among those this checkpoint holds as applied (or older than
+    /// the [`KEEP`](crate::kv::durable::applied::KEEP) it remembers of that customer). One
+    /// that is not (the log lost a record it had acknowledged: a file cut or replaced, or an
+    /// old server that answered after it was replaced) makes this server refuse every
+    /// key-value request from now on, naming the worker, the missing requests and the files,
+    /// and fail the job ([`Postoffice::fail_application`]). Zero-copy pulls are still served
+    /// from its values. On a server that replaced none this does nothing.
     pub(super) fn check_answered(
         &mut self,
         po: &Postoffice,
         from: NodeId,
         answered: &[(i32, i32)],
     ) {
-        let missing: Vec<String> = answered
+        // Only a replacement restored anything to check; one refusal is enough.
+        if self.refusal.is_some() || !po.is_replacement() {
+            return;
+        }
+        let applied = &self.cp.applied;
+        let lost: Vec<(i32, i32)> = answered
             .iter()
-            .filter(|&&(customer, ts)| !self.cp.applied.contains(from, customer, ts))
+            .copied()
+            .filter(|&(c, ts)| !applied.contains(from, c, ts) && !applied.forgotten(from, c, ts))
+            .collect();
+        if lost.is_empty() {
+            return;
+        }
+        let more = match lost.len() {
+            n if n > 4 => format!(" and {} more customers", n - 4),
+            _ => String::new(),
+        };
+        let missing: Vec<String> = lost
+            .iter()
+            .take(4)
             .map(|&(customer, ts)| {
                 let held = match self.cp.applied.latest(from, customer) {
                     Some(last) => format!("the last it holds is timestamp {last}"),
@@ -112,12 +132,9 @@ impl Durable {
                 format!("customer {customer} up to timestamp {ts} ({held})")
             })
             .collect();
-        if missing.is_empty() || self.refusal.is_some() {
-            return;
-        }
         let text = format!(
             "{} refuses to serve: {} saw the server it replaces answer requests that its \
-             checkpoint does not hold, so acknowledged updates were lost: {}; its state: {}",
+             checkpoint does not hold, so acknowledged updates were lost: {}{more}; its state: {}",
             self.name,
             Node::describe(from),
             missing.join(", "),
