@@ -338,7 +338,7 @@ impl Postoffice {
         }
         // Nothing is numbered for the old peer and sent to the new one meanwhile: the resend
         // state is forgotten and the path replaced under the exclusive lock every send shares.
-        let again = {
+        let (again, answered) = {
             let _swap = self.replacing.write().unwrap_or_else(|p| p.into_inner());
             if let Some(book) = &self.resend {
                 lock(book).forget(id);
@@ -353,7 +353,6 @@ impl Postoffice {
             let mut retained = lock(&self.retained);
             (retained.take_for(id), retained.answered_by(id))
         };
-        let (again, answered) = again;
         let resend = match again.len() {
             0 => String::new(),
             n => format!("; sending it again the {n} requests not answered"),
