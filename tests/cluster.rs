@@ -211,13 +211,7 @@ fn worker_without_scheduler_fails_within_the_deadline() {
     let t0 = Instant::now();
     let o = Command::new(bin("pslite-worker"))
         .args(["kv-app"])
-        .envs([
-            ("DMLC_PS_ROOT_URI", "127.0.0.1"),
-            ("DMLC_PS_ROOT_PORT", port.as_str()),
-            ("DMLC_NUM_SERVER", "1"),
-            ("DMLC_NUM_WORKER", "1"),
-            ("PS_TIMEOUT", "1"),
-        ])
+        .envs(common::alone_on_loopback(&port))
         .output()
         .expect("worker runs");
     assert!(

@@ -57,6 +57,18 @@ fn metrics_listen_on_loopback_unless_asked_for_the_nodes_address() {
 }
 
 /// Threads of this process (`Threads:` of /proc/self/status).
+/// A cluster of `servers` servers summing u8 values and one worker, every node serving its
+/// metrics on a free port.
+fn with_metrics(servers: usize) -> common::Cluster {
+    common::cluster_cfg(
+        servers,
+        1,
+        30.0,
+        |c| c.metrics_port = Some(0),
+        common::serve_default::<u8>,
+    )
+}
+
 fn threads() -> usize {
     let status = std::fs::read_to_string("/proc/self/status").expect("status");
     status
@@ -67,13 +79,7 @@ fn threads() -> usize {
 
 #[test]
 fn idle_connections_to_the_metrics_cost_no_thread_and_do_not_stop_a_scrape() {
-    let c = common::cluster_cfg(
-        1,
-        1,
-        30.0,
-        |c| c.metrics_port = Some(0),
-        common::serve_default::<u8>,
-    );
+    let c = with_metrics(1);
     let addr = c.workers[0]
         .metrics_addr()
         .expect("the worker serves metrics");
@@ -104,13 +110,7 @@ fn idle_connections_to_the_metrics_cost_no_thread_and_do_not_stop_a_scrape() {
 
 #[test]
 fn metrics_grow_during_a_bench_and_count_its_requests() {
-    let c = common::cluster_cfg(
-        2,
-        1,
-        30.0,
-        |c| c.metrics_port = Some(0),
-        common::serve_default::<u8>,
-    );
+    let c = with_metrics(2);
     let po = c.workers[0].clone();
     let addr = po.metrics_addr().expect("the worker serves metrics");
     let args = BenchArgs {

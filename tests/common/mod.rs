@@ -112,6 +112,19 @@ impl Cluster {
     }
 }
 
+/// The variables of a node of a cluster of one server and one worker whose scheduler is at
+/// 127.0.0.1:`port`, with `PS_TIMEOUT=1`: a node alone there gives up its start after a
+/// second.
+pub fn alone_on_loopback(port: &str) -> [(&'static str, &str); 5] {
+    [
+        ("DMLC_PS_ROOT_URI", "127.0.0.1"),
+        ("DMLC_PS_ROOT_PORT", port),
+        ("DMLC_NUM_SERVER", "1"),
+        ("DMLC_NUM_WORKER", "1"),
+        ("PS_TIMEOUT", "1"),
+    ]
+}
+
 /// Runs a scheduler alone on loopback (it waits for one server and one worker that never come)
 /// with `PS_TIMEOUT=1`, no authentication variables from the test's environment, and `env`;
 /// its start-up gives up (checked) and what it printed on stderr is returned: what a node
@@ -119,13 +132,7 @@ impl Cluster {
 pub fn scheduler_alone(env: &[(&str, &str)]) -> String {
     let port = pslite::free_port().expect("free port").to_string();
     let o = std::process::Command::new(env!("CARGO_BIN_EXE_pslite-scheduler"))
-        .envs([
-            ("DMLC_PS_ROOT_URI", "127.0.0.1"),
-            ("DMLC_PS_ROOT_PORT", port.as_str()),
-            ("DMLC_NUM_SERVER", "1"),
-            ("DMLC_NUM_WORKER", "1"),
-            ("PS_TIMEOUT", "1"),
-        ])
+        .envs(alone_on_loopback(&port))
         .env_remove("PS_AUTH_TOKEN")
         .env_remove("PS_AUTH_TOKEN_FILE")
         .env_remove("PS_AUTH")
