@@ -14,12 +14,28 @@ use std::time::Duration;
 
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
-/// A fresh, empty directory for one test's checkpoints.
-fn fresh_dir(name: &str) -> PathBuf {
+/// A fresh, empty directory for one test's checkpoints, removed when dropped (a test's
+/// checkpoints reach hundreds of MB; CI's disk is not ours to fill). Declare it before the
+/// cluster that writes into it, so the cluster's processes are stopped first.
+struct Scratch(PathBuf);
+
+impl std::ops::Deref for Scratch {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn fresh_dir(name: &str) -> Scratch {
     let dir = std::env::temp_dir().join(format!("pslite-recovery-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("a temporary directory");
-    dir
+    Scratch(dir)
 }
 
 /// How a test damages server 0's checkpoint of application 0's u8 values (the bench's).
@@ -35,9 +51,9 @@ enum Damage {
 }
 
 /// Runs a bench on 1 server and 1 worker with checkpoints, kills the server, damages its
-/// checkpoint with `damage`, starts a replacement (`server0b`); returns the cluster and the
-/// directory of the damaged files.
-fn replace_after(damage: Damage) -> (Cluster, PathBuf) {
+/// checkpoint with `damage`, starts a replacement (`server0b`); returns the checkpoints'
+/// directory, the cluster and the directory of the damaged files.
+fn replace_after(damage: Damage) -> (Scratch, Cluster, PathBuf) {
     let dir = fresh_dir(match damage {
         Damage::FlipSnapshot => "flip-snapshot",
         Damage::TruncateSnapshot => "cut-snapshot",
@@ -65,15 +81,15 @@ fn replace_after(damage: Damage) -> (Cluster, PathBuf) {
         Some(0),
         &[],
     );
-    (c, app)
+    (dir, c, app)
 }
 
-/// The replacement's exit status and output after [`replace_after`]`(damage)`, and the
-/// directory of the damaged files.
-fn replacement_after(damage: Damage) -> (Option<i32>, String, PathBuf) {
-    let (mut c, app) = replace_after(damage);
+/// The checkpoints' directory, the replacement's exit status and output after
+/// [`replace_after`]`(damage)`, and the directory of the damaged files.
+fn replacement_after(damage: Damage) -> (Scratch, Option<i32>, String, PathBuf) {
+    let (dir, mut c, app) = replace_after(damage);
     let (code, out) = c.wait_exit("server0b", Duration::from_secs(30));
-    (code, out, app)
+    (dir, code, out, app)
 }
 
 fn damage_files(app: &Path, damage: Damage) {
@@ -112,7 +128,7 @@ fn damage_files(app: &Path, damage: Damage) {
 #[test]
 fn a_flipped_byte_in_the_snapshot_makes_the_replacement_refuse_naming_file_and_offset() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    let (code, out, app) = replacement_after(Damage::FlipSnapshot);
+    let (_dir, code, out, app) = replacement_after(Damage::FlipSnapshot);
     assert_eq!(code, Some(1), "{out}");
     let want = format!(
         "pslite-server: error: corrupt checkpoint: {}: damaged at byte",
@@ -125,7 +141,7 @@ fn a_flipped_byte_in_the_snapshot_makes_the_replacement_refuse_naming_file_and_o
 #[test]
 fn a_truncated_snapshot_makes_the_replacement_refuse_naming_file_and_offset() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    let (code, out, app) = replacement_after(Damage::TruncateSnapshot);
+    let (_dir, code, out, app) = replacement_after(Damage::TruncateSnapshot);
     assert_eq!(code, Some(1), "{out}");
     let want = format!(
         "pslite-server: error: corrupt checkpoint: {}: damaged at byte 12: the header says",
@@ -137,7 +153,7 @@ fn a_truncated_snapshot_makes_the_replacement_refuse_naming_file_and_offset() {
 #[test]
 fn a_flipped_byte_in_the_log_makes_the_replacement_refuse_naming_file_and_offset() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    let (code, out, app) = replacement_after(Damage::FlipLog);
+    let (_dir, code, out, app) = replacement_after(Damage::FlipLog);
     assert_eq!(code, Some(1), "{out}");
     let want = format!(
         "pslite-server: error: corrupt checkpoint: {}: damaged at byte 0: record payload \
@@ -155,7 +171,7 @@ fn a_flipped_byte_in_the_log_makes_the_replacement_refuse_naming_file_and_offset
 #[test]
 fn a_log_cut_inside_an_answered_record_makes_the_replacement_refuse_and_the_job_fail() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    let (mut c, app) = replace_after(Damage::CutLog);
+    let (_dir, mut c, app) = replace_after(Damage::CutLog);
     let (code, out) = c.wait_exit("server0b", Duration::from_secs(60));
     let want = "refuses to serve: worker rank 0 (id 9) saw the server it replaces answer requests \
                 that its checkpoint does not hold, so acknowledged updates were lost: customer 0 \
@@ -228,7 +244,6 @@ fn kv_app_ends_exactly_after_a_server_is_killed_and_replaced_at_five_random_mome
             );
         }
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -257,7 +272,6 @@ fn kv_app_ends_exactly_after_a_worker_is_killed_and_replaced_at_three_random_mom
             "round {round}: the replacement did not take up its predecessor's work:\n{out}"
         );
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Final (accuracy, log-loss) worker 0 reported in `out` (launcher output of `lr --json`).
@@ -316,7 +330,6 @@ fn lr_reaches_the_undisturbed_accuracy_after_a_server_and_a_worker_are_killed_an
         (acc - base).abs() <= 0.005,
         "accuracy {acc} vs undisturbed {base}:\n{out}"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -383,5 +396,4 @@ fn inspect_prints_the_keys_and_values_a_server_would_restore() {
     assert_eq!(missing.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&missing.stderr)
         .contains("pslite-launch: error: /nonexistent-pslite-dir: cannot list"));
-    let _ = std::fs::remove_dir_all(&dir);
 }
