@@ -6,6 +6,12 @@
 //! expected, rather than converting silently. A Python list, tuple or range (no buffer) of
 //! numbers is converted to an array of the expected dtype first. Keys are `uint64`; a
 //! non-negative `int64` array (what `numpy.arange` gives) is taken too, without a copy.
+//!
+//! A tensor without the buffer protocol (a PyTorch tensor) is read through DLPack (Python
+//! array API standard, `__dlpack__`/`__dlpack_device__`): `numpy.from_dlpack` gives a NumPy
+//! view of the same memory, checked as an array is. Only host memory is taken; a tensor on a
+//! GPU is refused naming its device. A tensor that requires grad is taken through
+//! `tensor.detach()` (the same memory).
 
 use crate::errors::invalid;
 use pyo3::buffer::{ElementType, PyBuffer, PyUntypedBuffer};
@@ -106,7 +112,7 @@ fn element_name(buf: &PyUntypedBuffer) -> String {
 /// range: NumPy (≥ 2) refuses the others, and so no `None` becomes a NaN and no `-1` a large
 /// key.
 fn untyped(obj: &Bound<'_, PyAny>, what: &str, dtype: DType) -> PyResult<PyUntypedBuffer> {
-    if let Some(b) = buffer(obj) {
+    if let Some(b) = buffer(obj, what) {
         return b;
     }
     let py = obj.py();
@@ -121,8 +127,8 @@ fn untyped(obj: &Bound<'_, PyAny>, what: &str, dtype: DType) -> PyResult<PyUntyp
         || obj.is_instance_of::<PyRange>();
     if !listed {
         return Err(invalid(format!(
-            "{what}: expected an array of {} (a NumPy array, anything with the buffer \
-             protocol, or a list of numbers), got {}",
+            "{what}: expected an array of {} (a NumPy array, a CPU tensor, anything with \
+             the buffer protocol, or a list of numbers), got {}",
             dtype.name(),
             type_name()
         )));
@@ -169,14 +175,15 @@ fn untyped(obj: &Bound<'_, PyAny>, what: &str, dtype: DType) -> PyResult<PyUntyp
 }
 
 /// The buffer of `obj`, `None` when it has none. A buffer PyO3 does not take as it is (a
-/// ctypes array gives no strides) is taken through NumPy's view of the same memory.
-fn buffer(obj: &Bound<'_, PyAny>) -> Option<PyResult<PyUntypedBuffer>> {
+/// ctypes array gives no strides) is taken through NumPy's view of the same memory, and so is
+/// a DLPack tensor ([`dlpack`]).
+fn buffer(obj: &Bound<'_, PyAny>, what: &str) -> Option<PyResult<PyUntypedBuffer>> {
     if let Ok(b) = PyUntypedBuffer::get(obj) {
         return Some(Ok(b));
     }
     // SAFETY: PyObject_CheckBuffer only reads the object's type.
     if unsafe { pyo3::ffi::PyObject_CheckBuffer(obj.as_ptr()) } == 0 {
-        return None;
+        return is_tensor(obj).then(|| dlpack(obj, what));
     }
     let view = || -> PyResult<PyUntypedBuffer> {
         let same = obj
@@ -187,6 +194,65 @@ fn buffer(obj: &Bound<'_, PyAny>) -> Option<PyResult<PyUntypedBuffer>> {
         PyUntypedBuffer::get(&same)
     };
     Some(view())
+}
+
+/// Whether `obj` is a tensor read through DLPack: no buffer protocol, a `__dlpack__` method.
+fn is_tensor(obj: &Bound<'_, PyAny>) -> bool {
+    // SAFETY: PyObject_CheckBuffer only reads the object's type.
+    let no_buffer = unsafe { pyo3::ffi::PyObject_CheckBuffer(obj.as_ptr()) } == 0;
+    no_buffer && obj.hasattr("__dlpack__").unwrap_or(false)
+}
+
+/// DLPack's `kDLCPU` and `kDLCUDAHost` (pinned host memory): the device types pslite reads.
+const DLPACK_HOST: [i64; 2] = [1, 3];
+
+/// The NumPy view of the DLPack tensor `obj` (named `what` in errors): the same memory, kept
+/// alive by the view.
+///
+/// # Errors
+/// `InvalidArgumentError` for a tensor outside host memory (naming its device), or with the
+/// exporter's own text when it refuses to export.
+fn dlpack(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<PyUntypedBuffer> {
+    let (device, id): (i64, i64) = obj
+        .call_method0("__dlpack_device__")
+        .and_then(|d| d.extract())
+        .map_err(|e| invalid(format!("{what}: a DLPack tensor without a device: {e}")))?;
+    if !DLPACK_HOST.contains(&device) {
+        let name = match device {
+            2 => "cuda".to_string(),
+            10 => "rocm".to_string(),
+            13 => "cuda managed memory".to_string(),
+            other => format!("DLPack device type {other}"),
+        };
+        return Err(invalid(format!(
+            "{what}: a tensor on {name}:{id}: pslite reads host memory only: pass {what}.cpu()"
+        )));
+    }
+    let grad: bool = obj
+        .getattr("requires_grad")
+        .and_then(|g| g.extract())
+        .unwrap_or(false);
+    let plain = if grad {
+        obj.call_method0("detach")?
+    } else {
+        obj.clone()
+    };
+    let view = obj
+        .py()
+        .import("numpy")?
+        .getattr("from_dlpack")?
+        .call1((plain,))
+        .map_err(|e| invalid(format!("{what}: {e}")))?;
+    PyUntypedBuffer::get(&view)
+}
+
+/// How to make `what` of `dtype`: NumPy's `astype`, or a tensor's `to`.
+fn convert_hint(obj: &Bound<'_, PyAny>, what: &str, dtype: DType) -> String {
+    if is_tensor(obj) {
+        format!("{what}.to(torch.{})", dtype.name())
+    } else {
+        format!("{what}.astype(numpy.{})", dtype.name())
+    }
 }
 
 /// Where a buffer's format puts its bytes: in this machine's order (no prefix, `@`, `=`), in
@@ -212,12 +278,22 @@ fn order(buf: &PyUntypedBuffer) -> Order {
     }
 }
 
-/// Checks that `buf` is C-contiguous (and writable when `write`).
-fn check_layout(buf: &PyUntypedBuffer, what: &str, write: bool) -> PyResult<()> {
+/// Checks that `buf` (of `obj`) is C-contiguous (and writable when `write`).
+fn check_layout(
+    obj: &Bound<'_, PyAny>,
+    buf: &PyUntypedBuffer,
+    what: &str,
+    write: bool,
+) -> PyResult<()> {
     if !buf.is_c_contiguous() {
+        let (kind, fix) = if is_tensor(obj) {
+            ("tensor", format!("{what}.contiguous()"))
+        } else {
+            ("array", format!("numpy.ascontiguousarray({what})"))
+        };
         return Err(invalid(format!(
-            "{what}: the array is not C-contiguous (a strided view such as a[::2], or a \
-             transposed matrix): pass numpy.ascontiguousarray({what})"
+            "{what}: the {kind} is not C-contiguous (a strided view such as a[::2], or a \
+             transposed matrix): pass {fix}"
         )));
     }
     if write && buf.readonly() {
@@ -250,7 +326,11 @@ pub fn output<T: PyValue>(
     what: &str,
     dtype: DType,
 ) -> PyResult<PyBuffer<T>> {
-    let buf = buffer(obj).and_then(Result::ok).ok_or_else(|| {
+    let buf = match buffer(obj, what) {
+        Some(Err(e)) if is_tensor(obj) => return Err(e),
+        b => b.and_then(Result::ok),
+    };
+    let buf = buf.ok_or_else(|| {
         invalid(format!(
             "{what}: expected a writable array of {} (e.g. numpy.empty(n, numpy.{})), got {}",
             dtype.name(),
@@ -274,11 +354,15 @@ fn typed<T: PyValue>(
 ) -> PyResult<PyBuffer<T>> {
     let got = element_name(&buf);
     if got != dtype.name() {
+        let kind = if is_tensor(obj) {
+            "a tensor"
+        } else {
+            "an array"
+        };
         return Err(invalid(format!(
-            "{what}: an array of {got}, but this call carries {}: convert it first, e.g. \
-             {what}.astype(numpy.{})",
+            "{what}: {kind} of {got}, but this call carries {}: convert it first, e.g. {}",
             dtype.name(),
-            dtype.name()
+            convert_hint(obj, what, dtype)
         )));
     }
     let buf = match order(&buf) {
@@ -304,7 +388,7 @@ fn typed<T: PyValue>(
             again
         }
     };
-    check_layout(&buf, what, write)?;
+    check_layout(obj, &buf, what, write)?;
     buf.into_typed::<T>()
         .map_err(|e| invalid(format!("{what}: {e}")))
 }

@@ -15,6 +15,7 @@
 
 mod blocking;
 mod buffers;
+mod clicklog;
 mod errors;
 mod server;
 mod tables;
@@ -283,6 +284,8 @@ fn _pslite(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(start, m)?)?;
     m.add_function(wrap_pyfunction!(server::run_server, m)?)?;
     m.add_function(wrap_pyfunction!(tables::table_spec, m)?)?;
+    m.add_function(wrap_pyfunction!(clicklog::click_log, m)?)?;
+    m.add_function(wrap_pyfunction!(clicklog::roc_auc, m)?)?;
     m.add("SCHEDULER_GROUP", SCHEDULER_GROUP)?;
     m.add("SERVER_GROUP", SERVER_GROUP)?;
     m.add("WORKER_GROUP", WORKER_GROUP)?;

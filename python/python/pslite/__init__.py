@@ -5,6 +5,9 @@ reads its role and settings from the ``DMLC_*``/``PS_*`` variables (what ``pslit
 sets), and joins the cluster. Workers push and pull through a :class:`KVWorker`; servers run
 :func:`run_server` with pslite's default handler, a Python callable, or embedding tables
 (:class:`Table`: rows per key, initialized lazily and updated by an optimizer on the servers).
+:mod:`pslite.torch` (the ``torch`` extra) puts those tables behind ``nn.Module``s and sums dense
+gradients through the servers; :func:`click_log` and :func:`auc` give Python models the
+synthetic click log and the measure of ``pslite-launch … ctr``.
 The core is Rust (bound with PyO3): the GIL is released during every wait, send and server
 loop, so other Python threads run meanwhile.
 
@@ -32,6 +35,8 @@ from ._pslite import (
     Postoffice,
     ReqMeta,
     __version__,
+    auc,
+    click_log,
     run_server,
     start,
 )
@@ -72,6 +77,8 @@ __all__ = [
     "TimeoutError",
     "Uniform",
     "__version__",
+    "auc",
+    "click_log",
     "run_server",
     "start",
 ]

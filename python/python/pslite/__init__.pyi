@@ -11,6 +11,8 @@ from ._pslite import KVWorker as KVWorker
 from ._pslite import Postoffice as Postoffice
 from ._pslite import ReqMeta as ReqMeta
 from ._pslite import __version__ as __version__
+from ._pslite import auc as auc
+from ._pslite import click_log as click_log
 from ._pslite import run_server as run_server
 from ._pslite import start as start
 from ._tables import FTRL as FTRL
@@ -28,4 +30,4 @@ __all__ = ["ALL_GROUP", "DTYPES", "SCHEDULER_GROUP", "SERVER_GROUP", "WORKER_GRO
            "FTRL", "SGD", "TTL", "Adagrad", "Adam", "AdmitCount", "AdmitProbability",
            "Error", "InvalidArgumentError", "KVWorker", "Normal", "PeerLostError",
            "Postoffice", "ReqMeta", "Table", "TimeoutError", "Uniform", "__version__",
-           "run_server", "start"]
+           "auc", "click_log", "run_server", "start"]

@@ -9,7 +9,8 @@ import numpy.typing as npt
 from ._tables import Table
 
 __all__ = ["ALL_GROUP", "DTYPES", "KVWorker", "Postoffice", "ReqMeta", "SCHEDULER_GROUP",
-           "SERVER_GROUP", "WORKER_GROUP", "__version__", "run_server", "start", "table_spec"]
+           "SERVER_GROUP", "WORKER_GROUP", "__version__", "auc", "click_log", "run_server", "start",
+           "table_spec"]
 
 __version__: str
 SCHEDULER_GROUP: int  # 1
@@ -21,8 +22,10 @@ DTYPES: list[str]  # ["float32", "float64", "int32", "int64", "uint8", "uint32",
 #: _Keys: a uint64 array (a non-negative int64 one is taken too), or a list of ints; sorted and
 #: unique within a call.
 _Keys = Union[npt.NDArray[np.uint64], npt.NDArray[np.int64], Sequence[int]]
-#: _Values: a flat C-contiguous array of the worker's dtype (anything with the buffer
-#: protocol: NumPy arrays, PyTorch CPU tensors through ``.numpy()``), or a list.
+#: _Values: a flat C-contiguous array of the worker's dtype: anything with the buffer protocol
+#: (NumPy arrays), a CPU tensor through DLPack (PyTorch's, without a copy; one that requires
+#: grad is read through ``detach()``), or a list. A tensor on a GPU is refused ("vals: a
+#: tensor on cuda:0: pslite reads host memory only: pass vals.cpu()").
 _Values = Union[npt.NDArray[Any], memoryview, Sequence[float]]
 #: _Values per key: uint32 array or a sequence of ints, one per key, summing to len(vals).
 _Lens = Optional[Union[npt.NDArray[np.uint32], Sequence[int]]]
@@ -176,3 +179,24 @@ def table_spec(line: str) -> str:
     Raises InvalidArgumentError with the parser's text ("invalid argument: bad table spec
     'app=0,dim=4,opt=rmsprop': opt: unknown optimizer 'rmsprop'; allowed: sgd, adagrad, adam,
     ftrl")."""
+
+def click_log(split: str, rows: int, shard: int = 0, shards: int = 1, seed: int = 1,
+              fields: int = 26, vocab: int = 100000
+              ) -> Tuple[npt.NDArray[np.uint64], npt.NDArray[np.float32], npt.NDArray[np.float32]]:
+    """Rows ``0..rows`` of ``split`` ("train" or "test") of the synthetic click log that
+    ``pslite-launch … ctr`` trains on (seed, fields, vocabulary of the largest field), those
+    of shard ``shard`` of ``shards`` (row i when i mod shards = shard), in order.
+
+    Returns ``(ids, labels, truth)``: ids uint64 (n, fields), 64-bit feature ids (hashes of
+    field and id, never 0, so they spread over the servers' key ranges); labels float32 (n,),
+    0 or 1; truth float32 (n,), the true click probability (its AUC is the best possible).
+
+    Raises InvalidArgumentError naming a bad split, shard or option."""
+
+def auc(scores: _Values, labels: _Values) -> float:
+    """The exact ROC AUC of ``scores`` against ``labels`` (float32, one each per sample; 1 is a
+    positive), ties counting one half, as ``ctr`` reports it; 0.5 without positives or
+    negatives.
+
+    Raises InvalidArgumentError for another dtype, a non-contiguous array, or lengths that
+    differ."""
