@@ -71,6 +71,25 @@ def test_pushed_gradients_give_the_rows_sgd_says(cluster):
     c.wait()
 
 
+def test_uint64_ids_past_2_63_gather_their_own_rows(cluster):
+    """64-bit hashes (uint64 tensors, ids ≥ 2^63 among them) are keys as they are: each
+    output row is its own id's row, however torch orders them."""
+    c = cluster(servers=2, server_cmd=table_server("app=1,dim=3,init=uniform:-1:1"))
+    with c.start() as po:
+        kv = pslite.KVWorker(po, app_id=1)
+        raw = np.array([[2**64 - 5, 7], [2**63 + 1, 7], [2**63 - 1, 2**64 - 5]], np.uint64)
+        out = pt.Embedding(kv, 3)(torch.from_numpy(raw))
+        keys = np.unique(raw)  # uint64 order
+        rows = np.empty(3 * len(keys), np.float32)
+        kv.pull_into(keys, rows)
+        row_of = {int(k): rows[3 * i:3 * i + 3] for i, k in enumerate(keys)}
+        assert len(set(map(tuple, row_of.values()))) == len(keys)  # distinct initial rows
+        for (i, j), k in np.ndenumerate(raw):
+            assert np.array_equal(out[i, j].detach().numpy(), row_of[int(k)]), (i, j)
+        po.barrier()
+    c.wait()
+
+
 class _Recording:
     """A KVWorker whose take_pulled answers are kept, to see where the rows live."""
 

@@ -76,12 +76,39 @@ def _bad(text: str) -> InvalidArgumentError:
     return InvalidArgumentError(f"invalid argument: {text}")
 
 
+def _signed(ids: Tensor) -> Tensor:
+    """``ids`` as int64: int32 widened, uint64 viewed as its bits (no copy), others as they
+    are (pslite refuses them with its text)."""
+    if ids.dtype == torch.int32:
+        return ids.long()
+    if ids.dtype == torch.uint64:
+        return ids.view(torch.int64)  # torch sorts uint64 only in small tensors
+    return ids
+
+
+def _unique(ids: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
+    """``(signed, keys, inverse)``: ``ids`` as int64 (:func:`_signed`), its unique values as
+    keys sorted as uint64 (uint64 for uint64 ids), and ``inverse`` of ``ids``' shape."""
+    signed = _signed(ids)
+    unique, inverse = torch.unique(signed, sorted=True, return_inverse=True)
+    if ids.dtype == torch.uint64:
+        k = int((unique < 0).sum())
+        if k:
+            # Ids ≥ 2^63 come first in int64 order and last in uint64 order.
+            unique = torch.cat([unique[k:], unique[:k]])
+            inverse = torch.remainder(inverse - k, unique.numel())
+        unique = unique.view(torch.uint64)
+    return signed, unique, inverse
+
+
 class _Pull:
     """One pull of a batch's unique ids: sent, and taken once."""
 
-    __slots__ = ("ids", "unique", "inverse", "ts")
+    __slots__ = ("given", "ids", "unique", "inverse", "ts")
 
-    def __init__(self, ids: Tensor, unique: Tensor, inverse: Tensor, ts: Optional[int]):
+    def __init__(self, given: Tensor, ids: Tensor, unique: Tensor, inverse: Tensor,
+                 ts: Optional[int]):
+        self.given = given
         self.ids = ids
         self.unique = unique
         self.inverse = inverse
@@ -115,15 +142,13 @@ class _TableModule(nn.Module):
     def _send_pull(self, ids: Tensor) -> _Pull:
         if not isinstance(ids, Tensor):
             raise _bad(f"ids: expected a torch.Tensor of int64 ids, got {type(ids).__name__}")
-        if ids.dtype == torch.int32:
-            ids = ids.long()
-        unique, inverse = torch.unique(ids, sorted=True, return_inverse=True)
+        signed, unique, inverse = _unique(ids)
         # pslite checks the keys (device, dtype, sign) and raises with its own text.
         ts = self.kv.pull(unique) if unique.numel() else None
-        return _Pull(ids, unique, inverse, ts)
+        return _Pull(ids, signed, unique, inverse, ts)
 
     def prefetch(self, ids: Tensor) -> None:
-        """Sends the pull of ``ids`` (int64, any shape, the next forward's) now; the next
+        """Sends the pull of ``ids`` (as ``forward``'s, the next forward's) now; the next
         forward with equal ids uses its rows, read before this step's push (one step stale).
 
         Raises pslite.InvalidArgumentError as ``forward``."""
@@ -139,7 +164,7 @@ class _TableModule(nn.Module):
     def _take_prefetched(self, ids: Tensor) -> Optional[_Pull]:
         while self._prefetched:
             p = self._prefetched.popleft()
-            if p.ids is ids or (p.ids.shape == ids.shape and torch.equal(p.ids, ids.long())):
+            if p.given is ids or (p.ids.shape == ids.shape and torch.equal(p.ids, _signed(ids))):
                 return p
             self._drop(p)
         return None
@@ -194,8 +219,9 @@ class Embedding(_TableModule):
     """``torch.nn.Embedding`` whose rows live in a server-side table.
 
     ``kv``: a float32 :class:`pslite.KVWorker` on the table's application; ``dim``: the
-    table's dim. ``forward(ids)``: ids int64 (int32 taken), any shape, each ≥ 0 (a uint64 key
-    of the table) → float32 of shape ``ids.shape + (dim,)``. In training mode with grad
+    table's dim. ``forward(ids)``: ids of any shape, each a uint64 key of the table: int64
+    (each ≥ 0; int32 taken) or uint64 (64-bit hashes such as :func:`pslite.click_log`'s) →
+    float32 of shape ``ids.shape + (dim,)``. In training mode with grad
     enabled, backward pushes the rows' gradient (summed per unique id) to the table, whose
     optimizer applies it.
 
@@ -215,7 +241,7 @@ class EmbeddingBag(_TableModule):
     reduced by ``mode`` ("sum" or "mean").
 
     ``forward(input, offsets=None, per_sample_weights=None)`` as ``nn.EmbeddingBag``'s:
-    ``input`` int64 of shape (B, L) (B bags of L ids), or 1-D with ``offsets`` int64 (B,)
+    ``input`` ids (as :class:`Embedding`'s) of shape (B, L) (B bags of L ids), or 1-D with ``offsets`` int64 (B,)
     (bag i starts at ``offsets[i]``) → float32 (B, dim). ``per_sample_weights`` (float32,
     ``input``'s shape) only with mode "sum". Backward and errors as :class:`Embedding`.
     """

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# The PyTorch example against its single-process reference (issue 32):
+#
+#   scripts/ctr-torch.sh [ROUNDS] [-- EXAMPLE OPTIONS…]
+#
+# Each round runs, one after another on this machine: examples/python/ctr_torch.py
+# --reference (one process, nn.EmbeddingBag(sparse=True) and Adagrad), then the same model on
+# pslite S1W1 with prefetch, S1W1 without prefetch, and S2W2 with prefetch
+# (pslite-launch local --table … --worker-cmd …). Prints every run, then medians over the
+# rounds: test AUC (pslite's minus the reference's, the bar is |Δ| ≤ 0.005), samples/s of S1W1
+# as a ratio to the reference (the bar is ≥ 0.7), what prefetch adds, and S2W2's samples/s
+# summed over its workers. Needs a release build (pslite-launch) and a Python with pslite and
+# torch ($PYTHON, default target/pyenv/bin/python, which scripts/python-tests.sh makes).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+rounds=${1:-3}
+shift || true
+[[ ${1:-} == -- ]] && shift
+PYTHON=${PYTHON:-target/pyenv/bin/python}
+L=target/release/pslite-launch
+[[ -x $L ]] || { echo "ctr-torch.sh: $L is missing: cargo build --release --bins" >&2; exit 1; }
+"$PYTHON" -c 'import pslite.torch' || {
+    echo "ctr-torch.sh: $PYTHON has no pslite.torch: scripts/python-tests.sh" >&2; exit 1; }
+py=$(cd "$(dirname "$PYTHON")" && pwd)/$(basename "$PYTHON")  # absolute, links kept (a venv)
+ex=(examples/python/ctr_torch.py "$@")
+spec=$("$py" "${ex[@]}" --print-table)
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+
+# One pslite run: prints "AUC RATE_SUM" (AUC of worker 0's last epoch, samples/s summed).
+pslite_run() {
+    local servers=$1 workers=$2; shift 2
+    "$L" local --no-metrics --servers "$servers" --workers "$workers" --table "$spec" \
+        --worker-cmd "$py ${ex[*]} $*" >"$log" 2>&1 || { cat "$log" >&2; exit 1; }
+    local auc rate
+    auc=$(grep -oP '\[worker 0\] epoch \d+: test AUC \K[0-9.]+' "$log" | tail -1)
+    rate=$(grep -oP '\] worker \d+ of \d+: \K[0-9]+(?= samples/s)' "$log" | awk '{s += $1} END {print s}')
+    echo "$auc $rate"
+}
+
+declare -a ref_auc ref_rate on_auc on_rate off_rate s2_auc s2_rate
+for ((r = 1; r <= rounds; r++)); do
+    out=$("$py" "${ex[@]}" --reference 2>/dev/null | grep '^reference')
+    ref_auc+=("$(grep -oP 'final test AUC \K[0-9.]+' <<<"$out")")
+    ref_rate+=("$(grep -oP ', \K[0-9]+(?= samples/s)' <<<"$out")")
+    read -r a s <<<"$(pslite_run 1 1)"; on_auc+=("$a"); on_rate+=("$s")
+    read -r _ s <<<"$(pslite_run 1 1 --no-prefetch)"; off_rate+=("$s")
+    # Two workers on this machine: one torch thread each.
+    read -r a s <<<"$(pslite_run 2 2 --threads 1)"; s2_auc+=("$a"); s2_rate+=("$s")
+    echo "round $r/$rounds: reference AUC ${ref_auc[-1]} ${ref_rate[-1]} samples/s;" \
+        "S1W1 AUC ${on_auc[-1]} ${on_rate[-1]} samples/s (prefetch off ${off_rate[-1]});" \
+        "S2W2 AUC ${s2_auc[-1]} ${s2_rate[-1]} samples/s summed"
+done
+
+median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
+ra=$(median "${ref_auc[@]}"); rr=$(median "${ref_rate[@]}")
+oa=$(median "${on_auc[@]}"); orr=$(median "${on_rate[@]}"); fr=$(median "${off_rate[@]}")
+sa=$(median "${s2_auc[@]}"); sr=$(median "${s2_rate[@]}")
+echo "median of $rounds rounds (ctr_torch.py ${*:-with its defaults}):"
+printf '  reference, one process      : test AUC %s, %8.0f samples/s\n' "$ra" "$rr"
+printf '  pslite S1W1, prefetch on    : test AUC %s, %8.0f samples/s\n' "$oa" "$orr"
+printf '  pslite S1W1, prefetch off   :                  %8.0f samples/s\n' "$fr"
+printf '  pslite S2W2, prefetch on    : test AUC %s, %8.0f samples/s, both workers\n' "$sa" "$sr"
+awk -v oa="$oa" -v ra="$ra" -v o="$orr" -v r="$rr" -v f="$fr" 'BEGIN {
+    d = oa - ra; printf "  S1W1 AUC - reference AUC: %+.4f (bar |d| <= 0.005: %s)\n", d, (d <= 0.005 && d >= -0.005) ? "met" : "NOT met"
+    printf "  S1W1 / reference samples/s: %.3f (bar >= 0.7: %s)\n", o / r, (o / r >= 0.7) ? "met" : "NOT met"
+    printf "  prefetch on / off (S1W1): %.3f\n", o / f }'
