@@ -89,6 +89,13 @@ enum Cmd {
     /// standard input closes.
     #[command(subcommand, hide = true)]
     Remote(Box<NodeCmd>),
+    /// A worker command started by `ssh --worker-cmd`: variables and stopping as `remote`,
+    /// then `sh -c CMD`.
+    #[command(name = "remote-cmd", hide = true)]
+    RemoteShell {
+        /// The shell command.
+        line: String,
+    },
 }
 
 /// The role of the node `pslite-launch node` runs.
@@ -154,6 +161,15 @@ fn main() {
                 std::process::exit(1)
             }
             run_node(*node)
+        }
+        Cmd::RemoteShell { line } => {
+            let code = ssh::take_env()
+                .and_then(|()| ssh::run_command(&line))
+                .unwrap_or_else(|e| {
+                    eprintln!("pslite-launch remote-cmd: error: {e}");
+                    1
+                });
+            std::process::exit(code)
         }
         Cmd::Local(local) => local,
         Cmd::Ssh(opts) => {
@@ -298,6 +314,9 @@ fn run_ssh(opts: &ssh::Ssh) -> Result<i32, String> {
     let mut all = nodes(servers, workers, &opts.worker_args);
     for (k, n) in all.iter_mut().enumerate() {
         n.host = Some(hosts[k % hosts.len()].clone());
+        if n.role == "worker" {
+            n.command.clone_from(&opts.worker_cmd);
+        }
     }
     serve_tables(&mut all, &opts.tables);
     start_and_watch(&launch, all, 0)

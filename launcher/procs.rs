@@ -50,8 +50,8 @@ pub struct Node {
     pub rank: Option<usize>,
     /// Arguments after `pslite-launch node <role>`.
     pub args: Vec<String>,
-    /// A shell command run instead of `pslite-launch node <role>` (`local --worker-cmd`: a
-    /// Python worker, say), with the same variables.
+    /// A shell command run instead of `pslite-launch node <role>` (`--worker-cmd` of `local`
+    /// and `ssh`: a Python worker, say), with the same variables.
     pub command: Option<String>,
     /// The host it runs on through ssh (`host` or `user@host`); none: this machine.
     pub host: Option<String>,
@@ -141,8 +141,14 @@ pub fn spawn(launch: &Launch<'_>, node: Node) -> Result<Proc, String> {
     let (mut cmd, block) = match (&node.host, &launch.remote) {
         (Some(host), Some(remote)) => {
             let mut cmd = Command::new(&remote.ssh[0]);
-            let mut words = vec![quote(&remote.exe), "remote".into(), node.role.into()];
-            words.extend(node.args.iter().map(|a| quote(a)));
+            let mut words = vec![quote(&remote.exe)];
+            match &node.command {
+                Some(line) => words.extend(["remote-cmd".into(), quote(line)]),
+                None => {
+                    words.extend(["remote".into(), node.role.into()]);
+                    words.extend(node.args.iter().map(|a| quote(a)));
+                }
+            }
             let line = format!(
                 "cd {} 2>/dev/null; exec {}",
                 quote(&remote.cwd),

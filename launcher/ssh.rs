@@ -3,7 +3,8 @@
 //! servers and workers spread over the hosts in turn, every line of output prefixed with its
 //! node, and every remote process stopped when the run fails or is interrupted.
 //!
-//! Each node runs as `ssh [OPTIONS] HOST 'cd CWD; exec PROGRAM remote ROLE ARGS'`. Its
+//! Each node runs as `ssh [OPTIONS] HOST 'cd CWD; exec PROGRAM remote ROLE ARGS'` (a worker
+//! with `--worker-cmd` as `… exec PROGRAM remote-cmd CMD`, which runs `sh -c CMD`). Its
 //! variables (the cluster's, and every `DMLC_*`, `PS_*`, `RDMA_*` and `PSLITE_*` of the
 //! launcher's environment) travel on ssh's standard input, not on a command line another user
 //! of the host could read: one `NAME=VALUE` line each, then an empty line. The node then watches
@@ -11,6 +12,7 @@
 
 use clap::Args;
 use std::io::{BufRead, Write};
+use std::sync::atomic::{AtomicI32, Ordering};
 
 /// Options of `pslite-launch ssh`.
 #[derive(Args)]
@@ -41,8 +43,13 @@ pub struct Ssh {
     /// (see `pslite-server --help`); checked here first.
     #[arg(long = "table", value_name = "SPEC")]
     pub tables: Vec<pslite::kv::table::TableSpec>,
+    /// A shell command each worker runs on its host instead of pslite-worker, e.g. `python
+    /// train.py` (a Python worker), in the launcher's working directory there: `sh -c CMD`
+    /// with the node's variables and PYTHONUNBUFFERED=1, its processes stopped with the node.
+    #[arg(long, value_name = "CMD", conflicts_with = "worker_args")]
+    pub worker_cmd: Option<String>,
     /// Arguments of pslite-worker, e.g. `bench --mode push` or `kv-app`.
-    #[arg(last = true, required = true)]
+    #[arg(last = true, required_unless_present = "worker_cmd")]
     pub worker_args: Vec<String>,
 }
 
@@ -170,10 +177,43 @@ pub fn take_env() -> Result<(), String> {
                 std::io::stderr(),
                 "pslite-launch remote: the launcher is gone (standard input closed); stopping"
             );
+            let group = COMMAND_GROUP.load(Ordering::SeqCst);
+            if group > 0 {
+                // SAFETY: kill only sends a signal, to the command's own process group.
+                unsafe { libc::kill(-group, libc::SIGTERM) };
+            }
             std::process::exit(143)
         })
         .map_err(|e| format!("cannot watch standard input: {e}"))?;
     Ok(())
+}
+
+/// The process group of the command `remote-cmd` runs (0: none yet), which the watcher of
+/// standard input stops when the launcher goes.
+static COMMAND_GROUP: AtomicI32 = AtomicI32::new(0);
+
+/// `pslite-launch remote-cmd CMD`, after [`take_env`]: runs `sh -c CMD` in a process group of
+/// its own (so that stopping it stops every process it started) with PYTHONUNBUFFERED=1 and
+/// no standard input; returns its exit code (128 + the signal that ended it).
+///
+/// # Errors
+/// The shell cannot be started or waited for.
+pub fn run_command(line: &str) -> Result<i32, String> {
+    use std::os::unix::process::{CommandExt, ExitStatusExt};
+    let mut child = std::process::Command::new("sh")
+        .args(["-c", line])
+        .env("PYTHONUNBUFFERED", "1")
+        .stdin(std::process::Stdio::null())
+        .process_group(0)
+        .spawn()
+        .map_err(|e| format!("cannot start sh -c {line:?}: {e}"))?;
+    COMMAND_GROUP.store(child.id() as i32, Ordering::SeqCst);
+    let status = child
+        .wait()
+        .map_err(|e| format!("cannot wait for sh -c {line:?}: {e}"))?;
+    Ok(status
+        .code()
+        .unwrap_or_else(|| 128 + status.signal().unwrap_or(0)))
 }
 
 #[cfg(test)]

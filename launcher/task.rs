@@ -2,7 +2,7 @@
 //! `srun`, Open MPI's `mpirun`, an MPI with PMI, a Kubernetes Indexed Job, or anything that
 //! sets `PSLITE_TASK_RANK`/`PSLITE_TASK_COUNT`). Task 0 becomes the scheduler, tasks 1…S the
 //! servers, the rest the workers; each then runs as `pslite-launch node ROLE` (exec'd, so the
-//! launcher's signals reach the node itself).
+//! launcher's signals reach the node itself), a worker with `--worker-cmd` as `sh -c CMD`.
 //!
 //! The scheduler's address is `--root-uri`/`DMLC_PS_ROOT_URI`, else (under Slurm) the first
 //! host of the step's node list, where Slurm places task 0; its port `--root-port`/
@@ -33,8 +33,13 @@ pub struct Task {
     /// (see `pslite-server --help`); checked before the node starts.
     #[arg(long = "table", value_name = "SPEC")]
     tables: Vec<pslite::kv::table::TableSpec>,
+    /// A shell command each worker task runs instead of pslite-worker, e.g. `python
+    /// train.py` (a Python worker): `sh -c CMD` in place of the task, with the node's
+    /// variables (DMLC_ROLE=worker, DMLC_PS_ROOT_URI, PSLITE_RANK, …) and PYTHONUNBUFFERED=1.
+    #[arg(long, value_name = "CMD", conflicts_with = "worker_args")]
+    worker_cmd: Option<String>,
     /// Arguments of pslite-worker, e.g. `kv-app` or `bench --mode push-pull`.
-    #[arg(last = true, required = true)]
+    #[arg(last = true, required_unless_present = "worker_cmd")]
     worker_args: Vec<String>,
 }
 
@@ -268,9 +273,19 @@ pub fn run(task: &Task) -> String {
         p.task.1,
         pslite::wire::place(&p.root.0, p.root.1)
     );
-    let mut cmd = std::process::Command::new(exe);
-    cmd.args(["node", p.role])
-        .env("DMLC_ROLE", p.role)
+    let mut cmd = match (&task.worker_cmd, p.role) {
+        (Some(line), "worker") => {
+            let mut cmd = std::process::Command::new("sh");
+            cmd.args(["-c", line]).env("PYTHONUNBUFFERED", "1");
+            cmd
+        }
+        _ => {
+            let mut cmd = std::process::Command::new(exe);
+            cmd.args(["node", p.role]);
+            cmd
+        }
+    };
+    cmd.env("DMLC_ROLE", p.role)
         .env("DMLC_PS_ROOT_URI", &p.root.0)
         .env("DMLC_PS_ROOT_PORT", p.root.1.to_string())
         .env("DMLC_NUM_SERVER", task.servers.to_string())
@@ -278,7 +293,7 @@ pub fn run(task: &Task) -> String {
     if let Some(r) = p.rank {
         cmd.env("PSLITE_RANK", r.to_string());
     }
-    if p.role == "worker" {
+    if p.role == "worker" && task.worker_cmd.is_none() {
         cmd.args(&task.worker_args);
     }
     if p.role == "server" {

@@ -118,6 +118,58 @@ fn a_task_count_that_does_not_match_is_named() {
     );
 }
 
+/// `--worker-cmd`: each worker task runs the shell command in its place, with the node's
+/// variables; here the command runs kv-app's worker itself.
+#[test]
+fn worker_tasks_run_the_worker_command() {
+    let port = pslite::free_port().expect("port").to_string();
+    let line = format!(
+        "echo \"command of worker $PSLITE_RANK: $DMLC_ROLE, $DMLC_NUM_WORKER workers, \
+         PYTHONUNBUFFERED=$PYTHONUNBUFFERED\"; exec {} kv-app --keys 1000 --repeat 10",
+        env!("CARGO_BIN_EXE_pslite-worker")
+    );
+    let mut c = Cluster::empty(&[("PSLITE_TASK_COUNT", "4")]);
+    let args = [
+        "task",
+        "--servers",
+        "1",
+        "--workers",
+        "2",
+        "--root-uri",
+        "127.0.0.1",
+        "--root-port",
+        &port,
+        "--worker-cmd",
+        &line,
+    ];
+    for (i, name) in ["scheduler", "server0", "worker0", "worker1"]
+        .into_iter()
+        .enumerate()
+    {
+        let rank = i.to_string();
+        c.add_in(
+            &[],
+            name,
+            LAUNCH,
+            None,
+            &args,
+            &[("PSLITE_TASK_RANK", &rank)],
+        );
+    }
+    let ended = c.wait_all(Instant::now(), Duration::from_secs(120));
+    let all = all_output(&ended);
+    assert!(ended.iter().all(|e| e.code == Some(0)), "{all}");
+    for r in 0..2 {
+        let out = &ended[2 + r].output;
+        for want in [
+            format!("command of worker {r}: worker, 2 workers, PYTHONUNBUFFERED=1"),
+            format!("worker {r}: error: 0, 0"),
+        ] {
+            assert!(out.contains(&want), "{want}:\n{all}");
+        }
+    }
+}
+
 /// `srun -n 7` on the one-node Slurm cluster of `scripts/slurm-local.sh`: the scheduler's host
 /// comes from Slurm's node list, its port from the job's id.
 #[test]

@@ -114,7 +114,8 @@ impl Sshd {
         c.output().is_ok_and(|o| o.status.success())
     }
 
-    /// `pslite-launch ssh` on host 0 over hosts 1 and 2.
+    /// `pslite-launch ssh` on host 0 over hosts 1 and 2; `worker_args` are pslite-worker's, or
+    /// `--worker-cmd CMD`.
     fn launcher(&self, s: usize, w: usize, worker_args: &[&str]) -> Command {
         let mut c = self.hosts.command(0, LAUNCH);
         c.args(["ssh", "--hostfile"])
@@ -126,9 +127,12 @@ impl Sshd {
                 &s.to_string(),
                 "--workers",
                 &w.to_string(),
-                "--",
-            ])
-            .args(worker_args)
+            ]);
+        // `--worker-cmd CMD` as it is, anything else as pslite-worker's arguments.
+        if worker_args.first() != Some(&"--worker-cmd") {
+            c.arg("--");
+        }
+        c.args(worker_args)
             .env("PS_TIMEOUT", "60")
             .env_remove("PS_AUTH_TOKEN");
         c
@@ -273,4 +277,74 @@ fn a_failed_remote_node_stops_the_others() {
         "{out}"
     );
     sshd.assert_all_stop();
+}
+
+#[test]
+fn worker_commands_run_on_the_hosts_with_the_nodes_variables() {
+    let Some(sshd) = Sshd::start("sshw") else {
+        return;
+    };
+    let line = format!(
+        "echo \"command of worker $PSLITE_RANK: $DMLC_ROLE, $DMLC_NUM_WORKER workers, \
+         PYTHONUNBUFFERED=$PYTHONUNBUFFERED\"; exec {} kv-app --keys 1000 --repeat 10",
+        env!("CARGO_BIN_EXE_pslite-worker")
+    );
+    let o = sshd
+        .launcher(2, 2, &["--worker-cmd", &line])
+        .output()
+        .expect("launcher runs");
+    let out = text(&o);
+    assert!(o.status.success(), "{out}");
+    for r in 0..2 {
+        for want in [
+            format!("[worker {r}] command of worker {r}: worker, 2 workers, PYTHONUNBUFFERED=1"),
+            format!("[worker {r}] worker {r}: error: 0, 0"),
+        ] {
+            assert!(out.contains(&want), "{want}:\n{out}");
+        }
+    }
+    sshd.assert_all_stop();
+}
+
+#[test]
+fn a_failed_worker_command_stops_the_others_commands() {
+    let Some(sshd) = Sshd::start("sshx") else {
+        return;
+    };
+    // Worker 0's command fails; worker 1's would sleep for 617 s, under a shell: the launcher
+    // stops it, and with it every process the command started on its host.
+    let o = sshd
+        .launcher(
+            1,
+            2,
+            &[
+                "--worker-cmd",
+                "if [ \"$PSLITE_RANK\" = 0 ]; then exit 3; fi; sleep 617; true",
+            ],
+        )
+        .output()
+        .expect("launcher runs");
+    let out = text(&o);
+    assert_eq!(o.status.code(), Some(3), "{out}");
+    assert!(
+        out.contains("worker 0 exited with exit status: 3; stopping the others"),
+        "{out}"
+    );
+    sshd.assert_all_stop();
+    let t0 = Instant::now();
+    loop {
+        let left = Command::new("pgrep")
+            .args(["-f", "sleep 617"])
+            .output()
+            .expect("pgrep runs");
+        if left.stdout.is_empty() {
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "left running: {}",
+            String::from_utf8_lossy(&left.stdout)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
