@@ -7,8 +7,9 @@
 # environment in target/pyenv, installs the package into it with `pip install ./python` (maturin
 # builds it in this repository's target/, sharing the release build of the pslite crate), then
 # lints the binding crate, checks the type stubs against the module (mypy's stubtest), runs the
-# pytest tests, and one short interleaved Python-vs-Rust bench (figures printed, not asserted).
-# Needs a Python 3.9+ with venv (python3, or $PYTHON) and PyPI for maturin, numpy, pytest, mypy.
+# pytest tests (pslite.torch's among them), and one short interleaved Python-vs-Rust bench
+# (figures printed, not asserted). Needs a Python 3.9+ with venv (python3, or $PYTHON) and PyPI
+# for maturin, numpy, torch, pytest, mypy.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/need-debs.sh
@@ -25,8 +26,11 @@ if ! "$PYTHON" -m venv "$venv" 2>/dev/null; then
     "$PYTHON" -m venv "$venv"
 fi
 "$venv/bin/python" -m pip install -q --upgrade pip
-"$venv/bin/python" -m pip install -q ./python pytest mypy
-"$venv/bin/python" -c 'import pslite; print("pslite", pslite.__version__, "from", pslite.__file__)'
+# The torch extra (pslite.torch) brings PyTorch from PyPI: its Linux wheel and the CUDA
+# libraries it loads, about 3.5 GB to fetch and 5.5 GB installed (the CPU is all the tests
+# use). No pip cache: it would keep a second copy of every wheel.
+"$venv/bin/python" -m pip install -q --no-cache-dir './python[torch]' pytest mypy
+"$venv/bin/python" -c 'import pslite, torch; print("pslite", pslite.__version__, "from", pslite.__file__, "with torch", torch.__version__)'
 
 cargo fmt --check --manifest-path python/Cargo.toml
 cargo clippy --release --manifest-path python/Cargo.toml --all-targets -- -D warnings
@@ -34,5 +38,6 @@ cargo clippy --release --manifest-path python/Cargo.toml --all-targets -- -D war
 (cd /tmp && "$OLDPWD/$venv/bin/python" -m mypy.stubtest pslite)
 "$venv/bin/python" -m mypy --ignore-missing-imports examples/python python/bench.py python/tests
 
-"$venv/bin/python" -m pytest -q python/tests
+# pslite.torch's tests fail instead of skipping when torch is missing.
+PSLITE_REQUIRE_TORCH=1 "$venv/bin/python" -m pytest -q python/tests
 "$venv/bin/python" python/bench.py compare --runs 1 --seconds 2

@@ -1,7 +1,8 @@
 """Type stubs of pslite's native module (PyO3). Shapes, dtypes and errors are in each
 docstring; every blocking call releases the GIL."""
 
-from typing import Any, Callable, Iterable, Optional, Sequence, Tuple, Union, final
+from typing import (Any, Callable, Iterable, Optional, Protocol, Sequence, Tuple, Union, final,
+                    type_check_only)
 
 import numpy as np
 import numpy.typing as npt
@@ -19,14 +20,23 @@ WORKER_GROUP: int  # 4
 ALL_GROUP: int  # 7
 DTYPES: list[str]  # ["float32", "float64", "int32", "int64", "uint8", "uint32", "uint64"]
 
+@type_check_only
+class _DLPack(Protocol):
+    """A tensor read through DLPack (a PyTorch CPU tensor): the same memory, no copy."""
+
+    def __dlpack__(self, *args: Any, **kwargs: Any) -> Any: ...
+    def __dlpack_device__(self) -> Tuple[int, int]: ...
+
 #: _Keys: a uint64 array (a non-negative int64 one is taken too), or a list of ints; sorted and
 #: unique within a call.
-_Keys = Union[npt.NDArray[np.uint64], npt.NDArray[np.int64], Sequence[int]]
+_Keys = Union[npt.NDArray[np.uint64], npt.NDArray[np.int64], _DLPack, Sequence[int]]
 #: _Values: a flat C-contiguous array of the worker's dtype: anything with the buffer protocol
 #: (NumPy arrays), a CPU tensor through DLPack (PyTorch's, without a copy; one that requires
 #: grad is read through ``detach()``), or a list. A tensor on a GPU is refused ("vals: a
 #: tensor on cuda:0: pslite reads host memory only: pass vals.cpu()").
-_Values = Union[npt.NDArray[Any], memoryview, Sequence[float]]
+_Values = Union[npt.NDArray[Any], memoryview, _DLPack, Sequence[float]]
+#: _Out: a writable C-contiguous array of the worker's dtype, or a CPU tensor (DLPack).
+_Out = Union[npt.NDArray[Any], _DLPack]
 #: _Values per key: uint32 array or a sequence of ints, one per key, summing to len(vals).
 _Lens = Optional[Union[npt.NDArray[np.uint32], Sequence[int]]]
 _DTypeLike = Union[str, type, np.dtype[Any], None]
@@ -121,11 +131,11 @@ class KVWorker:
                                             npt.NDArray[np.uint32]]:
         """Waits for pull ``ts``: (keys uint64, vals of the dtype, lens uint32 — empty when
         every key has len(vals) // len(keys) values). Raises as ``wait``."""
-    def pull_into(self, keys: _Keys, out: npt.NDArray[Any]) -> None:
+    def pull_into(self, keys: _Keys, out: _Out) -> None:
         """Pulls ``keys`` into ``out`` (writable, C-contiguous, the dtype, exactly the pulled
         length) and waits. Raises as ``wait``; InvalidArgumentError for a wrong size (both
         lengths named), dtype, layout or a read-only array."""
-    def push_pull_into(self, keys: _Keys, vals: _Values, out: npt.NDArray[Any],
+    def push_pull_into(self, keys: _Keys, vals: _Values, out: _Out,
                        lens: _Lens = None) -> None:
         """Pushes ``vals`` and pulls the updated values into ``out`` (not sharing memory
         with ``vals``), then waits. Raises as ``push`` and ``pull_into``."""

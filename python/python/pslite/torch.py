@@ -348,6 +348,12 @@ class _Layout:
             at += end - start
 
 
+def _grad(p: Tensor) -> Tensor:
+    """``p``'s gradient, which ``synchronize`` made sure exists."""
+    assert p.grad is not None
+    return p.grad
+
+
 def _named(params: _Named, what: str) -> List[Tuple[str, Tensor]]:
     items = list(params.items()) if isinstance(params, dict) else list(params)
     named = []
@@ -468,7 +474,7 @@ class DistributedOptimizer:
             for _key_, p, _start, _end in layout.chunks:
                 if p.grad is None:
                     p.grad = torch.zeros_like(p)
-            layout.unpack(delta, lambda p: p.grad)
+            layout.unpack(delta, _grad)
         self._step += 1
 
     def step(self, closure: Optional[Callable[[], Any]] = None) -> Any:
