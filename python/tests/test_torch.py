@@ -71,6 +71,39 @@ def test_pushed_gradients_give_the_rows_sgd_says(cluster):
     c.wait()
 
 
+@pytest.mark.parametrize("mode,weighted", [("sum", False), ("sum", True), ("mean", False)])
+def test_bags_with_offsets_match_torch_embedding_bag(cluster, mode, weighted):
+    """1-D ids with offsets (bags of 2, 0, 3 and 1 ids; an id twice in a bag): the output and
+    the gradient each row's table gets are torch's own EmbeddingBag's on the same rows."""
+    c = cluster(servers=2, server_cmd=table_server("app=1,dim=3,init=uniform:-1:1,opt=sgd:lr=1"))
+    with c.start() as po:
+        kv = pslite.KVWorker(po, app_id=1)
+        keys = np.array(sorted(IDS), dtype=np.uint64)
+        before = np.empty(9, np.float32)
+        kv.pull_into(keys, before)
+        pos = torch.tensor([2, 0, 1, 1, 2, 0])  # positions in keys
+        ids = torch.from_numpy(keys[pos.numpy()].astype(np.int64))
+        offsets = torch.tensor([0, 2, 2, 5])
+        psw = torch.tensor([0.5, 2.0, 1.0, -1.0, 4.0, 0.25]) if weighted else None
+        g = torch.arange(12, dtype=torch.float32).view(4, 3) / 8
+
+        bag = pt.EmbeddingBag(kv, 3, mode=mode)
+        out = bag(ids, offsets, psw)
+        (out * g).sum().backward()
+        pt.flush(bag)
+
+        weight = torch.from_numpy(before.reshape(3, 3).copy()).requires_grad_(True)
+        want = torch.nn.functional.embedding_bag(pos, weight, offsets, mode=mode,
+                                                 per_sample_weights=psw)
+        (want * g).sum().backward()
+        assert torch.allclose(out, want, atol=1e-6), (out, want)
+        after = np.empty(9, np.float32)
+        kv.pull_into(keys, after)
+        assert np.allclose(before - after, weight.grad.numpy().ravel(), atol=1e-6)
+        po.barrier()
+    c.wait()
+
+
 def test_uint64_ids_past_2_63_gather_their_own_rows(cluster):
     """64-bit hashes (uint64 tensors, ids ≥ 2^63 among them) are keys as they are: each
     output row is its own id's row, however torch orders them."""

@@ -215,6 +215,31 @@ class _TableModule(nn.Module):
         self.stats["pushes"] += 1
 
 
+class _Gather(torch.autograd.Function):
+    """``rows[index]`` whose backward sums the gradient per row with one accumulating
+    ``index_put_``: cheaper on CPU than the dense backward of ``embedding_bag``, which sorts
+    the indices first."""
+
+    @staticmethod
+    def forward(ctx: Any, rows: Tensor, index: Tensor) -> Tensor:  # type: ignore[override]
+        ctx.save_for_backward(index)
+        ctx.n = rows.shape[0]
+        return rows.index_select(0, index)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> Tuple[Tensor, None]:  # type: ignore[override]
+        (index,) = ctx.saved_tensors
+        summed = grad.new_zeros(ctx.n, grad.shape[1])
+        summed.index_put_((index,), grad, accumulate=True)
+        return summed, None
+
+
+def _gather(rows: Tensor, inverse: Tensor) -> Tensor:
+    """The rows of ``inverse`` (any shape) → ``inverse.shape + (dim,)``."""
+    flat = inverse.reshape(-1)
+    return _Gather.apply(rows, flat).view(*inverse.shape, rows.shape[1])
+
+
 class Embedding(_TableModule):
     """``torch.nn.Embedding`` whose rows live in a server-side table.
 
@@ -233,7 +258,7 @@ class Embedding(_TableModule):
 
     def forward(self, ids: Tensor) -> Tensor:
         rows, inverse = self.lookup(ids)
-        return F.embedding(inverse, rows)
+        return _gather(rows, inverse)
 
 
 class EmbeddingBag(_TableModule):
@@ -241,8 +266,9 @@ class EmbeddingBag(_TableModule):
     reduced by ``mode`` ("sum" or "mean").
 
     ``forward(input, offsets=None, per_sample_weights=None)`` as ``nn.EmbeddingBag``'s:
-    ``input`` ids (as :class:`Embedding`'s) of shape (B, L) (B bags of L ids), or 1-D with ``offsets`` int64 (B,)
-    (bag i starts at ``offsets[i]``) → float32 (B, dim). ``per_sample_weights`` (float32,
+    ``input`` ids (as :class:`Embedding`'s) of shape (B, L) (B bags of L ids), or 1-D with
+    ``offsets`` int64 (B,) (bag i starts at ``offsets[i]``; an empty bag gives zeros) →
+    float32 (B, dim). ``per_sample_weights`` (float32,
     ``input``'s shape) only with mode "sum". Backward and errors as :class:`Embedding`.
     """
 
@@ -257,9 +283,37 @@ class EmbeddingBag(_TableModule):
 
     def forward(self, input: Tensor, offsets: Optional[Tensor] = None,
                 per_sample_weights: Optional[Tensor] = None) -> Tensor:
+        if input.dim() == 2:
+            if offsets is not None:
+                raise _bad("offsets: only with 1-D input (2-D input is (bags, ids per bag))")
+        elif input.dim() != 1 or offsets is None or offsets.dim() != 1:
+            raise _bad(f"input of shape {tuple(input.shape)}: expected (B, L), or 1-D ids with "
+                       "1-D offsets")
+        if per_sample_weights is not None:
+            if self.mode != "sum":
+                raise _bad("per_sample_weights: only with mode=\"sum\"")
+            if per_sample_weights.shape != input.shape:
+                raise _bad(f"per_sample_weights of shape {tuple(per_sample_weights.shape)}: "
+                           f"expected input's, {tuple(input.shape)}")
         rows, inverse = self.lookup(input)
-        return F.embedding_bag(inverse, rows, offsets, mode=self.mode,
-                               per_sample_weights=per_sample_weights)
+        each = _gather(rows, inverse)
+        if per_sample_weights is not None:
+            each = each * per_sample_weights.unsqueeze(-1)
+        if input.dim() == 2:
+            return each.sum(1) if self.mode == "sum" else each.mean(1)
+        assert offsets is not None
+        n, bags = input.shape[0], offsets.shape[0]
+        if bags == n and torch.equal(offsets, torch.arange(n, dtype=offsets.dtype)):
+            return each  # one id per bag: the sum and the mean are the row
+        ends = torch.cat([offsets[1:], offsets.new_tensor([n])])
+        lengths = ends - offsets
+        if bool((lengths < 0).any()) or (bags and (int(offsets[0]) != 0 or int(ends[-1]) > n)):
+            raise _bad(f"offsets: expected non-decreasing starts from 0 within the {n} ids")
+        bag_of = torch.repeat_interleave(torch.arange(bags), lengths)
+        out = each.new_zeros(bags, self.dim).index_add(0, bag_of, each)
+        if self.mode == "mean":
+            out = out / lengths.clamp(min=1).unsqueeze(-1).to(out.dtype)
+        return out
 
 
 def _tables(model: nn.Module) -> Iterator[_TableModule]:
@@ -382,7 +436,8 @@ def broadcast_parameters(params: _Named, kv: KVWorker, root_rank: int = 0) -> No
     """Makes every worker's ``params`` (``model.named_parameters()``, a ``state_dict()``)
     equal to worker ``root_rank``'s: the root pushes them (float64, exact for float32 and
     integers below 2^53), the workers meet at a barrier, the others pull and copy them in
-    place. Every worker calls it with the same names; each call uses keys of its own.
+    place. Every worker calls it with the same names; each call uses keys of its own. With one
+    worker it does nothing.
 
     Raises pslite.InvalidArgumentError for a ``kv`` not float64, or pairs that are not (name,
     tensor); pslite's errors from the requests."""
@@ -391,6 +446,8 @@ def broadcast_parameters(params: _Named, kv: KVWorker, root_rank: int = 0) -> No
     po = kv.postoffice
     gen = _generation.get(id(po), 0)
     _generation[id(po)] = gen + 1
+    if po.num_workers == 1:
+        return
     layout = _Layout(named, f"broadcast/{gen}")
     buf = torch.zeros(layout.size, dtype=torch.float64)
     if po.rank == root_rank:
@@ -418,7 +475,8 @@ class DistributedOptimizer:
     The difference is exactly this step's sum of the workers' gradients up to float64
     rounding, and every worker computes it from the same pulled bits, so every worker applies
     the same update. Two parities let a fast worker push step t+1 before a slow one pulled
-    step t. Costs one push, one barrier and one pull per step (``synchronize``).
+    step t. Costs one push, one barrier and one pull per step (``synchronize``); with one
+    worker, nothing (its gradient is the sum).
 
     Construction pushes zeros (the keys exist from then on), pulls the running sums and meets
     the workers at a barrier: every worker makes its DistributedOptimizer at the same point. Other attributes (``param_groups``,
@@ -446,7 +504,7 @@ class DistributedOptimizer:
         self._prev = [torch.zeros(n, dtype=torch.float64) for _ in (0, 1)]
         self._step = 0
         po = self._kv.postoffice
-        if n:
+        if n and po.num_workers > 1:
             for q in (0, 1):
                 # Zeros first: the "sum" handler refuses to pull a key never pushed.
                 layout = self._orders[q]
@@ -462,7 +520,7 @@ class DistributedOptimizer:
         ``average``); a parameter without a gradient counts as zeros and gets one."""
         q = self._step % 2
         layout = self._orders[q]
-        if layout.size:
+        if layout.size and self._kv.postoffice.num_workers > 1:
             layout.pack(self._send, lambda p: p.grad)
             self._kv.wait(self._kv.push(layout.keys, self._send, layout.lens))
             self._kv.postoffice.barrier(WORKER_GROUP)
