@@ -149,11 +149,13 @@ pub fn spawn(launch: &Launch<'_>, node: Node) -> Result<Proc, String> {
                     words.extend(node.args.iter().map(|a| quote(a)));
                 }
             }
-            let line = format!(
-                "cd {} 2>/dev/null; exec {}",
-                quote(&remote.cwd),
-                words.join(" ")
-            );
+            // A node starts in $HOME where the directory is missing; a command (whose paths
+            // are the launcher's, relative to it) fails instead, the shell naming it.
+            let cd = match &node.command {
+                Some(_) => format!("cd {} || exit 1", quote(&remote.cwd)),
+                None => format!("cd {} 2>/dev/null", quote(&remote.cwd)),
+            };
+            let line = format!("{cd}; exec {}", words.join(" "));
             cmd.args(&remote.ssh[1..])
                 .arg(host)
                 .arg(line)

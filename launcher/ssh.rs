@@ -177,6 +177,8 @@ pub fn take_env() -> Result<(), String> {
                 std::io::stderr(),
                 "pslite-launch remote: the launcher is gone (standard input closed); stopping"
             );
+            // Not while run_command is between starting the command and recording its group.
+            let _starting = STARTING.lock();
             let group = COMMAND_GROUP.load(Ordering::SeqCst);
             if group > 0 {
                 // SAFETY: kill only sends a signal, to the command's own process group.
@@ -192,6 +194,9 @@ pub fn take_env() -> Result<(), String> {
 /// standard input stops when the launcher goes.
 static COMMAND_GROUP: AtomicI32 = AtomicI32::new(0);
 
+/// Held by `run_command` from starting the command to recording its group.
+static STARTING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// `pslite-launch remote-cmd CMD`, after [`take_env`]: runs `sh -c CMD` in a process group of
 /// its own (so that stopping it stops every process it started) with PYTHONUNBUFFERED=1 and
 /// no standard input; returns its exit code (128 + the signal that ended it).
@@ -200,6 +205,7 @@ static COMMAND_GROUP: AtomicI32 = AtomicI32::new(0);
 /// The shell cannot be started or waited for.
 pub fn run_command(line: &str) -> Result<i32, String> {
     use std::os::unix::process::{CommandExt, ExitStatusExt};
+    let starting = STARTING.lock();
     let mut child = std::process::Command::new("sh")
         .args(["-c", line])
         .env("PYTHONUNBUFFERED", "1")
@@ -208,6 +214,7 @@ pub fn run_command(line: &str) -> Result<i32, String> {
         .spawn()
         .map_err(|e| format!("cannot start sh -c {line:?}: {e}"))?;
     COMMAND_GROUP.store(child.id() as i32, Ordering::SeqCst);
+    drop(starting);
     let status = child
         .wait()
         .map_err(|e| format!("cannot wait for sh -c {line:?}: {e}"))?;

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The PyTorch example against its single-process reference (issue 32):
+# The PyTorch example against its single-process reference:
 #
 #   scripts/ctr-torch.sh [ROUNDS] [-- EXAMPLE OPTIONS…]
 #
@@ -13,40 +13,47 @@
 # torch ($PYTHON, default target/pyenv/bin/python, which scripts/python-tests.sh makes).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-rounds=${1:-3}
-shift || true
+rounds=3
+if [[ ${1:-} =~ ^[0-9]+$ ]]; then rounds=$1; shift; fi
 [[ ${1:-} == -- ]] && shift
+(( rounds >= 1 )) || { echo "ctr-torch.sh: ROUNDS must be at least 1" >&2; exit 1; }
 PYTHON=${PYTHON:-target/pyenv/bin/python}
 L=target/release/pslite-launch
 [[ -x $L ]] || { echo "ctr-torch.sh: $L is missing: cargo build --release --bins" >&2; exit 1; }
 "$PYTHON" -c 'import pslite.torch' || {
     echo "ctr-torch.sh: $PYTHON has no pslite.torch: scripts/python-tests.sh" >&2; exit 1; }
-py=$(cd "$(dirname "$PYTHON")" && pwd)/$(basename "$PYTHON")  # absolute, links kept (a venv)
+# Absolute, links kept (a venv's python is a link out of it); a bare name from PATH.
+if [[ $PYTHON == */* ]]; then py=$(cd "$(dirname "$PYTHON")" && pwd)/$(basename "$PYTHON")
+else py=$(command -v "$PYTHON"); fi
 ex=(examples/python/ctr_torch.py "$@")
 spec=$("$py" "${ex[@]}" --print-table)
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 
-# One pslite run: prints "AUC RATE_SUM" (AUC of worker 0's last epoch, samples/s summed).
+fail() { echo "ctr-torch.sh: $1; its output:" >&2; cat "$log" >&2; exit 1; }
+
+# One pslite run: sets auc (worker 0's last epoch) and rate (samples/s summed over workers).
 pslite_run() {
     local servers=$1 workers=$2; shift 2
     "$L" local --no-metrics --servers "$servers" --workers "$workers" --table "$spec" \
-        --worker-cmd "$py ${ex[*]} $*" >"$log" 2>&1 || { cat "$log" >&2; exit 1; }
-    local auc rate
-    auc=$(grep -oP '\[worker 0\] epoch \d+: test AUC \K[0-9.]+' "$log" | tail -1)
-    rate=$(grep -oP '\] worker \d+ of \d+: \K[0-9]+(?= samples/s)' "$log" | awk '{s += $1} END {print s}')
-    echo "$auc $rate"
+        --worker-cmd "$py ${ex[*]} $*" >"$log" 2>&1 || fail "S${servers}W${workers} $* failed"
+    auc=$(grep -oP '\[worker 0\] epoch \d+: test AUC \K[0-9.]+' "$log" | tail -1 || true)
+    rate=$(grep -oP '\] worker \d+ of \d+: \K[0-9]+(?= samples/s)' "$log" |
+        awk '{s += $1; n++} END {if (n) print s}')
+    [[ -n $auc && -n $rate ]] || fail "S${servers}W${workers} $* printed no AUC or samples/s"
 }
 
 declare -a ref_auc ref_rate on_auc on_rate off_rate s2_auc s2_rate
 for ((r = 1; r <= rounds; r++)); do
-    out=$("$py" "${ex[@]}" --reference 2>/dev/null | grep '^reference')
-    ref_auc+=("$(grep -oP 'final test AUC \K[0-9.]+' <<<"$out")")
-    ref_rate+=("$(grep -oP ', \K[0-9]+(?= samples/s)' <<<"$out")")
-    read -r a s <<<"$(pslite_run 1 1)"; on_auc+=("$a"); on_rate+=("$s")
-    read -r _ s <<<"$(pslite_run 1 1 --no-prefetch)"; off_rate+=("$s")
+    "$py" "${ex[@]}" --reference >"$log" 2>&1 || fail "the reference failed"
+    auc=$(grep -oP 'final test AUC \K[0-9.]+' "$log" || true)
+    rate=$(grep -oP 'final test AUC [0-9.]+, \K[0-9]+(?= samples/s)' "$log" || true)
+    [[ -n $auc && -n $rate ]] || fail "the reference printed no AUC or samples/s"
+    ref_auc+=("$auc"); ref_rate+=("$rate")
+    pslite_run 1 1; on_auc+=("$auc"); on_rate+=("$rate")
+    pslite_run 1 1 --no-prefetch; off_rate+=("$rate")
     # Two workers on this machine: one torch thread each.
-    read -r a s <<<"$(pslite_run 2 2 --threads 1)"; s2_auc+=("$a"); s2_rate+=("$s")
+    pslite_run 2 2 --threads 1; s2_auc+=("$auc"); s2_rate+=("$rate")
     echo "round $r/$rounds: reference AUC ${ref_auc[-1]} ${ref_rate[-1]} samples/s;" \
         "S1W1 AUC ${on_auc[-1]} ${on_rate[-1]} samples/s (prefetch off ${off_rate[-1]});" \
         "S2W2 AUC ${s2_auc[-1]} ${s2_rate[-1]} samples/s summed"

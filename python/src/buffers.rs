@@ -248,7 +248,10 @@ fn dlpack(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<PyUntypedBuffer> {
 
 /// How to make `what` of `dtype`: NumPy's `astype`, or a tensor's `to`.
 fn convert_hint(obj: &Bound<'_, PyAny>, what: &str, dtype: DType) -> String {
-    if is_tensor(obj) {
+    if is_tensor(obj) && dtype == DType::U64 {
+        // Keys: int64 (≥ 0) is what torch indexes with, and it is taken as uint64.
+        format!("{what}.long()")
+    } else if is_tensor(obj) {
         format!("{what}.to(torch.{})", dtype.name())
     } else {
         format!("{what}.astype(numpy.{})", dtype.name())

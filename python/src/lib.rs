@@ -19,6 +19,7 @@ mod clicklog;
 mod errors;
 mod server;
 mod tables;
+mod unique;
 mod worker;
 
 use errors::{check, invalid};
@@ -286,6 +287,7 @@ fn _pslite(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(tables::table_spec, m)?)?;
     m.add_function(wrap_pyfunction!(clicklog::click_log, m)?)?;
     m.add_function(wrap_pyfunction!(clicklog::roc_auc, m)?)?;
+    m.add_function(wrap_pyfunction!(unique::unique_keys, m)?)?;
     m.add("SCHEDULER_GROUP", SCHEDULER_GROUP)?;
     m.add("SERVER_GROUP", SERVER_GROUP)?;
     m.add("WORKER_GROUP", WORKER_GROUP)?;

@@ -12,6 +12,7 @@
 //! | [`keycache`] | key caching, sans-IO: the worker's mirror of what each server keeps, the server's kept lists |
 //! | [`table`] | embedding tables: [`table::TableSpec`], [`table::Table`] (rows, initializers, optimizers, admission, eviction under a budget), [`table::TableHandler`] and [`table::serve_tables`] |
 //! | [`pairs`], [`slicer`], [`sarray`], [`value`], [`store`] | frames and shapes, key-range slicing, shared arrays, value types, the default handler's key store |
+//! | [`unique`] | a batch's sorted unique keys and the inverse mapping each id to one (embedding lookups from PyTorch) |
 //!
 //! ## Threads
 //! - **Worker.** Any number of caller threads share a `KVWorker` (`&self`): they send requests
@@ -54,6 +55,7 @@ pub mod server;
 pub mod slicer;
 pub mod store;
 pub mod table;
+pub mod unique;
 pub mod value;
 pub mod worker;
 

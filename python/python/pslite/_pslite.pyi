@@ -11,7 +11,7 @@ from ._tables import Table
 
 __all__ = ["ALL_GROUP", "DTYPES", "KVWorker", "Postoffice", "ReqMeta", "SCHEDULER_GROUP",
            "SERVER_GROUP", "WORKER_GROUP", "__version__", "auc", "click_log", "run_server", "start",
-           "table_spec"]
+           "table_spec", "unique_keys"]
 
 __version__: str
 SCHEDULER_GROUP: int  # 1
@@ -210,3 +210,14 @@ def auc(scores: _Values, labels: _Values) -> float:
 
     Raises InvalidArgumentError for another dtype, a non-contiguous array, or lengths that
     differ."""
+
+def unique_keys(ids: _Keys, what: str = "keys"
+                ) -> Tuple[npt.NDArray[np.uint64], npt.NDArray[np.int64]]:
+    """``(keys, inverse)`` of ``ids`` (uint64, or int64 ≥ 0; any C-contiguous array or CPU
+    tensor, read flat): keys the distinct ids sorted as uint64 (what a request's keys must be),
+    inverse int64 with ``keys[inverse[i]] == ids[i]``. A hash table and a sort of the distinct
+    keys, in Rust, without the GIL (``pslite.torch``'s lookups).
+
+    Raises InvalidArgumentError naming ``what`` as a request's keys do ("ids: a tensor of
+    float32, but this call carries uint64: convert it first, e.g. ids.long()", a negative id,
+    a tensor on a GPU)."""

@@ -5,7 +5,7 @@ enough).
 **Sparse part.** :class:`Embedding` and :class:`EmbeddingBag` look rows up in a table the
 servers hold (``pslite-server --table app=1,dim=16,opt=adagrad:lr=0.05``; a float32
 :class:`pslite.KVWorker` on the table's application). Forward: the batch's ids are made unique
-(``torch.unique``), their rows pulled in one request, and the result is a tensor over pslite's
+(pslite's ``unique_keys``, a hash table in Rust), their rows pulled in one request, and the result is a tensor over pslite's
 own receive buffer (no copy); the lookup gathers from it. Backward: the gradient of those rows
 is already summed per unique id (autograd sums the gathers), and it is pushed; the table's
 optimizer on the servers applies it, one step per pushed key. The module has no local
@@ -23,8 +23,8 @@ then every worker runs the same local optimizer step on the same averaged gradie
 workers' weights stay identical; :func:`broadcast_parameters` makes them equal at the start.
 The dense weights stay on the workers rather than in a server table because a dense layer's
 gradient is dense: every worker would push and pull every value each step anyway, and keeping
-the optimizer local lets any ``torch.optim`` optimizer (and its learning-rate schedules) run
-unchanged.
+the optimizer local lets any ``torch.optim`` optimizer run unchanged (a learning-rate scheduler
+takes ``opt.optimizer``).
 
 **Pushes in flight.** A module's pushes are sent without waiting; the next forward collects
 them, and :func:`flush` waits for all of a model's. Call ``flush(model)`` before a barrier
@@ -59,7 +59,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ._errors import InvalidArgumentError
-from ._pslite import WORKER_GROUP, KVWorker
+from ._pslite import WORKER_GROUP, KVWorker, unique_keys
 
 __all__ = ["DistributedOptimizer", "Embedding", "EmbeddingBag", "broadcast_parameters",
            "flush", "prefetching"]
@@ -77,28 +77,18 @@ def _bad(text: str) -> InvalidArgumentError:
 
 
 def _signed(ids: Tensor) -> Tensor:
-    """``ids`` as int64: int32 widened, uint64 viewed as its bits (no copy), others as they
-    are (pslite refuses them with its text)."""
-    if ids.dtype == torch.int32:
-        return ids.long()
-    if ids.dtype == torch.uint64:
-        return ids.view(torch.int64)  # torch sorts uint64 only in small tensors
-    return ids
+    """``ids`` as pslite reads keys: int32 widened to int64, the others as they are (pslite
+    refuses what it cannot take, with its text)."""
+    return ids.long() if ids.dtype == torch.int32 else ids
 
 
-def _unique(ids: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
-    """``(signed, keys, inverse)``: ``ids`` as int64 (:func:`_signed`), its unique values as
-    keys sorted as uint64 (uint64 for uint64 ids), and ``inverse`` of ``ids``' shape."""
+def _unique(ids: Tensor) -> Tuple[Tensor, np.ndarray, Tensor]:
+    """``(ids, keys, inverse)``: ``ids`` as :func:`_signed`, its distinct values as keys
+    sorted as uint64 (pslite's ``unique_keys``: a hash table and a sort, in Rust, without the
+    GIL), and int64 ``inverse`` of ``ids``' shape with ``keys[inverse] == ids``."""
     signed = _signed(ids)
-    unique, inverse = torch.unique(signed, sorted=True, return_inverse=True)
-    if ids.dtype == torch.uint64:
-        k = int((unique < 0).sum())
-        if k:
-            # Ids ≥ 2^63 come first in int64 order and last in uint64 order.
-            unique = torch.cat([unique[k:], unique[:k]])
-            inverse = torch.remainder(inverse - k, unique.numel())
-        unique = unique.view(torch.uint64)
-    return signed, unique, inverse
+    keys, inverse = unique_keys(signed, "ids")
+    return signed, keys, torch.from_numpy(inverse).view(ids.shape)
 
 
 class _Pull:
@@ -106,7 +96,7 @@ class _Pull:
 
     __slots__ = ("given", "ids", "unique", "inverse", "ts")
 
-    def __init__(self, given: Tensor, ids: Tensor, unique: Tensor, inverse: Tensor,
+    def __init__(self, given: Tensor, ids: Tensor, unique: np.ndarray, inverse: Tensor,
                  ts: Optional[int]):
         self.given = given
         self.ids = ids
@@ -130,7 +120,7 @@ class _TableModule(nn.Module):
         self.kv = kv
         self.dim = dim
         self._prefetched: Deque[_Pull] = collections.deque()
-        self._pushes: List[Tuple[int, Tensor]] = []
+        self._pushes: List[int] = []
         #: Counters: ``pulls`` (forward lookups), ``prefetched`` (of them, served by a
         #: prefetch), ``dropped`` (prefetches never used), ``pushes``, ``keys_pulled``.
         self.stats: Dict[str, int] = dict(pulls=0, prefetched=0, dropped=0, pushes=0,
@@ -144,7 +134,7 @@ class _TableModule(nn.Module):
             raise _bad(f"ids: expected a torch.Tensor of int64 ids, got {type(ids).__name__}")
         signed, unique, inverse = _unique(ids)
         # pslite checks the keys (device, dtype, sign) and raises with its own text.
-        ts = self.kv.pull(unique) if unique.numel() else None
+        ts = self.kv.pull(unique) if unique.size else None
         return _Pull(ids, signed, unique, inverse, ts)
 
     def prefetch(self, ids: Tensor) -> None:
@@ -171,7 +161,7 @@ class _TableModule(nn.Module):
 
     def _collect_pushes(self) -> None:
         pushes, self._pushes = self._pushes, []
-        for ts, _grad in pushes:
+        for ts in pushes:
             self.kv.wait(ts)
 
     def flush(self) -> None:
@@ -197,21 +187,22 @@ class _TableModule(nn.Module):
             rows = torch.zeros(0, self.dim)
         else:
             _keys, vals, _lens = self.kv.take_pulled(p.ts)
-            if vals.size != p.unique.numel() * self.dim:
-                raise _bad(f"the table answered {vals.size} values for {p.unique.numel()} ids, "
+            if vals.size != p.unique.size * self.dim:
+                raise _bad(f"the table answered {vals.size} values for {p.unique.size} ids, "
                            f"not {self.dim} per id: is its dim {self.dim}?")
             rows = torch.from_numpy(vals).view(-1, self.dim)
-        self.stats["keys_pulled"] += p.unique.numel()
+        self.stats["keys_pulled"] += p.unique.size
         if torch.is_grad_enabled() and self.training and rows.numel():
             rows.requires_grad_(True)
             unique = p.unique
             rows.register_hook(lambda grad: self._push(unique, grad))
         return rows, p.inverse
 
-    def _push(self, unique: Tensor, grad: Tensor) -> None:
-        grad = grad.detach().to(torch.float32).contiguous()
-        ts = self.kv.push(unique, grad, copy=False)
-        self._pushes.append((ts, grad))
+    def _push(self, unique: np.ndarray, grad: Tensor) -> None:
+        # Copied into the message: autograd may keep this very tensor as rows.grad and add a
+        # second backward's gradient into it in place.
+        ts = self.kv.push(unique, grad.detach().to(torch.float32).contiguous())
+        self._pushes.append(ts)
         self.stats["pushes"] += 1
 
 
@@ -283,6 +274,8 @@ class EmbeddingBag(_TableModule):
 
     def forward(self, input: Tensor, offsets: Optional[Tensor] = None,
                 per_sample_weights: Optional[Tensor] = None) -> Tensor:
+        if not isinstance(input, Tensor):
+            raise _bad(f"input: expected a torch.Tensor of ids, got {type(input).__name__}")
         if input.dim() == 2:
             if offsets is not None:
                 raise _bad("offsets: only with 1-D input (2-D input is (bags, ids per bag))")
@@ -429,23 +422,29 @@ def _dense_kv(kv: KVWorker) -> KVWorker:
     return kv
 
 
-_generation: Dict[int, int] = {}
+#: Broadcasts made per postoffice (kept here, so that its id is not reused meanwhile).
+_generation: Dict[int, Tuple[Any, int]] = {}
 
 
 def broadcast_parameters(params: _Named, kv: KVWorker, root_rank: int = 0) -> None:
     """Makes every worker's ``params`` (``model.named_parameters()``, a ``state_dict()``)
     equal to worker ``root_rank``'s: the root pushes them (float64, exact for float32 and
     integers below 2^53), the workers meet at a barrier, the others pull and copy them in
-    place. Every worker calls it with the same names; each call uses keys of its own. With one
-    worker it does nothing.
+    place. Every worker calls it with the same names; each call uses keys of its own, and its
+    values stay on the servers (one copy of ``params`` per call). With one worker it does
+    nothing.
 
-    Raises pslite.InvalidArgumentError for a ``kv`` not float64, or pairs that are not (name,
-    tensor); pslite's errors from the requests."""
+    Raises pslite.InvalidArgumentError for a ``kv`` not float64, a ``root_rank`` that is not a
+    worker's, or pairs that are not (name, tensor); pslite's errors from the requests."""
     kv = _dense_kv(kv)
     named = _named(params, "broadcast_parameters")
     po = kv.postoffice
-    gen = _generation.get(id(po), 0)
-    _generation[id(po)] = gen + 1
+    if isinstance(root_rank, bool) or not isinstance(root_rank, int) \
+            or not 0 <= root_rank < po.num_workers:
+        raise _bad(f"root_rank={root_rank!r}: expected a worker's rank, 0 to "
+                   f"{po.num_workers - 1}")
+    gen = _generation.get(id(po), (po, 0))[1]
+    _generation[id(po)] = (po, gen + 1)
     if po.num_workers == 1:
         return
     layout = _Layout(named, f"broadcast/{gen}")
@@ -465,9 +464,12 @@ class DistributedOptimizer:
     first replaces each parameter's gradient by the mean over all workers.
 
     ``optimizer``: the local optimizer; ``named_parameters``: the (name, parameter) pairs it
-    updates (names key the requests: every worker gives the same); ``kv``: a float64
-    :class:`pslite.KVWorker` on an application the servers' "sum" handler serves (app 0 of
-    ``pslite-server``); ``average``: divide the sum by the number of workers (default).
+    updates, all of them (names key the requests: every worker gives the same); ``kv``: a
+    float64 :class:`pslite.KVWorker` on an application the servers' "sum" handler serves (app 0
+    of ``pslite-server``); ``average``: divide the sum by the number of workers (default);
+    ``name``: keys the requests too, so two DistributedOptimizers on one ``kv`` (a GAN's
+    generator and discriminator) need two names. A learning-rate scheduler takes the wrapped
+    optimizer, ``opt.optimizer``.
 
     How: the servers' "sum" handler adds every push into the keys' values. Step t pushes the
     gradients (float64) to the keys of parity t mod 2, waits, meets the other workers at a
@@ -482,12 +484,12 @@ class DistributedOptimizer:
     the workers at a barrier: every worker makes its DistributedOptimizer at the same point. Other attributes (``param_groups``,
     ``state_dict``, …) are the wrapped optimizer's.
 
-    Raises pslite.InvalidArgumentError for a ``kv`` not float64 or parameters not in
-    ``optimizer``; pslite's errors from the requests.
+    Raises pslite.InvalidArgumentError for a ``kv`` not float64, or named parameters that are
+    not the ones ``optimizer`` updates; pslite's errors from the requests.
     """
 
     def __init__(self, optimizer: torch.optim.Optimizer, named_parameters: _Named,
-                 kv: KVWorker, average: bool = True):
+                 kv: KVWorker, average: bool = True, name: str = "dense"):
         self._kv = _dense_kv(kv)
         named = [(n, p) for n, p in _named(named_parameters, "named_parameters")
                  if p.requires_grad]
@@ -495,9 +497,15 @@ class DistributedOptimizer:
         missing = [n for n, p in named if id(p) not in updated]
         if missing:
             raise _bad(f"named_parameters: {missing} are not updated by the optimizer")
+        given = {id(p) for _, p in named}
+        unnamed = sum(1 for g in optimizer.param_groups for p in g["params"]
+                      if p.requires_grad and id(p) not in given)
+        if unnamed:
+            raise _bad(f"named_parameters: {unnamed} parameter(s) the optimizer updates are not "
+                       "among them: their gradients would not be averaged")
         self.optimizer = optimizer
         self._average = average
-        self._orders = [_Layout(named, f"grad/{q}") for q in (0, 1)]
+        self._orders = [_Layout(named, f"grad/{name}/{q}") for q in (0, 1)]
         n = self._orders[0].size
         self._send = torch.zeros(n, dtype=torch.float64)
         self._sum = torch.zeros(n, dtype=torch.float64)
@@ -513,6 +521,8 @@ class DistributedOptimizer:
         po.barrier(WORKER_GROUP)
 
     def __getattr__(self, name: str) -> Any:
+        if "optimizer" not in self.__dict__:
+            raise AttributeError(name)
         return getattr(self.__dict__["optimizer"], name)
 
     def synchronize(self) -> None:
