@@ -6,7 +6,7 @@
 mod common;
 
 use common::procs::text;
-use common::roles::{all_output, Cluster};
+use common::roles::{all_output, Cluster, Ended};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -38,10 +38,32 @@ fn have(tool: &str, probe: &[&str]) -> bool {
     ok
 }
 
+/// `pslite-launch ARGS` as one task per name, task i with `PSLITE_TASK_RANK=i` (of as many as
+/// `names`); waits up to 120 s and asserts that every task exited 0. Returns what each printed
+/// and all of it.
+fn tasks(names: &[&str], args: &[&str]) -> (Vec<Ended>, String) {
+    let count = names.len().to_string();
+    let mut c = Cluster::empty(&[("PSLITE_TASK_COUNT", &count)]);
+    for (i, name) in names.iter().enumerate() {
+        let rank = i.to_string();
+        c.add_in(
+            &[],
+            name,
+            LAUNCH,
+            None,
+            args,
+            &[("PSLITE_TASK_RANK", &rank)],
+        );
+    }
+    let ended = c.wait_all(Instant::now(), Duration::from_secs(120));
+    let all = all_output(&ended);
+    assert!(ended.iter().all(|e| e.code == Some(0)), "{all}");
+    (ended, all)
+}
+
 #[test]
 fn seven_tasks_with_pslite_task_variables_run_kv_app() {
     let port = pslite::free_port().expect("port").to_string();
-    let mut c = Cluster::empty(&[("PSLITE_TASK_COUNT", "7")]);
     let mut args = vec![
         "task",
         "--servers",
@@ -57,7 +79,7 @@ fn seven_tasks_with_pslite_task_variables_run_kv_app() {
         "--",
     ];
     args.extend(KV_APP);
-    for (i, name) in [
+    let names = [
         "scheduler",
         "server0",
         "server1",
@@ -65,23 +87,8 @@ fn seven_tasks_with_pslite_task_variables_run_kv_app() {
         "worker1",
         "worker2",
         "worker3",
-    ]
-    .into_iter()
-    .enumerate()
-    {
-        let rank = i.to_string();
-        c.add_in(
-            &[],
-            name,
-            LAUNCH,
-            None,
-            &args,
-            &[("PSLITE_TASK_RANK", &rank)],
-        );
-    }
-    let ended = c.wait_all(Instant::now(), Duration::from_secs(120));
-    let all = all_output(&ended);
-    assert!(ended.iter().all(|e| e.code == Some(0)), "{all}");
+    ];
+    let (ended, all) = tasks(&names, &args);
     assert_exact(&all);
     assert!(
         ended[2]
@@ -128,7 +135,6 @@ fn worker_tasks_run_the_worker_command() {
          PYTHONUNBUFFERED=$PYTHONUNBUFFERED\"; exec {} kv-app --keys 1000 --repeat 10",
         env!("CARGO_BIN_EXE_pslite-worker")
     );
-    let mut c = Cluster::empty(&[("PSLITE_TASK_COUNT", "4")]);
     let args = [
         "task",
         "--servers",
@@ -142,23 +148,7 @@ fn worker_tasks_run_the_worker_command() {
         "--worker-cmd",
         &line,
     ];
-    for (i, name) in ["scheduler", "server0", "worker0", "worker1"]
-        .into_iter()
-        .enumerate()
-    {
-        let rank = i.to_string();
-        c.add_in(
-            &[],
-            name,
-            LAUNCH,
-            None,
-            &args,
-            &[("PSLITE_TASK_RANK", &rank)],
-        );
-    }
-    let ended = c.wait_all(Instant::now(), Duration::from_secs(120));
-    let all = all_output(&ended);
-    assert!(ended.iter().all(|e| e.code == Some(0)), "{all}");
+    let (ended, all) = tasks(&["scheduler", "server0", "worker0", "worker1"], &args);
     for r in 0..2 {
         let out = &ended[2 + r].output;
         for want in [
