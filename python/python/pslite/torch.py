@@ -5,11 +5,11 @@ enough).
 **Sparse part.** :class:`Embedding` and :class:`EmbeddingBag` look rows up in a table the
 servers hold (``pslite-server --table app=1,dim=16,opt=adagrad:lr=0.05``; a float32
 :class:`pslite.KVWorker` on the table's application). Forward: the batch's ids are made unique
-(pslite's ``unique_keys``, a hash table in Rust), their rows pulled in one request, and the result is a tensor over pslite's
-own receive buffer (no copy); the lookup gathers from it. Backward: the gradient of those rows
-is already summed per unique id (autograd sums the gathers), and it is pushed; the table's
-optimizer on the servers applies it, one step per pushed key. The module has no local
-parameters: ``model.parameters()`` holds only the dense part.
+(pslite's ``unique_keys``, a hash table in Rust), their rows pulled in one request, and the
+result is a tensor over pslite's own receive buffer (no copy); the lookup gathers from it.
+Backward: the gradient of those rows, summed per unique id (``_Gather``'s backward), is
+pushed; the table's optimizer on the servers applies it, one step per pushed key. The
+modules have no local parameters: ``model.parameters()`` holds only the dense part.
 
 **Prefetch.** ``module.prefetch(next_ids)`` sends the next batch's pull while this batch
 computes; the next forward with equal ids takes it. The prefetched rows were read before this
@@ -55,7 +55,6 @@ from typing import (Any, Callable, Deque, Dict, Iterable, Iterator, List, Option
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ._errors import InvalidArgumentError
@@ -481,8 +480,8 @@ class DistributedOptimizer:
     worker, nothing (its gradient is the sum).
 
     Construction pushes zeros (the keys exist from then on), pulls the running sums and meets
-    the workers at a barrier: every worker makes its DistributedOptimizer at the same point. Other attributes (``param_groups``,
-    ``state_dict``, …) are the wrapped optimizer's.
+    the workers at a barrier: every worker makes its DistributedOptimizer at the same point.
+    Other attributes (``param_groups``, ``state_dict``, …) are the wrapped optimizer's.
 
     Raises pslite.InvalidArgumentError for a ``kv`` not float64, or named parameters that are
     not the ones ``optimizer`` updates; pslite's errors from the requests.
