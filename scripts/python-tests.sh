@@ -27,9 +27,12 @@ if ! "$PYTHON" -m venv "$venv" 2>/dev/null; then
 fi
 "$venv/bin/python" -m pip install -q --upgrade pip
 # The torch extra (pslite.torch) brings PyTorch from PyPI: its Linux wheel and the CUDA
-# libraries it loads, about 3.5 GB to fetch and 5.5 GB installed (the CPU is all the tests
+# libraries it loads, about 3.5 GB to fetch and 4.5 GB installed (the CPU is all the tests
 # use). No pip cache: it would keep a second copy of every wheel.
 "$venv/bin/python" -m pip install -q --no-cache-dir './python[torch]' pytest mypy
+# Triton (1 GB) is torch.compile's GPU compiler, which nothing here uses; torch imports without
+# it. Removed, for the disk.
+"$venv/bin/python" -m pip uninstall -y -q triton
 "$venv/bin/python" -c 'import pslite, torch; print("pslite", pslite.__version__, "from", pslite.__file__, "with torch", torch.__version__)'
 
 cargo fmt --check --manifest-path python/Cargo.toml
