@@ -26,13 +26,18 @@ if ! "$PYTHON" -m venv "$venv" 2>/dev/null; then
     "$PYTHON" -m venv "$venv"
 fi
 "$venv/bin/python" -m pip install -q --upgrade pip
-# The torch extra (pslite.torch) brings PyTorch from PyPI: its Linux wheel and the CUDA
-# libraries it loads, about 3.5 GB to fetch and 4.5 GB installed (the CPU is all the tests
-# use). No pip cache: it would keep a second copy of every wheel.
-"$venv/bin/python" -m pip install -q --no-cache-dir './python[torch]' pytest mypy
-# Triton (1 GB) is torch.compile's GPU compiler, which nothing here uses; torch imports without
-# it. Removed, for the disk.
-"$venv/bin/python" -m pip uninstall -y -q triton
+# PyTorch, for pslite.torch's tests: what the package's torch extra brings (pip install
+# './python[torch]', torch>=2.3). PyPI's Linux wheel loads the CUDA libraries even on a CPU:
+# 3.5 GB to fetch, 4.4 GB installed. For CI's disk: no pip cache (it would keep a second copy of
+# every wheel), and no triton (1 GB: torch.compile's GPU compiler, which nothing here uses;
+# torch imports without it). So torch's other requirements come from its own metadata, and pip
+# then names triton in a dependency-conflict line: expected.
+"$venv/bin/python" -m pip install -q --no-cache-dir --no-deps 'torch>=2.3'
+mapfile -t torch_deps < <("$venv/bin/python" -c 'import importlib.metadata as m
+print("\n".join(r for r in m.requires("torch") or []
+                if not r.startswith("triton") and "extra ==" not in r))')
+"$venv/bin/python" -m pip install -q --no-cache-dir "${torch_deps[@]}"
+"$venv/bin/python" -m pip install -q ./python pytest mypy
 "$venv/bin/python" -c 'import pslite, torch; print("pslite", pslite.__version__, "from", pslite.__file__, "with torch", torch.__version__)'
 
 cargo fmt --check --manifest-path python/Cargo.toml
