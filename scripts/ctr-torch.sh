@@ -13,6 +13,7 @@
 # torch ($PYTHON, default target/pyenv/bin/python, which scripts/python-tests.sh makes).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/bench-lib.sh
 rounds=3
 if [[ ${1:-} =~ ^[0-9]+$ ]]; then rounds=$1; shift; fi
 [[ ${1:-} == -- ]] && shift
@@ -59,10 +60,11 @@ for ((r = 1; r <= rounds; r++)); do
         "S2W2 AUC ${s2_auc[-1]} ${s2_rate[-1]} samples/s summed"
 done
 
-median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
-ra=$(median "${ref_auc[@]}"); rr=$(median "${ref_rate[@]}")
-oa=$(median "${on_auc[@]}"); orr=$(median "${on_rate[@]}"); fr=$(median "${off_rate[@]}")
-sa=$(median "${s2_auc[@]}"); sr=$(median "${s2_rate[@]}")
+# bench-lib.sh's median: AUCs with 4 decimals, rates with none (of an even count of rounds).
+ra=$(median_of "${ref_auc[*]}" 4); rr=$(median_of "${ref_rate[*]}" 0)
+oa=$(median_of "${on_auc[*]}" 4); orr=$(median_of "${on_rate[*]}" 0)
+fr=$(median_of "${off_rate[*]}" 0)
+sa=$(median_of "${s2_auc[*]}" 4); sr=$(median_of "${s2_rate[*]}" 0)
 echo "median of $rounds rounds (ctr_torch.py ${*:-with its defaults}):"
 printf '  reference, one process      : test AUC %s, %8.0f samples/s\n' "$ra" "$rr"
 printf '  pslite S1W1, prefetch on    : test AUC %s, %8.0f samples/s\n' "$oa" "$orr"

@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::procs::text;
+use common::procs::{kv_app_worker_cmd, kv_app_worker_cmd_said, text};
 use common::roles::{all_output, Cluster, Ended};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -130,11 +130,7 @@ fn a_task_count_that_does_not_match_is_named() {
 #[test]
 fn worker_tasks_run_the_worker_command() {
     let port = pslite::free_port().expect("port").to_string();
-    let line = format!(
-        "echo \"command of worker $PSLITE_RANK: $DMLC_ROLE, $DMLC_NUM_WORKER workers, \
-         PYTHONUNBUFFERED=$PYTHONUNBUFFERED\"; exec {} kv-app --keys 1000 --repeat 10",
-        env!("CARGO_BIN_EXE_pslite-worker")
-    );
+    let line = kv_app_worker_cmd();
     let args = [
         "task",
         "--servers",
@@ -151,10 +147,7 @@ fn worker_tasks_run_the_worker_command() {
     let (ended, all) = tasks(&["scheduler", "server0", "worker0", "worker1"], &args);
     for r in 0..2 {
         let out = &ended[2 + r].output;
-        for want in [
-            format!("command of worker {r}: worker, 2 workers, PYTHONUNBUFFERED=1"),
-            format!("worker {r}: error: 0, 0"),
-        ] {
+        for want in kv_app_worker_cmd_said(r) {
             assert!(out.contains(&want), "{want}:\n{all}");
         }
     }

@@ -5,7 +5,7 @@
 mod common;
 
 use common::netns::Hosts;
-use common::procs::text;
+use common::procs::{kv_app_worker_cmd, kv_app_worker_cmd_said, text};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -284,11 +284,7 @@ fn worker_commands_run_on_the_hosts_with_the_nodes_variables() {
     let Some(sshd) = Sshd::start("sshw") else {
         return;
     };
-    let line = format!(
-        "echo \"command of worker $PSLITE_RANK: $DMLC_ROLE, $DMLC_NUM_WORKER workers, \
-         PYTHONUNBUFFERED=$PYTHONUNBUFFERED\"; exec {} kv-app --keys 1000 --repeat 10",
-        env!("CARGO_BIN_EXE_pslite-worker")
-    );
+    let line = kv_app_worker_cmd();
     let o = sshd
         .launcher(2, 2, &["--worker-cmd", &line])
         .output()
@@ -296,10 +292,8 @@ fn worker_commands_run_on_the_hosts_with_the_nodes_variables() {
     let out = text(&o);
     assert!(o.status.success(), "{out}");
     for r in 0..2 {
-        for want in [
-            format!("[worker {r}] command of worker {r}: worker, 2 workers, PYTHONUNBUFFERED=1"),
-            format!("[worker {r}] worker {r}: error: 0, 0"),
-        ] {
+        for said in kv_app_worker_cmd_said(r) {
+            let want = format!("[worker {r}] {said}");
             assert!(out.contains(&want), "{want}:\n{out}");
         }
     }

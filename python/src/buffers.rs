@@ -183,7 +183,9 @@ fn buffer(obj: &Bound<'_, PyAny>, what: &str) -> Option<PyResult<PyUntypedBuffer
     }
     // SAFETY: PyObject_CheckBuffer only reads the object's type.
     if unsafe { pyo3::ffi::PyObject_CheckBuffer(obj.as_ptr()) } == 0 {
-        return is_tensor(obj).then(|| dlpack(obj, what));
+        // No buffer: a tensor (is_tensor) if it speaks DLPack.
+        let tensor = obj.hasattr("__dlpack__").unwrap_or(false);
+        return tensor.then(|| dlpack(obj, what));
     }
     let view = || -> PyResult<PyUntypedBuffer> {
         let same = obj

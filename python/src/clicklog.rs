@@ -46,15 +46,13 @@ pub fn click_log<'py>(
             "click_log: shard {shard} of {shards}: expected 0 ≤ shard < shards"
         )));
     }
+    let default = GenConfig::default();
     let cfg = GenConfig {
         seed,
         fields,
+        vocab_min: default.vocab_min.min(vocab),
         vocab_max: vocab,
-        ..GenConfig::default()
-    };
-    let cfg = GenConfig {
-        vocab_min: cfg.vocab_min.min(vocab),
-        ..cfg
+        ..default
     };
     let data = py
         .detach(|| Generator::new(&cfg).map(|g| g.dataset(split, rows, shard, shards)))

@@ -29,6 +29,25 @@ pub fn text(o: &Output) -> String {
     )
 }
 
+/// A `--worker-cmd` line: prints the worker's rank, role, worker count and PYTHONUNBUFFERED,
+/// then runs kv-app's worker in its place (`pslite-worker kv-app`, 1000 keys, 10 rounds).
+pub fn kv_app_worker_cmd() -> String {
+    format!(
+        "echo \"command of worker $PSLITE_RANK: $DMLC_ROLE, $DMLC_NUM_WORKER workers, \
+         PYTHONUNBUFFERED=$PYTHONUNBUFFERED\"; exec {} kv-app --keys 1000 --repeat 10",
+        env!("CARGO_BIN_EXE_pslite-worker")
+    )
+}
+
+/// What worker `r` of 2 prints running [`kv_app_worker_cmd`]: the variables it got, then
+/// kv-app's exact sums.
+pub fn kv_app_worker_cmd_said(r: usize) -> [String; 2] {
+    [
+        format!("command of worker {r}: worker, 2 workers, PYTHONUNBUFFERED=1"),
+        format!("worker {r}: error: 0, 0"),
+    ]
+}
+
 /// Runs `kv-app ARGS` on `s` servers and `w` workers; asserts the job succeeded and every
 /// worker's sums were exact (`error: 0, 0`).
 pub fn kv_app_ok(s: usize, w: usize, args: &[&str]) {
