@@ -9,7 +9,7 @@ use super::{reply_meta, Postoffice, SCHEDULER};
 use crate::error::{Error, Result};
 use crate::sync::lock;
 use crate::van::{RemoteWrite, VanEvent};
-use crate::wire::{BarrierFailure, Command, Control, Message, Meta, Node, NodeId};
+use crate::wire::{BarrierFailure, Command, Control, Imm, Message, Meta, Node, NodeId};
 use std::sync::atomic::Ordering;
 use std::sync::Weak;
 use std::time::{Duration, Instant};
@@ -179,7 +179,7 @@ impl Postoffice {
 
     /// Hands a remote write to the customer whose slot its immediate names (top 8 bits).
     fn deliver_write(&self, w: RemoteWrite) {
-        let route = self.memory.route_of_imm(w.imm);
+        let route = self.memory.route_of_imm(Imm(w.imm));
         match route.and_then(|r| lock(&self.routes).get(&r)) {
             Some(tx) => {
                 let _ = tx.send(VanEvent::RemoteWrite(w));

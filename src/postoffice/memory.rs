@@ -7,7 +7,7 @@ use crate::error::{Error, Result};
 use crate::sync::lock;
 use crate::van::pool::MemoryPool;
 use crate::van::{Registration, WriteSource};
-use crate::wire::NodeId;
+use crate::wire::{Imm, NodeId};
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Mutex, OnceLock};
@@ -21,9 +21,9 @@ pub(super) struct Memory {
 }
 
 impl Memory {
-    /// The route whose slot is the top 8 bits of `imm`.
-    pub(super) fn route_of_imm(&self, imm: u32) -> Option<Route> {
-        lock(&self.imm_slots).get(&((imm >> 24) as u8)).copied()
+    /// The route whose slot `imm` names.
+    pub(super) fn route_of_imm(&self, imm: Imm) -> Option<Route> {
+        lock(&self.imm_slots).get(&imm.slot()).copied()
     }
 }
 
@@ -54,14 +54,14 @@ impl Postoffice {
     }
 
     /// Reserves an immediate slot for `route`: remote writes whose immediate has this slot in
-    /// its top 8 bits are delivered to `route` as [`crate::van::VanEvent::RemoteWrite`]s.
-    /// Slots 0–254.
+    /// as its [`Imm::slot`] are delivered to `route` as [`crate::van::VanEvent::RemoteWrite`]s.
+    /// Slots 0–[`Imm::MAX_SLOT`].
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] when all 255 slots are taken.
     pub fn register_imm_slot(&self, route: Route) -> Result<u8> {
         let mut slots = lock(&self.memory.imm_slots);
-        let slot = (0..=254u8)
+        let slot = (0..=Imm::MAX_SLOT)
             .find(|s| !slots.contains_key(s))
             .ok_or_else(|| {
                 Error::InvalidArgument("all 255 immediate slots of this process are taken".into())

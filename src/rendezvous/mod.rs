@@ -16,8 +16,9 @@
 //! [`crate::van::VanEvent::RemoteWrite`]; elsewhere it is a message marked
 //! [`crate::wire::Rendezvous::Write`] whose content is copied into the destination.
 //!
-//! Immediates: a content write carries its request index; `0xFFFFFFFF` (control message) and
-//! `0xFFFFFFFE` (ACK) are reserved as in the seed and never used as request indices.
+//! Immediates: a content write carries its request index, laid out as [`crate::wire::Imm`] says;
+//! [`Imm::RECORD`](crate::wire::Imm::RECORD) and [`Imm::ACK`](crate::wire::Imm::ACK) are
+//! reserved as in the seed and never used as request indices.
 
 pub mod message;
 pub mod requester;
@@ -26,11 +27,6 @@ pub mod responder;
 pub use message::{RvMessage, TensorMeta};
 pub use requester::{ReqAction, Requester};
 pub use responder::{RespAction, Responder};
-
-/// Immediate of a control-message write (reserved, never a request index).
-pub const RESERVED_IMM_MESSAGE: u32 = 0xFFFF_FFFF;
-/// Immediate of an ACK write (reserved, never a request index).
-pub const RESERVED_IMM_ACK: u32 = 0xFFFF_FFFE;
 
 /// ERROR_STATUS code: the server's handler cannot show its values.
 pub const ERR_NOT_SERVED: u32 = 1;

@@ -11,7 +11,8 @@
 //! answers), so each request completes or fails exactly once.
 
 use super::message::{RvMessage, TensorMeta};
-use super::{Dest, RESERVED_IMM_ACK};
+use super::Dest;
+use crate::wire::Imm;
 use crate::wire::Key;
 use crate::wire::{DType, Node, NodeId};
 use std::collections::HashMap;
@@ -79,7 +80,7 @@ pub struct Requester {
     validation: bool,
     cache: HashMap<(NodeId, Key), TensorMeta>,
     pending: HashMap<u32, Pending>,
-    prefix: Option<u32>,
+    slot: Option<u8>,
     pub(super) next: u32,
     round_trips: HashMap<(NodeId, Key), u64>,
 }
@@ -93,24 +94,24 @@ impl Requester {
         }
     }
 
-    /// A requester whose request indices carry `slot` in their top 8 bits (slots 0–254), so
-    /// that a node's van can route a remote write's immediate to it.
+    /// A requester whose request indices carry `slot` ([`Imm::slot`], 0–254), so that a
+    /// node's van can route a remote write's immediate to it.
     pub fn with_slot(validation: bool, slot: u8) -> Requester {
         Requester {
             validation,
-            prefix: Some(u32::from(slot.min(254)) << 24),
+            slot: Some(slot.min(Imm::MAX_SLOT)),
             ..Requester::default()
         }
     }
 
     fn fresh_index(&mut self) -> u32 {
         loop {
-            let i = match self.prefix {
+            let i = match self.slot {
                 None => self.next,
-                Some(p) => p | (self.next & 0x00FF_FFFF),
+                Some(s) => Imm::new(s, self.next).0,
             };
             self.next = self.next.wrapping_add(1);
-            if i < RESERVED_IMM_ACK && !self.pending.contains_key(&i) {
+            if i < Imm::ACK.0 && !self.pending.contains_key(&i) {
                 return i;
             }
         }

@@ -291,10 +291,10 @@ proptest! {
 #[test]
 fn reserved_immediates_are_never_request_indices() {
     let mut r = Requester::new(false);
-    r.next = RESERVED_IMM_ACK - 1;
+    r.next = Imm::ACK.0 - 1;
     let (a, _) = r.start(SERVER, 1, 0, DType::U8);
     let (b, _) = r.start(SERVER, 2, 0, DType::U8);
-    assert_eq!(a, RESERVED_IMM_ACK - 1);
+    assert_eq!(a, Imm::ACK.0 - 1);
     assert_eq!(b, 0, "wraps past 0xFFFFFFFE and 0xFFFFFFFF");
     let (c, _) = r.start(SERVER, 3, 0, DType::U8);
     assert_eq!(c, 1);

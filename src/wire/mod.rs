@@ -10,6 +10,7 @@
 mod codec;
 pub mod container;
 mod ids;
+mod imm;
 mod meta;
 pub mod pieces;
 
@@ -17,6 +18,7 @@ pub use codec::{
     decode_frames, decode_meta, encode_meta, WireError, MAX_FRAME_BYTES, MAX_META_BYTES,
 };
 pub use ids::{place, NodeId, SCHEDULER};
+pub use imm::Imm;
 pub use meta::{BarrierFailure, Command, Control, DType, KeyRef, Meta, Node, Rendezvous, Role};
 pub use pieces::{pieces, Assembly, PIECE_BYTES};
 

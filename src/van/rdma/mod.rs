@@ -21,9 +21,9 @@
 //! messages larger than a record are fragmented ([`crate::van::ring::fragments`]), so any size
 //! works whatever the ring size.
 //!
-//! Immediates: a record write carries `0xFFFF_FFFF` (the record is at the receiver's head); a
-//! padding header and the credit word are plain RDMA WRITEs (no immediate, no receive WR used).
-//! Receive WRs carry the peer's node id as `wr_id` (the shared receive CQ does not say which QP
+//! Immediates: a record write carries [`crate::wire::Imm::RECORD`] (the record is at the
+//! receiver's head); a padding header and the credit word are plain RDMA WRITEs (no
+//! immediate, no receive WR used). Receive WRs carry the peer's node id as `wr_id` (the shared receive CQ does not say which QP
 //! a completion came from); signaled send WRs carry the peer id and the number of WRs they
 //! complete (`send_queue`). Every receive WR consumed is posted again; records never outnumber
 //! the posted WRs (minimum record size, [`crate::van::ring::min_record`]). A failed WC (RNR,

@@ -15,7 +15,7 @@
 //! a padding header. A message larger than [`RingSender::max_payload`] is split into records
 //! flagged [`FLAG_MORE`] except the last.
 //!
-//! Immediate: every record write carries `0xFFFF_FFFF` (the seed's control-message immediate);
+//! Immediate: every record write carries `0xFFFF_FFFF` ([`crate::wire::Imm::RECORD`]);
 //! the record is at the receiver's head, so the immediate need not say where. RC delivers writes
 //! in order, so when a record's completion arrives, its header — and any padding header before
 //! it — is in memory.

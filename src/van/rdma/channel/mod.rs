@@ -28,9 +28,9 @@ use std::collections::VecDeque;
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-/// Immediate of a ring record (the seed's control-message immediate): the record is at the
-/// receiver's head. Any other immediate is a content write into registered memory.
-pub(super) const IMM_RECORD: u32 = 0xFFFF_FFFF;
+/// Immediate of a ring record ([`crate::wire::Imm::RECORD`]): the record is at the receiver's head. Any
+/// other immediate is a content write into registered memory.
+pub(super) const IMM_RECORD: u32 = crate::wire::Imm::RECORD.0;
 
 /// How long a sender waits on the condvar before it looks again for room. Send completions
 /// notify it, but credits arrive by the peer's RDMA write, which nothing signals.
