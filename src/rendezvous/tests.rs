@@ -4,7 +4,7 @@
 //! really held, or with the server's error — and nothing may stay allocated.
 
 use super::*;
-use crate::wire::DType;
+use crate::wire::{DType, Imm};
 use proptest::prelude::*;
 use std::collections::HashMap;
 
