@@ -3,13 +3,11 @@
 //! `Van::Receiving` and its `Process*Command` functions). On the scheduler it drives the
 //! [`Scheduler`](super::scheduler::Scheduler) and sends what it decides.
 
-use super::barrier::Outcome;
-use super::scheduler::Admission;
 use super::{reply_meta, Postoffice, SCHEDULER};
 use crate::error::{Error, Result};
 use crate::sync::lock;
 use crate::van::{RemoteWrite, VanEvent};
-use crate::wire::{BarrierFailure, Command, Control, Imm, Message, Meta, Node, NodeId};
+use crate::wire::{BarrierFailure, Command, Imm, Message, Meta, Node};
 use std::sync::atomic::Ordering;
 use std::sync::Weak;
 use std::time::{Duration, Instant};
@@ -53,7 +51,7 @@ impl Postoffice {
     /// The next van event, waiting at most [`RECV_TICK`] or until acknowledgements are due
     /// (then they are sent first).
     fn next_event(&self) -> Result<Option<VanEvent>> {
-        let wait = match self.acks_due_at() {
+        let wait = match self.resender.acks_due_at() {
             Some(due) => match due.checked_duration_since(Instant::now()) {
                 Some(left) if !left.is_zero() => left.min(RECV_TICK),
                 _ => {
@@ -67,29 +65,21 @@ impl Postoffice {
     }
 
     fn process(&self, msg: Message) {
-        if self.sent_by_replaced(&msg.meta) {
+        if !self.admit_incoming(&msg.meta) {
             return;
         }
-        if msg.meta.sender == SCHEDULER {
-            lock(&self.state).last_from_scheduler = Some(Instant::now());
-        }
         let Some(cmd) = msg.meta.command() else {
-            if self.admit(&msg.meta) {
-                if !msg.meta.request {
-                    self.answered(&msg.meta);
+            let over = lock(&self.routes).deliver(msg, Instant::now());
+            if let Some(o) = over {
+                if let Some(n) = o.warn {
+                    tracing::warn!(
+                        "refused a request from {}: {}{}",
+                        Node::describe(o.msg.meta.sender),
+                        o.why,
+                        crate::auth::limit::more(n)
+                    );
                 }
-                let over = lock(&self.routes).deliver(msg, Instant::now());
-                if let Some(o) = over {
-                    if let Some(n) = o.warn {
-                        tracing::warn!(
-                            "refused a request from {}: {}{}",
-                            Node::describe(o.msg.meta.sender),
-                            o.why,
-                            crate::auth::limit::more(n)
-                        );
-                    }
-                    self.refuse_request(&o.msg.meta, o.why, Vec::new());
-                }
+                self.refuse_request(&o.msg.meta, o.why, Vec::new());
             }
             return;
         };
@@ -123,7 +113,7 @@ impl Postoffice {
             ),
             (Command::Heartbeat, true, true) => self.on_heartbeat(&msg.meta),
             (Command::Heartbeat, false, false) => {}
-            (Command::Ack, _, _) => self.on_ack(msg.meta.sender, &control),
+            (Command::Ack, _, _) => self.resender.on_ack(msg.meta.sender, &control.acks),
             (Command::NodeLost, false, _) => self.on_node_lost(&msg.meta, &control),
             (Command::NodeReplaced, false, request) => {
                 if let Some(why) = self.replacement_refusal(&control) {
@@ -258,175 +248,15 @@ impl Postoffice {
         }
     }
 
-    // ---- the scheduler's side ----
-
-    fn on_add_node(&self, nodes: &[Node]) {
-        let (Some(sched), Some(node)) = (&self.scheduler, nodes.first().cloned()) else {
-            tracing::warn!("dropped an ADD_NODE without a node");
-            return;
-        };
-        let admission = lock(sched).add_node(node, Instant::now());
-        match admission {
-            Admission::Waiting | Admission::Repeat => {}
-            Admission::Refused { node, why } => self.refuse_all(&[node], &why),
-            Admission::Complete(table) => self.send_table(table),
-            Admission::Replaced {
-                node,
-                displaced,
-                table,
-                started,
-                inherited,
-            } => self.admit_replacement(node, displaced, table, (started, inherited)),
-        }
-    }
-
-    /// Every node registered: the scheduler is ready, and every node gets the table.
-    fn send_table(&self, table: Vec<Node>) {
-        let window = super::recovery::window(&self.cfg).map_or(0, |w| w.as_millis() as u64);
-        let run_id = {
-            let mut st = lock(&self.state);
-            st.nodes = table.clone();
-            st.ready = true;
-            st.replace_within = window;
-            st.run_id
-        };
-        self.cv.notify_all();
-        for n in &table[1..] {
-            let sent = self.van.connect(n.id, &n.host, n.port).and_then(|_| {
-                let control = Control {
-                    cmd: Some(Command::AddNode),
-                    nodes: table.clone(),
-                    replace_within_ms: window,
-                    run_id,
-                    reach: self.reach_for(n.id, &table),
-                    ..Control::default()
-                };
-                self.send(Message::new(Meta::for_control(n.id, control)))
-            });
-            if let Err(e) = sent {
-                tracing::error!(
-                    "cannot send the node table to {}: {e}",
-                    Node::describe(n.id)
-                );
-            }
-        }
-        let at: Vec<String> = table[1..]
-            .iter()
-            .map(|n| {
-                format!(
-                    "{} at {}",
-                    Node::describe(n.id),
-                    crate::wire::place(&n.host, n.port)
-                )
-            })
-            .collect();
-        tracing::info!(
-            "all {} nodes registered: {}",
-            table.len() - 1,
-            at.join(", ")
-        );
-    }
-
-    /// Tells nodes that are not (or no longer) admitted why, over the connection each one
-    /// registered on: the scheduler never connects to an address a refused node named (issue
-    /// 14).
-    pub(super) fn refuse_all(&self, nodes: &[Node], why: &str) {
-        for n in nodes {
-            let control = Control {
-                cmd: Some(Command::AddNode),
-                ..Control::default()
-            };
-            let mut meta = Meta {
-                error: Some(why.to_string()),
-                ..Meta::for_control(-1, control)
-            };
-            meta.sender = self.my_id();
-            if let Err(e) = self.van.answer_joiner(&n.host, n.port, Message::new(meta)) {
-                tracing::warn!("cannot tell {}:{} it was refused: {e}", n.host, n.port);
-            }
-        }
-    }
-
-    fn on_heartbeat(&self, req: &Meta) {
-        if self.answer_lost(req.sender) {
-            return;
-        }
-        if let Some(s) = &self.scheduler {
-            lock(s).heartbeat(req.sender, Instant::now());
-        }
-        let mut meta = reply_meta(req);
-        meta.control = req.control.clone();
-        let _ = self.send(Message::new(meta));
-    }
-
-    pub(super) fn scheduler_barrier(
-        &self,
-        from: NodeId,
-        group: i32,
-        timeout: Option<Duration>,
-        failed: Option<String>,
-    ) {
-        let Some(s) = &self.scheduler else { return };
-        let outcome = lock(s).barrier_after(from, group, timeout, Instant::now(), failed);
-        if let Some(o) = outcome {
-            self.release(o);
-        }
-    }
-
     /// The barrier of `group` ended with `r`. Only the barrier this node waits in is released;
     /// a late answer to an older one is dropped.
-    fn barrier_done(&self, group: i32, r: Result<()>) {
+    pub(super) fn barrier_done(&self, group: i32, r: Result<()>) {
         let mut st = lock(&self.state);
         if st.barrier_group == Some(group) {
             st.barrier_result = Some(r);
             st.barrier_group = None;
             self.cv.notify_all();
         }
-    }
-
-    fn release(&self, o: Outcome) {
-        if let Some(f) = &o.failure {
-            tracing::warn!("{}", f.text);
-        }
-        // Peers first: once the scheduler itself is released it may shut down.
-        let mut ids = o.release;
-        ids.sort_by_key(|&id| id == SCHEDULER);
-        let (kind, text) = match o.failure {
-            Some(f) => (Some(f.kind), Some(f.text)),
-            None => (None, None),
-        };
-        for id in ids {
-            if id == SCHEDULER {
-                self.barrier_done(o.group, barrier_result(kind, text.clone()));
-                continue;
-            }
-            let control = Control {
-                cmd: Some(Command::Barrier),
-                barrier_group: o.group,
-                barrier_failure: kind,
-                ..Control::default()
-            };
-            let meta = Meta {
-                error: text.clone(),
-                ..Meta::for_control(id, control)
-            };
-            if let Err(e) = self.send(Message::new(meta)) {
-                tracing::warn!("cannot release {} from a barrier: {e}", Node::describe(id));
-            }
-        }
-    }
-
-    fn scheduler_tick(&self) {
-        let Some(s) = &self.scheduler else { return };
-        let timeout = self.cfg.heartbeat_timeout;
-        let (lost, failed) = lock(s).tick(Instant::now(), timeout);
-        self.count_missed_heartbeats(Instant::now());
-        self.release_held_tables(Instant::now());
-        let declared = self.announce_lost(lost);
-        for o in failed {
-            self.release(o);
-        }
-        self.record_declared(declared);
     }
 }
 
@@ -446,7 +276,7 @@ fn scheduler_only(cmd: Command, at_scheduler: bool, request: bool) -> bool {
 /// What a barrier release means for the waiting node: `Ok` when it completed; a lost member is
 /// [`Error::PeerLost`]; a member whose application failed [`Error::JobFailed`]; a timeout or a
 /// refusal [`Error::Timeout`], with the scheduler's text.
-fn barrier_result(kind: Option<BarrierFailure>, text: Option<String>) -> Result<()> {
+pub(super) fn barrier_result(kind: Option<BarrierFailure>, text: Option<String>) -> Result<()> {
     match (kind, text) {
         (None, None) => Ok(()),
         (Some(BarrierFailure::Lost), t) => Err(Error::PeerLost(t.unwrap_or_default())),

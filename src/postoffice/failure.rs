@@ -1,5 +1,5 @@
-//! What a node does when a peer is gone (issue 12, "fail fast and name the node"; ps-lite's
-//! scheduler only logs a dead node and tells nobody).
+//! What a node does when a peer is gone (fail fast and name the node; ps-lite's scheduler only
+//! logs a dead node and tells nobody).
 //!
 //! The scheduler declares a node lost when it was silent for longer than
 //! `PS_HEARTBEAT_TIMEOUT` ([`super::liveness`]) and sends NODE_LOST, naming it and how long it
@@ -15,50 +15,196 @@
 //! customer gets [`VanEvent::PeerLost`] (a `KVWorker` fails all its pending requests with it),
 //! data requests are refused at [`Postoffice::send`], barriers fail at once, and every node's
 //! `finalize` returns the error, so no process exits with status 0.
+//!
+//! [`Failures`] is the state (its locks are taken alone, or under the membership state's lock
+//! by a wait); the `impl Postoffice` below is what a loss sets off.
 
-use super::scheduler::Declared;
+use super::scheduler::{Declared, Why};
 use super::{Postoffice, SCHEDULER};
-use crate::error::{Error, Result};
+use crate::error::Error;
 use crate::sync::lock;
 use crate::van::VanEvent;
-use crate::wire::{Command, Control, Message, Meta, Node, NodeId};
-use std::sync::atomic::Ordering;
+use crate::wire::{Control, Meta, Node, NodeId};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+/// Why a peer is gone.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LossCause {
+    /// (On the scheduler) no heartbeat for `silent`, longer than `PS_HEARTBEAT_TIMEOUT`
+    /// (`timeout`).
+    Silent {
+        /// How long it was silent.
+        silent: Duration,
+        /// `PS_HEARTBEAT_TIMEOUT`.
+        timeout: Duration,
+    },
+    /// (On the scheduler) a lost node's replacement did not register within `window`
+    /// (`PS_RECOVERY_TIMEOUT`).
+    NotReplaced {
+        /// The replacement window.
+        window: Duration,
+    },
+    /// The scheduler declared it lost (NODE_LOST) for this reason, as it sent it.
+    Declared(String),
+    /// This node's channel to it failed (the van said so: an RDMA WC error, say).
+    ChannelFailed,
+    /// (The scheduler) it did not answer heartbeats for `PS_HEARTBEAT_TIMEOUT`.
+    SchedulerSilent,
+}
+
+impl LossCause {
+    /// The scheduler's verdict on a node it declared lost.
+    pub(super) fn of(d: &Declared, heartbeat_timeout: Duration) -> LossCause {
+        match d.why {
+            Why::Silent(silent) => LossCause::Silent {
+                silent,
+                timeout: heartbeat_timeout,
+            },
+            Why::NotReplaced(window) => LossCause::NotReplaced { window },
+        }
+    }
+
+    /// The reason as NODE_LOST carries it ("no heartbeat for 10.2 s (PS_HEARTBEAT_TIMEOUT is
+    /// 10 s)"); `None` for a loss only this node saw (its error says why).
+    pub(super) fn why(&self) -> Option<String> {
+        match self {
+            LossCause::Silent { silent, timeout } => Some(format!(
+                "no heartbeat for {:.1} s (PS_HEARTBEAT_TIMEOUT is {:.0} s)",
+                silent.as_secs_f64(),
+                timeout.as_secs_f64()
+            )),
+            LossCause::NotReplaced { window } => Some(format!(
+                "no replacement registered within {:.0} s (PS_RECOVERY_TIMEOUT) after it was lost",
+                window.as_secs_f64()
+            )),
+            LossCause::Declared(why) => Some(why.clone()),
+            LossCause::ChannelFailed | LossCause::SchedulerSilent => None,
+        }
+    }
+}
+
 /// A peer this node learnt is gone.
+#[derive(Clone, Debug)]
 pub(super) struct Loss {
     /// The peer.
     pub peer: NodeId,
-    /// Why, as NODE_LOST carries it ("no heartbeat for 10.3 s …").
-    pub why: String,
+    /// Why.
+    pub cause: LossCause,
     /// What waits on it fail with, naming it.
     pub error: Error,
 }
 
-impl Postoffice {
-    /// Records that `peer` is gone with `error` (once per peer; `why` is the reason alone, as
-    /// NODE_LOST carries it): wakes every wait, stops resends to it, and tells every customer.
-    pub(super) fn mark_lost(&self, peer: NodeId, why: String, error: Error) {
+impl Loss {
+    /// Why, as NODE_LOST carries it.
+    fn why(&self) -> String {
+        self.cause.why().unwrap_or_else(|| self.error.to_string())
+    }
+}
+
+/// The peers this node knows are gone, and those whose replacement is awaited. Its locks are
+/// taken alone (a wait takes `lost` under the membership state's lock).
+#[derive(Default)]
+pub(super) struct Failures {
+    /// In the order learnt.
+    lost: Mutex<Vec<Loss>>,
+    /// Lost servers and workers whose replacement the scheduler awaits: not a failure yet.
+    awaiting: Mutex<Vec<NodeId>>,
+    /// `lost` is not empty (read before `lost` is locked, so that sends pay nothing before a
+    /// loss).
+    broken: AtomicBool,
+}
+
+impl Failures {
+    /// Records `loss`; false when its peer was recorded before. Its peer is no longer awaited.
+    pub(super) fn record(&self, loss: Loss) -> bool {
+        let peer = loss.peer;
         {
-            let mut st = lock(&self.state);
-            if loss_of(&st.lost, peer).is_some() {
-                return;
+            let mut lost = lock(&self.lost);
+            if loss_of(&lost, peer).is_some() {
+                return false;
             }
-            st.lost.push(Loss {
-                peer,
-                why,
-                error: error.clone(),
-            });
-            st.awaiting.retain(|&a| a != peer);
+            lost.push(loss);
         }
         self.broken.store(true, Ordering::Release);
-        self.cv.notify_all();
+        self.stop_awaiting(peer);
+        true
+    }
+
+    /// Records that `peer`'s replacement is awaited; false when it already was.
+    pub(super) fn await_replacement(&self, peer: NodeId) -> bool {
+        let mut awaiting = lock(&self.awaiting);
+        if awaiting.contains(&peer) {
+            return false;
+        }
+        awaiting.push(peer);
+        true
+    }
+
+    /// `peer` is replaced (or lost for good): no longer awaited.
+    pub(super) fn stop_awaiting(&self, peer: NodeId) {
+        lock(&self.awaiting).retain(|&a| a != peer);
+    }
+
+    /// Whether any peer is gone: the job cannot complete.
+    pub(super) fn any(&self) -> bool {
+        self.broken.load(Ordering::Acquire)
+    }
+
+    /// The first loss's error, if any.
+    pub(super) fn first(&self) -> Option<Error> {
+        if !self.any() {
+            return None;
+        }
+        lock(&self.lost).first().map(|l| l.error.clone())
+    }
+
+    /// Whether `peer` is known to be gone (its data is not delivered any more: the resend book
+    /// forgot it, so a duplicate could not be told apart).
+    pub(super) fn is_lost(&self, peer: NodeId) -> bool {
+        self.any() && loss_of(&lock(&self.lost), peer).is_some()
+    }
+
+    /// Why `peer` is gone, as NODE_LOST carries it; `None` when it is not.
+    pub(super) fn why_lost(&self, peer: NodeId) -> Option<String> {
+        if !self.any() {
+            return None;
+        }
+        loss_of(&lock(&self.lost), peer).map(Loss::why)
+    }
+
+    /// Why a data message `meta` may not be sent now (see [`refusal`]); `None` when it may go.
+    pub(super) fn refusal(&self, meta: &Meta) -> Option<Error> {
+        if meta.control.is_some() || !self.any() {
+            return None;
+        }
+        refusal(&lock(&self.lost), meta)
+    }
+
+    /// The losses' errors, in the order learnt.
+    pub(super) fn errors(&self) -> Vec<Error> {
+        lock(&self.lost).iter().map(|l| l.error.clone()).collect()
+    }
+}
+
+impl Postoffice {
+    /// Records that `peer` is gone (once per peer): wakes every wait, stops resends to it, and
+    /// tells every customer.
+    pub(super) fn mark_lost(&self, peer: NodeId, cause: LossCause, error: Error) {
+        let loss = Loss {
+            peer,
+            cause,
+            error: error.clone(),
+        };
+        if !self.failures.record(loss) {
+            return;
+        }
+        self.wake();
         tracing::error!("{error}");
         let whose = (peer != self.my_id()).then_some(peer);
         self.van.peer_lost(whose, &error.to_string());
-        if let Some(book) = &self.resend {
-            lock(book).forget(peer);
-        }
+        self.resender.forget(peer);
         lock(&self.routes).broadcast(|| VanEvent::PeerLost {
             peer,
             error: error.clone(),
@@ -80,12 +226,12 @@ impl Postoffice {
     /// cluster replaces lost servers and workers (the scheduler's NODE_LOST or NODE_REPLACED
     /// decides).
     pub(super) fn on_peer_lost(&self, peer: NodeId, error: Error) {
-        let replaced = lock(&self.state).replace_within > 0;
+        let replaced = self.replaces_lost();
         if replaced && Node::role_of(peer) != Some(crate::wire::Role::Scheduler) {
             tracing::warn!("{error}; awaiting the scheduler's word (lost nodes are replaced)");
             return;
         }
-        self.mark_lost(peer, error.to_string(), error);
+        self.mark_lost(peer, LossCause::ChannelFailed, error);
     }
 
     /// On a server or worker (its heartbeat thread, at every look, `last_look` the previous):
@@ -110,22 +256,8 @@ impl Postoffice {
                  the scheduler is a single point of failure: the job ends",
                 timeout.as_secs_f64()
             ));
-            self.mark_lost(SCHEDULER, e.to_string(), e);
+            self.mark_lost(SCHEDULER, LossCause::SchedulerSilent, e);
         }
-    }
-
-    /// Why a data message `meta` may not be sent now (see [`refusal`]); `None` when it may go.
-    pub(super) fn refusal(&self, meta: &Meta) -> Option<Error> {
-        if meta.control.is_some() || !self.broken.load(Ordering::Acquire) {
-            return None;
-        }
-        refusal(&lock(&self.state).lost, meta)
-    }
-
-    /// Whether `peer` is known to be gone (its data is not delivered any more: the resend book
-    /// forgot it, so a duplicate could not be told apart).
-    pub(super) fn is_lost(&self, peer: NodeId) -> bool {
-        self.broken.load(Ordering::Acquire) && loss_of(&lock(&self.state).lost, peer).is_some()
     }
 
     /// NODE_LOST from the scheduler: `control.nodes[0]` was declared lost, `meta.error` says
@@ -151,77 +283,7 @@ impl Postoffice {
         } else {
             Error::PeerLost(lost_text(node.id, &why))
         };
-        self.mark_lost(node.id, why, error);
-    }
-
-    /// On the scheduler: `lost` nodes were just declared lost (each with why, and whether a
-    /// replacement is awaited). Tells every node (the lost ones too); returns each loss's
-    /// reason, to be recorded with [`record_declared`](Self::record_declared) once everything
-    /// else this tick sends is sent (recording wakes the scheduler's own `finalize`, which
-    /// stops it).
-    pub(super) fn announce_lost(&self, lost: Vec<Declared>) -> Vec<(Declared, String)> {
-        if lost.is_empty() {
-            return Vec::new();
-        }
-        let nodes = self.nodes();
-        let mut declared = Vec::new();
-        for d in lost {
-            let why = super::recovery::why_text(&d, self.cfg.heartbeat_timeout);
-            let Some(node) = nodes.iter().find(|n| n.id == d.id).cloned() else {
-                continue;
-            };
-            let window = d.awaiting.map_or(0, |w| w.as_millis() as u64);
-            for n in nodes.iter().filter(|n| n.id != SCHEDULER) {
-                if let Err(e) = self.send_node_lost(n.id, &node, &why, window) {
-                    tracing::warn!("cannot tell {} of the loss: {e}", Node::describe(n.id));
-                }
-            }
-            declared.push((d, why));
-        }
-        declared
-    }
-
-    /// On the scheduler: records the losses [`announce_lost`](Self::announce_lost) sent.
-    pub(super) fn record_declared(&self, declared: Vec<(Declared, String)>) {
-        for (d, why) in declared {
-            if let Some(window) = d.awaiting {
-                self.mark_awaiting(d.id, &why, window);
-                continue;
-            }
-            let error = Error::PeerLost(lost_text(d.id, &why));
-            self.mark_lost(d.id, why, error);
-        }
-    }
-
-    /// On the scheduler: a heartbeat came from `from`; if it was declared lost, tells it so
-    /// again (it may have missed the first NODE_LOST). True when it was lost.
-    pub(super) fn answer_lost(&self, from: NodeId) -> bool {
-        if !self.broken.load(Ordering::Acquire) {
-            return false;
-        }
-        let why = {
-            let st = lock(&self.state);
-            loss_of(&st.lost, from).map(|l| l.why.clone())
-        };
-        let Some(why) = why else { return false };
-        if let Some(node) = self.nodes().into_iter().find(|n| n.id == from) {
-            let _ = self.send_node_lost(from, &node, &why, 0);
-        }
-        true
-    }
-
-    fn send_node_lost(&self, to: NodeId, lost: &Node, why: &str, window_ms: u64) -> Result<usize> {
-        let control = Control {
-            cmd: Some(Command::NodeLost),
-            nodes: vec![lost.clone()],
-            replace_within_ms: window_ms,
-            ..Control::default()
-        };
-        let meta = Meta {
-            error: Some(why.to_string()),
-            ..Meta::for_control(to, control)
-        };
-        self.send(Message::new(meta))
+        self.mark_lost(node.id, LossCause::Declared(why), error);
     }
 }
 
@@ -262,7 +324,7 @@ fn refusal(lost: &[Loss], meta: &Meta) -> Option<Error> {
 
 /// The text of a loss the scheduler declared: "server rank 0 (id 8) was declared lost by the
 /// scheduler: no heartbeat for 10.2 s (PS_HEARTBEAT_TIMEOUT is 10 s)".
-fn lost_text(id: NodeId, why: &str) -> String {
+pub(super) fn lost_text(id: NodeId, why: &str) -> String {
     format!(
         "{} was declared lost by the scheduler: {why}",
         Node::describe(id)
@@ -276,7 +338,7 @@ mod tests {
     fn loss(peer: NodeId) -> Loss {
         Loss {
             peer,
-            why: "no heartbeat for 10.0 s".into(),
+            cause: LossCause::Declared("no heartbeat for 10.0 s".into()),
             error: Error::PeerLost(lost_text(peer, "no heartbeat for 10.0 s")),
         }
     }

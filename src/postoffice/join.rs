@@ -57,7 +57,7 @@ impl Postoffice {
         let secs = self.cfg.timeout.as_secs_f64();
         match &self.scheduler {
             Some(s) => {
-                let Some((joined, why)) = crate::sync::lock(s).give_up(self.cfg.timeout) else {
+                let Some((joined, why)) = s.lock().give_up(self.cfg.timeout) else {
                     return Ok(());
                 };
                 self.refuse_all(&joined, &why);
@@ -121,18 +121,21 @@ impl Postoffice {
                 return;
             }
         }
+        {
+            let mut t = self.recovery.takeover();
+            t.replacement = control.replacement;
+            t.must_meet = control.replacement && control.barrier_group == super::ALL_GROUP;
+            t.replace_within = control.replace_within_ms;
+            t.run_id = control.run_id;
+            if control.replacement {
+                t.inherited = control.barriers_done.iter().copied().collect();
+                self.recovery.set_incarnation(control.incarnation);
+            }
+        }
+        self.recovery
+            .set_retaining(control.replace_within_ms > 0 && self.cfg.role == Role::Worker);
         st.nodes = nodes;
         st.ready = true;
-        st.replacement = control.replacement;
-        st.must_meet = control.replacement && control.barrier_group == super::ALL_GROUP;
-        st.replace_within = control.replace_within_ms;
-        st.run_id = control.run_id;
-        if control.replacement {
-            st.inherited = control.barriers_done.iter().copied().collect();
-            self.incarnation
-                .store(control.incarnation, std::sync::atomic::Ordering::Relaxed);
-        }
-        self.set_retaining(control.replace_within_ms > 0);
         self.cv.notify_all();
     }
 

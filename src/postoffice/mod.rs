@@ -28,10 +28,12 @@ mod join;
 pub mod liveness;
 mod memory;
 mod observe;
+mod pipeline;
 pub mod range;
 mod recovery;
 pub mod resend;
 mod resender;
+mod retained;
 mod routes;
 pub mod scheduler;
 
@@ -48,10 +50,9 @@ use crate::van::{Van, VanEvent};
 use crate::wire::{BarrierFailure, Command, Control, Message, Meta, Node, Role};
 use crossbeam_channel::Sender;
 use memory::Memory;
-use resend::ResendBook;
 use routes::Routes;
 use scheduler::Scheduler;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -81,29 +82,6 @@ struct State {
     last_from_scheduler: Option<Instant>,
     /// When a wait last looked at the scheduler's silence (a long gap: this process was paused).
     last_check: Option<Instant>,
-    /// The peers known to be gone, in the order learnt ([`failure`]).
-    lost: Vec<failure::Loss>,
-    /// Lost servers whose replacement the scheduler awaits ([`recovery`]): not a failure yet.
-    awaiting: Vec<crate::wire::NodeId>,
-    /// This node replaces a lost one (it restores its state and skipped the start barrier).
-    replacement: bool,
-    /// How long, in ms, the scheduler awaits a lost node's replacement (0: a loss fails the
-    /// job), as its node table says.
-    replace_within: u64,
-    /// This run's id (the scheduler draws it; the node table carries it).
-    run_id: u64,
-    /// A replacement whose cluster has not passed the start-up barrier yet: it passes it.
-    must_meet: bool,
-    /// A replacement: per group, the barriers its predecessor completed ([`Postoffice::barrier`]
-    /// passes as many at once).
-    inherited: std::collections::BTreeMap<i32, u64>,
-    /// Per group, the barriers [`Postoffice::barrier`] was called for.
-    barriers_called: std::collections::BTreeMap<i32, u64>,
-    /// Per replaced peer, the incarnation of its current holder: messages of earlier
-    /// holders are dropped ([`recovery`]).
-    holders: std::collections::HashMap<crate::wire::NodeId, u32>,
-    /// The scheduler's replacement tables held for the servers' confirmations.
-    held_tables: Vec<recovery::HeldTable>,
     /// A failure of this node's application that did not stop it
     /// ([`Postoffice::fail_application`]): `finalize` ends as `finalize_failed` with it.
     app_failure: Option<String>,
@@ -123,8 +101,8 @@ pub struct Postoffice {
     me: RwLock<Node>,
     state: Mutex<State>,
     cv: Condvar,
-    /// The scheduler's state; `None` on servers and workers.
-    scheduler: Option<Mutex<Scheduler>>,
+    /// The scheduler's state and its IO's; `None` on servers and workers.
+    scheduler: Option<scheduler::SchedulerIo>,
     routes: Mutex<Routes>,
     /// This process's requests in flight (`PS_MAX_INFLIGHT_BYTES`), for its `KVWorker`s.
     budget: Arc<budget::Budget>,
@@ -133,30 +111,13 @@ pub struct Postoffice {
     ranges: Vec<Range>,
     barrier_lock: Mutex<()>,
     memory: Memory,
-    /// Resend's book (`PS_RESEND=1`); `None` when resend is off.
-    resend: Option<Mutex<ResendBook<Message>>>,
-    /// Acknowledgements not sent yet, by peer (resend; taken alone).
-    acks_due: Mutex<resender::AckBatch>,
-    /// A peer is gone ([`failure`]): `state.lost` is not empty.
-    broken: AtomicBool,
-    /// Requests to servers not answered yet, kept to be sent again to a replacement
-    /// ([`recovery`]; only while `retaining`).
-    retained: Mutex<recovery::Retained>,
-    /// The scheduler said lost servers may be replaced, and this is a worker: requests are
-    /// retained (checked before `retained` is locked, so sends pay nothing otherwise).
-    retaining: AtomicBool,
-    /// How many nodes held this node's id before it (sent in every message's meta).
-    incarnation: std::sync::atomic::AtomicU32,
-    /// A peer was replaced: received messages are checked against `State::holders` (checked
-    /// before `state` is locked, so receiving pays nothing otherwise).
-    replaced_any: AtomicBool,
-    /// Held (shared) by every send from stamping to the van, and (exclusive) while a replaced
-    /// peer's resend state and path are swapped: no message is numbered for the old peer and
-    /// sent to the new one ([`recovery`]).
-    replacing: RwLock<()>,
-    /// `PS_DROP_MSG`: the state of its random numbers, and the messages it dropped.
-    drop_rng: AtomicU64,
-    dropped: AtomicU64,
+    /// Resend's state ([`resender`]).
+    resender: resender::Resender,
+    /// The peers known to be gone, and those whose replacement is awaited ([`failure`]).
+    failures: failure::Failures,
+    /// Recovery's state: incarnations, replaced peers, the node table's word on replacements
+    /// and the requests kept for a replacement ([`recovery`]).
+    recovery: recovery::Recovery,
     /// This node's metrics ([`crate::metrics`]), and their HTTP server (`PS_METRICS_PORT`).
     metrics: Arc<Metrics>,
     metrics_server: Mutex<Option<crate::metrics::MetricsServer>>,
@@ -230,32 +191,25 @@ impl Postoffice {
         };
         let scheduler = is_scheduler.then(|| {
             let recovery = recovery::window(&cfg);
-            Mutex::new(Scheduler::new(
+            scheduler::SchedulerIo::new(Scheduler::new(
                 me.clone(),
                 cfg.num_servers,
                 cfg.num_workers,
                 recovery,
             ))
         });
-        let resend = cfg.resend_timeout.map(|t| Mutex::new(ResendBook::new(t)));
         let budget = Arc::new(budget::Budget::new(inflight));
         let metrics = Arc::new(Metrics::new(van.name(), budget.gauge(), |r| {
             van.register_metrics(r)
         }));
         let po = Arc::new(Postoffice {
-            resend,
+            resender: resender::Resender::new(&cfg),
+            recovery: recovery::Recovery::default(),
             ranges: range::server_key_ranges(cfg.num_servers),
             cfg,
             van,
             me: RwLock::new(me.clone()),
-            state: Mutex::new(State {
-                run_id: if is_scheduler {
-                    resender::drop_seed()
-                } else {
-                    0
-                },
-                ..State::default()
-            }),
+            state: Mutex::new(State::default()),
             cv: Condvar::new(),
             scheduler,
             routes: Mutex::new(Routes::new(parked)),
@@ -264,18 +218,13 @@ impl Postoffice {
             threads: Mutex::new(Vec::new()),
             barrier_lock: Mutex::new(()),
             memory: Memory::default(),
-            acks_due: Mutex::default(),
-            broken: AtomicBool::new(false),
-            retained: Mutex::default(),
-            retaining: AtomicBool::new(false),
-            incarnation: std::sync::atomic::AtomicU32::new(0),
-            replaced_any: AtomicBool::new(false),
-            replacing: RwLock::new(()),
-            drop_rng: AtomicU64::new(resender::drop_seed()),
-            dropped: 0.into(),
+            failures: failure::Failures::default(),
             metrics,
             metrics_server: Mutex::new(None),
         });
+        if is_scheduler {
+            po.recovery.takeover().run_id = resender::drop_seed();
+        }
         po.serve_metrics()?;
         crate::waits::register(Arc::downgrade(&po) as Weak<dyn crate::waits::Waits>);
         po.spawn("ps-receive", Postoffice::receive_loop)?;
@@ -303,7 +252,11 @@ impl Postoffice {
         if !is_scheduler {
             self.spawn("ps-heartbeat", Postoffice::heartbeat_loop)?;
         }
-        if self.is_replacement() && !lock(&self.state).must_meet {
+        let skip_start = {
+            let t = self.recovery.takeover();
+            t.replacement && !t.must_meet
+        };
+        if skip_start {
             // The others passed the start-up barrier long ago.
             return Ok(());
         }
@@ -371,52 +324,6 @@ impl Postoffice {
         lock(&self.state).nodes.clone()
     }
 
-    /// Sends `msg` with this node as sender.
-    ///
-    /// # Errors
-    /// As [`Van::send`]; [`Error::Stopped`] after shutdown; once a peer is lost, the loss
-    /// ([`Error::PeerLost`], [`Error::DeclaredLost`]) for data to that peer and for every data
-    /// request.
-    pub fn send(&self, mut msg: Message) -> Result<usize> {
-        if self.stopped.load(Ordering::Acquire) {
-            return Err(Error::Stopped);
-        }
-        if let Some(e) = self.refusal(&msg.meta) {
-            return Err(e);
-        }
-        msg.meta.sender = self.my_id();
-        msg.meta.incarnation = self.incarnation.load(Ordering::Relaxed);
-        let payload = msg.data_bytes() as u64;
-        let _numbered = self.replacing.read().unwrap_or_else(|p| p.into_inner());
-        let kept = self.stamp(&mut msg);
-        let retained = self.retain(&msg);
-        let recver = msg.meta.recver;
-        let n = match self.van.send(msg) {
-            Ok(n) => n,
-            Err(e) => {
-                if let Some(k) = kept {
-                    self.unstamp(k);
-                }
-                match retained {
-                    // A request to a server whose channel failed: kept for its replacement
-                    // (recovery), or failed with the server's loss.
-                    Some(_) if matches!(e, Error::Van(_) | Error::PeerLost(_)) => {
-                        tracing::warn!(
-                            "a request to {} is kept for its replacement: {e}",
-                            Node::describe(recver)
-                        );
-                        return Ok(0);
-                    }
-                    Some(r) => lock(&self.retained).release(r),
-                    None => {}
-                }
-                return Err(e);
-            }
-        };
-        self.metrics.sent(recver, payload);
-        Ok(n)
-    }
-
     /// Payload bytes (data frames; headers not counted) this node sent and received so far:
     /// `(sent, received)`.
     pub fn payload_bytes(&self) -> (u64, u64) {
@@ -472,8 +379,8 @@ impl Postoffice {
             // A loss fails the job: a barrier fails with it, even one the scheduler released
             // (a server waiting in `finalize` counts as arrived there until its loss is
             // declared, while this node may have learnt it from a failed channel).
-            if let Some(l) = st.lost.first() {
-                return Some(Err(l.error.clone()));
+            if let Some(e) = self.failures.first() {
+                return Some(Err(e));
             }
             if let Some(r) = st.barrier_result.take() {
                 return Some(r);
@@ -497,7 +404,7 @@ impl Postoffice {
         lock(&self.state).barrier_since = None;
         if let (true, Err(e)) = (scheduler_gone, &r) {
             // Recorded like any loss: this node's sockets are aborted at shutdown.
-            self.mark_lost(SCHEDULER, e.to_string(), e.clone());
+            self.mark_lost(SCHEDULER, failure::LossCause::SchedulerSilent, e.clone());
         }
         r
     }
@@ -521,6 +428,13 @@ impl Postoffice {
                 timeout.as_secs_f64()
             )))
         })
+    }
+
+    /// Wakes every wait on this node's state (taking its lock first, so that a wait between
+    /// its check and its sleep does not miss a change made outside the state).
+    fn wake(&self) {
+        let _st = lock(&self.state);
+        self.cv.notify_all();
     }
 
     /// Waits on this node's state until `check` (given the state and the time) returns an
@@ -630,7 +544,7 @@ impl Postoffice {
             return;
         }
         self.cv.notify_all();
-        self.report_loss();
+        self.resender.report(self.my_id());
         // The metrics server stops with the node (not under the lock: it may wait for a
         // scrape being answered).
         let server = lock(&self.metrics_server).take();
@@ -645,7 +559,7 @@ impl Postoffice {
                 let _ = t.join();
             }
         }
-        if self.broken.load(Ordering::Acquire) && self.scheduler.is_none() {
+        if self.failures.any() && self.scheduler.is_none() {
             // The job failed: what is queued for peers (some gone) is not worth a linger. The
             // scheduler's NODE_LOST notices are, so it lingers.
             self.van.abort();

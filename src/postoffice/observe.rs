@@ -60,7 +60,7 @@ impl Postoffice {
     /// (Scheduler) Counts the heartbeats the nodes missed since the last tick.
     pub(super) fn count_missed_heartbeats(&self, now: Instant) {
         let Some(s) = &self.scheduler else { return };
-        let missed = lock(s).missed_heartbeats(now, self.cfg.heartbeat_interval);
+        let missed = s.lock().missed_heartbeats(now, self.cfg.heartbeat_interval);
         for (id, n) in missed {
             self.metrics.heartbeats_missed(id, n);
         }
@@ -92,12 +92,12 @@ impl Waits for Postoffice {
                     crate::wire::place(&self.cfg.root_uri, self.cfg.root_port)
                 ));
             }
-            for l in &st.lost {
-                lines.push(format!("{me}: lost {}", l.error));
+            for e in self.failures.errors() {
+                lines.push(format!("{me}: lost {e}"));
             }
         }
         if let Some(s) = &self.scheduler {
-            lines.extend(lock(s).waits(now));
+            lines.extend(s.lock().waits(now));
         }
         let heard: Vec<String> = self
             .metrics

@@ -1,17 +1,20 @@
-//! The postoffice's side of resend (`PS_RESEND`, ps-lite's `Resender`): stamps data messages on
-//! the way out, acknowledges and de-duplicates them on the way in, and sends again what stays
-//! unacknowledged, driving the sans-IO [`ResendBook`](super::resend::ResendBook). Also
-//! `PS_DROP_MSG`, which drops a share of received data messages for tests.
+//! Resend (`PS_RESEND`, ps-lite's `Resender`): stamps data messages on the way out, acknowledges
+//! and de-duplicates them on the way in, and hands back what stays unacknowledged, driving the
+//! sans-IO [`ResendBook`](super::resend::ResendBook). Also `PS_DROP_MSG`, which drops a share
+//! of received data messages for tests. The sends themselves (ACKs, messages sent again) are
+//! the postoffice's ([`super::pipeline`]).
 //!
 //! Control messages (registration, barriers, heartbeats, ACKs) are neither stamped nor resent:
 //! their own deadlines cover them. Remote writes (`write_imm`) are not messages; the rendezvous
 //! requester's deadline covers them.
 
-use super::Postoffice;
+use super::resend::{ResendBook, Verdict};
+use crate::config::Config;
 use crate::sync::lock;
-use crate::wire::{Command, Control, Message, Meta, Node, NodeId};
+use crate::wire::{Message, Meta, Node, NodeId};
 use std::collections::HashMap;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// Acknowledgements to one peer that are sent at once, without waiting for [`ACK_DELAY`].
@@ -23,16 +26,52 @@ const ACK_DELAY: Duration = Duration::from_millis(20);
 
 /// Acknowledgements not sent yet: since when the oldest waits, and the sequences by peer.
 #[derive(Default)]
-pub(super) struct AckBatch {
+struct AckBatch {
     since: Option<Instant>,
     by_peer: HashMap<NodeId, Vec<u64>>,
 }
 
-impl Postoffice {
+/// What [`Resender::admit`] says of a received data message.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) struct Admitted {
+    /// It goes on to its customer (not dropped by `PS_DROP_MSG`, not a duplicate).
+    pub deliver: bool,
+    /// It was a duplicate (counted in the metrics).
+    pub duplicate: bool,
+    /// [`ACK_BATCH`] acknowledgements wait for its sender: send them now.
+    pub flush: bool,
+}
+
+/// Resend's state: the book (when `PS_RESEND` is on), the acknowledgements due, and
+/// `PS_DROP_MSG`'s random numbers. Its locks are taken alone.
+pub(super) struct Resender {
+    book: Option<Mutex<ResendBook<Message>>>,
+    acks_due: Mutex<AckBatch>,
+    /// `PS_RESEND_TIMEOUT`; `None` when resend is off.
+    timeout: Option<Duration>,
+    /// `PS_DROP_MSG`: the percentage dropped, its random numbers, and the messages it dropped.
+    drop_percent: u32,
+    drop_rng: AtomicU64,
+    dropped: AtomicU64,
+}
+
+impl Resender {
+    /// Resend as `cfg` says (`PS_RESEND`, `PS_RESEND_TIMEOUT`, `PS_DROP_MSG`).
+    pub(super) fn new(cfg: &Config) -> Resender {
+        Resender {
+            book: cfg.resend_timeout.map(|t| Mutex::new(ResendBook::new(t))),
+            acks_due: Mutex::default(),
+            timeout: cfg.resend_timeout,
+            drop_percent: cfg.drop_msg_percent,
+            drop_rng: AtomicU64::new(drop_seed()),
+            dropped: 0.into(),
+        }
+    }
+
     /// Stamps an outgoing data message with its sequence number and keeps a copy until it is
     /// acknowledged. Returns the (receiver, sequence) kept, `None` when nothing was.
     pub(super) fn stamp(&self, msg: &mut Message) -> Option<(NodeId, u64)> {
-        let book = self.resend.as_ref()?;
+        let book = self.book.as_ref()?;
         if msg.meta.control.is_some() || msg.meta.seq.is_some() {
             return None;
         }
@@ -47,121 +86,101 @@ impl Postoffice {
     /// A stamped message could not be handed to the van: its sender gets the error, so it is
     /// not sent again behind the sender's back.
     pub(super) fn unstamp(&self, (to, seq): (NodeId, u64)) {
-        if let Some(book) = &self.resend {
+        if let Some(book) = &self.book {
             lock(book).acked(to, seq);
         }
     }
 
-    /// An ACK arrived.
-    pub(super) fn on_ack(&self, from: NodeId, control: &Control) {
-        if let Some(book) = &self.resend {
+    /// An ACK of `seqs` arrived from `from`.
+    pub(super) fn on_ack(&self, from: NodeId, seqs: &[u64]) {
+        if let Some(book) = &self.book {
             let mut book = lock(book);
-            for &seq in &control.acks {
+            for &seq in seqs {
                 book.acked(from, seq);
             }
+        }
+    }
+
+    /// Forgets what was sent to and received from `peer` (lost, or replaced by a new process).
+    pub(super) fn forget(&self, peer: NodeId) {
+        if let Some(book) = &self.book {
+            lock(book).forget(peer);
         }
     }
 
     /// When the acknowledgements gathered so far are due ([`ACK_DELAY`] after the oldest, at
     /// most a tenth of `PS_RESEND_TIMEOUT`); `None` when none waits.
     pub(super) fn acks_due_at(&self) -> Option<Instant> {
-        let timeout = self.cfg.resend_timeout?;
+        let timeout = self.timeout?;
         let since = lock(&self.acks_due).since?;
         Some(since + (timeout / 10).min(ACK_DELAY))
     }
 
-    /// Sends the acknowledgements gathered since the last call, one ACK per peer (the
-    /// receiving thread calls it when they are due, or once [`ACK_BATCH`] wait for one peer).
-    pub(super) fn flush_acks(&self) {
-        let due = std::mem::take(&mut *lock(&self.acks_due));
-        for (to, acks) in due.by_peer {
-            let control = Control {
-                cmd: Some(Command::Ack),
-                acks,
-                ..Control::default()
-            };
-            if let Err(e) = self.send(Message::new(Meta::for_control(to, control))) {
-                tracing::debug!("cannot acknowledge {}: {e}", Node::describe(to));
-            }
-        }
+    /// The acknowledgements gathered since the last call, by peer (one ACK message each).
+    pub(super) fn take_acks(&self) -> HashMap<NodeId, Vec<u64>> {
+        std::mem::take(&mut *lock(&self.acks_due)).by_peer
     }
 
     /// Whether a received data message goes on to its customer: not when `PS_DROP_MSG` drops
     /// it, nor when it is a duplicate of one delivered before. A stamped message is
-    /// acknowledged (in a batch, [`flush_acks`](Self::flush_acks)), a duplicate too (the first
-    /// ACK may have been lost). Nothing from a peer declared lost is delivered.
-    pub(super) fn admit(&self, meta: &Meta) -> bool {
-        if self.is_lost(meta.sender) {
-            tracing::debug!(
-                "dropped a message from {}, which was declared lost",
-                Node::describe(meta.sender)
-            );
-            return false;
-        }
-        if self.cfg.drop_msg_percent > 0 && self.roll_percent() < self.cfg.drop_msg_percent {
+    /// acknowledged (in a batch), a duplicate too (the first ACK may have been lost).
+    pub(super) fn admit(&self, meta: &Meta) -> Admitted {
+        let mut out = Admitted {
+            deliver: false,
+            duplicate: false,
+            flush: false,
+        };
+        if self.drop_percent > 0 && self.roll_percent() < self.drop_percent {
             self.dropped.fetch_add(1, Ordering::Relaxed);
             tracing::debug!(
                 "PS_DROP_MSG: dropped a message from {}",
                 Node::describe(meta.sender)
             );
-            return false;
+            return out;
         }
-        let (Some(book), Some(seq)) = (&self.resend, meta.seq) else {
-            return true;
+        let (Some(book), Some(seq)) = (&self.book, meta.seq) else {
+            out.deliver = true;
+            return out;
         };
-        let batch = {
+        out.flush = {
             let mut due = lock(&self.acks_due);
             due.since.get_or_insert_with(Instant::now);
             let acks = due.by_peer.entry(meta.sender).or_default();
             acks.push(seq);
-            acks.len()
+            acks.len() >= ACK_BATCH
         };
-        if batch >= ACK_BATCH {
-            self.flush_acks();
-        }
         let verdict = lock(book).received(meta.sender, seq);
-        if verdict == super::resend::Verdict::Duplicate {
-            self.metrics.duplicates.inc();
+        if verdict == Verdict::Duplicate {
+            out.duplicate = true;
             tracing::debug!(
                 "dropped a duplicate (sequence {seq}) from {}",
                 Node::describe(meta.sender)
             );
         }
-        verdict == super::resend::Verdict::Deliver
+        out.deliver = verdict == Verdict::Deliver;
+        out
     }
 
-    /// Sends again the messages unacknowledged for `PS_RESEND_TIMEOUT` (from the receiving
-    /// thread, at every tick).
-    pub(super) fn resend_due(&self) {
-        let Some(book) = &self.resend else { return };
-        if self.broken.load(Ordering::Acquire) {
-            // The job failed; a node declared lost must not replay its pushes to servers that
-            // forgot it.
-            return;
-        }
-        let due = lock(book).tick(Instant::now());
-        for (to, seq, before, msg) in due {
-            tracing::debug!(
-                "resending message {seq} to {} (resent {before} times before)",
-                Node::describe(to)
-            );
-            self.metrics.resent.inc();
-            if let Err(e) = self.van.send(msg) {
-                tracing::debug!("resend to {} failed: {e}", Node::describe(to));
-            }
+    /// The messages unacknowledged for `PS_RESEND_TIMEOUT` at `now`: (receiver, sequence,
+    /// times resent before, the message).
+    pub(super) fn due(&self, now: Instant) -> Vec<(NodeId, u64, u32, Message)> {
+        match &self.book {
+            Some(book) => lock(book).tick(now),
+            None => Vec::new(),
         }
     }
 
-    /// The end-of-run summary of resend and `PS_DROP_MSG` (info level), when either is on.
-    pub(super) fn report_loss(&self) {
-        let (resent, duplicates) = self.resend.as_ref().map_or((0, 0), |b| lock(b).counts());
-        if self.resend.is_some() || self.cfg.drop_msg_percent > 0 {
+    /// The end-of-run summary of resend and `PS_DROP_MSG` for node `me` (info level), when
+    /// either is on.
+    pub(super) fn report(&self, me: NodeId) {
+        let (resent, duplicates) = self.book.as_ref().map_or((0, 0), |b| lock(b).counts());
+        if self.book.is_some() || self.drop_percent > 0 {
             tracing::info!(
                 "{}: {resent} messages sent again (PS_RESEND), {duplicates} duplicates dropped, \
                  {} messages dropped on arrival (PS_DROP_MSG={})",
-                Node::describe(self.my_id()),
+                Node::describe(me),
                 self.dropped.load(Ordering::Relaxed),
-                self.cfg.drop_msg_percent
+                self.drop_percent
             );
         }
     }
@@ -177,7 +196,8 @@ impl Postoffice {
     }
 }
 
-/// A seed for `PS_DROP_MSG`'s random numbers: the process id and the clock, never 0.
+/// A seed for `PS_DROP_MSG`'s random numbers (and the scheduler's run id): the process id and
+/// the clock, never 0.
 pub(super) fn drop_seed() -> u64 {
     let t = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

@@ -524,5 +524,8 @@ pub fn assign_ranks(nodes: &[&Node]) -> Vec<usize> {
         .collect()
 }
 
+mod driver;
+pub(super) use driver::SchedulerIo;
+
 #[cfg(test)]
 mod tests;

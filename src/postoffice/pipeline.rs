@@ -1,0 +1,144 @@
+//! The order of the steps every message passes, written once (as quinn's connection driver
+//! orders its `poll_*` steps). The steps' state lives in the parts ([`super::failure`],
+//! [`super::recovery`], [`super::resender`]); only this file knows their order.
+//!
+//! Outgoing ([`Postoffice::send`]): refused after a loss (`Failures::refusal`) → stamped with
+//! this node's id and incarnation → numbered for resend (`Resender::stamp`) → kept for a
+//! replacement (`Postoffice::retain`) → the van. All of it under `Recovery`'s `replacing` lock
+//! (shared), so that no message is numbered for a replaced peer and sent to its replacement.
+//!
+//! Incoming ([`Postoffice::admit_incoming`]): from an earlier holder of a replaced id → dropped;
+//! from the scheduler → heard of; then, for data only: from a lost peer → dropped; resend's
+//! drop simulation, acknowledgement and de-duplication; an answer clears the kept request.
+//!
+//! Each tick of the receiving thread also sends the acknowledgements due
+//! ([`Postoffice::flush_acks`]) and what resend says is due again
+//! ([`Postoffice::resend_due`]).
+
+use super::Postoffice;
+use crate::error::{Error, Result};
+use crate::sync::lock;
+use crate::wire::{Command, Control, Message, Meta, Node, SCHEDULER};
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+impl Postoffice {
+    /// Sends `msg` with this node as sender.
+    ///
+    /// # Errors
+    /// As [`crate::van::Van::send`]; [`Error::Stopped`] after shutdown; once a peer is lost,
+    /// the loss ([`Error::PeerLost`], [`Error::DeclaredLost`]) for data to that peer and for
+    /// every data request.
+    pub fn send(&self, mut msg: Message) -> Result<usize> {
+        if self.stopped.load(Ordering::Acquire) {
+            return Err(Error::Stopped);
+        }
+        if let Some(e) = self.failures.refusal(&msg.meta) {
+            return Err(e);
+        }
+        msg.meta.sender = self.my_id();
+        msg.meta.incarnation = self.incarnation();
+        let payload = msg.data_bytes() as u64;
+        let _numbered = self.recovery.numbering();
+        let kept = self.resender.stamp(&mut msg);
+        let retained = self.retain(&msg);
+        let recver = msg.meta.recver;
+        let n = match self.van.send(msg) {
+            Ok(n) => n,
+            Err(e) => {
+                if let Some(k) = kept {
+                    self.resender.unstamp(k);
+                }
+                match retained {
+                    // A request to a server whose channel failed: kept for its replacement
+                    // (recovery), or failed with the server's loss.
+                    Some(_) if matches!(e, Error::Van(_) | Error::PeerLost(_)) => {
+                        tracing::warn!(
+                            "a request to {} is kept for its replacement: {e}",
+                            Node::describe(recver)
+                        );
+                        return Ok(0);
+                    }
+                    Some(r) => self.recovery.release(r),
+                    None => {}
+                }
+                return Err(e);
+            }
+        };
+        self.metrics.sent(recver, payload);
+        Ok(n)
+    }
+
+    /// Whether a received message goes on (to the control handlers, or a data message to its
+    /// customer); see the module docs for the order.
+    pub(super) fn admit_incoming(&self, meta: &Meta) -> bool {
+        if self.sent_by_replaced(meta) {
+            return false;
+        }
+        if meta.sender == SCHEDULER {
+            self.heard_from_scheduler();
+        }
+        if meta.command().is_some() {
+            return true;
+        }
+        if self.failures.is_lost(meta.sender) {
+            tracing::debug!(
+                "dropped a message from {}, which was declared lost",
+                Node::describe(meta.sender)
+            );
+            return false;
+        }
+        let admitted = self.resender.admit(meta);
+        if admitted.flush {
+            self.flush_acks();
+        }
+        if admitted.duplicate {
+            self.metrics.duplicates.inc();
+        }
+        if admitted.deliver && !meta.request {
+            self.answered(meta);
+        }
+        admitted.deliver
+    }
+
+    /// Sends the acknowledgements gathered since the last call, one ACK per peer (the
+    /// receiving thread calls it when they are due, [`super::resender::Resender::acks_due_at`],
+    /// or once a batch waits for one peer).
+    pub(super) fn flush_acks(&self) {
+        for (to, acks) in self.resender.take_acks() {
+            let control = Control {
+                cmd: Some(Command::Ack),
+                acks,
+                ..Control::default()
+            };
+            if let Err(e) = self.send(Message::new(Meta::for_control(to, control))) {
+                tracing::debug!("cannot acknowledge {}: {e}", Node::describe(to));
+            }
+        }
+    }
+
+    /// Sends again the messages unacknowledged for `PS_RESEND_TIMEOUT` (from the receiving
+    /// thread, at every tick).
+    pub(super) fn resend_due(&self) {
+        if self.failures.any() {
+            // The job failed; a node declared lost must not replay its pushes to servers that
+            // forgot it.
+            return;
+        }
+        for (to, seq, before, msg) in self.resender.due(Instant::now()) {
+            tracing::debug!(
+                "resending message {seq} to {} (resent {before} times before)",
+                Node::describe(to)
+            );
+            self.metrics.resent.inc();
+            if let Err(e) = self.van.send(msg) {
+                tracing::debug!("resend to {} failed: {e}", Node::describe(to));
+            }
+        }
+    }
+
+    /// A message from the scheduler arrived (it is alive).
+    fn heard_from_scheduler(&self) {
+        lock(&self.state).last_from_scheduler = Some(Instant::now());
+    }
+}

@@ -1,0 +1,477 @@
+//! The scheduler's IO: what the receiving thread does with the sans-IO
+//! [`Scheduler`](super::Scheduler)'s decisions — registrations and the node table, barriers,
+//! heartbeats and losses, and the admission of replacements (with the tables held until the
+//! servers confirmed them). Only the scheduler node runs it.
+
+use super::super::barrier::Outcome;
+use super::super::control::barrier_result;
+use super::super::failure::{lost_text, LossCause};
+use super::super::{reply_meta, Postoffice, SCHEDULER};
+use super::{Admission, Declared, Inherited, Scheduler};
+use crate::error::{Error, Result};
+use crate::sync::lock;
+use crate::wire::{Command, Control, Message, Meta, Node, NodeId, Role};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+/// How long the scheduler holds a replacement worker's table for the servers' confirmations.
+pub(super) const CONFIRM_WAIT: Duration = Duration::from_secs(5);
+
+/// A replacement worker's node table, held on the scheduler until every server confirmed
+/// NODE_REPLACED (or [`CONFIRM_WAIT`] passed).
+pub(super) struct HeldTable {
+    node: Node,
+    control: Control,
+    /// Servers that have not confirmed yet.
+    waiting: Vec<NodeId>,
+    until: Instant,
+}
+
+/// The scheduler's state and what its IO holds: the replacement workers' tables awaiting the
+/// servers' confirmations. Lock order: `scheduler`, then `held`.
+pub(in crate::postoffice) struct SchedulerIo {
+    scheduler: Mutex<Scheduler>,
+    held: Mutex<Vec<HeldTable>>,
+}
+
+impl SchedulerIo {
+    /// The IO around `scheduler`.
+    pub(in crate::postoffice) fn new(scheduler: Scheduler) -> SchedulerIo {
+        SchedulerIo {
+            scheduler: Mutex::new(scheduler),
+            held: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// The sans-IO scheduler.
+    pub(in crate::postoffice) fn lock(&self) -> MutexGuard<'_, Scheduler> {
+        lock(&self.scheduler)
+    }
+}
+
+impl Postoffice {
+    pub(in crate::postoffice) fn on_add_node(&self, nodes: &[Node]) {
+        let (Some(sched), Some(node)) = (&self.scheduler, nodes.first().cloned()) else {
+            tracing::warn!("dropped an ADD_NODE without a node");
+            return;
+        };
+        let admission = sched.lock().add_node(node, Instant::now());
+        match admission {
+            Admission::Waiting | Admission::Repeat => {}
+            Admission::Refused { node, why } => self.refuse_all(&[node], &why),
+            Admission::Complete(table) => self.send_table(table),
+            Admission::Replaced {
+                node,
+                displaced,
+                table,
+                started,
+                inherited,
+            } => self.admit_replacement(node, displaced, table, (started, inherited)),
+        }
+    }
+
+    /// Every node registered: the scheduler is ready, and every node gets the table.
+    pub(in crate::postoffice) fn send_table(&self, table: Vec<Node>) {
+        let window = super::super::recovery::window(&self.cfg).map_or(0, |w| w.as_millis() as u64);
+        let run_id = {
+            let mut t = self.recovery.takeover();
+            t.replace_within = window;
+            t.run_id
+        };
+        {
+            let mut st = lock(&self.state);
+            st.nodes = table.clone();
+            st.ready = true;
+        }
+        self.cv.notify_all();
+        for n in &table[1..] {
+            let sent = self.van.connect(n.id, &n.host, n.port).and_then(|_| {
+                let control = Control {
+                    cmd: Some(Command::AddNode),
+                    nodes: table.clone(),
+                    replace_within_ms: window,
+                    run_id,
+                    reach: self.reach_for(n.id, &table),
+                    ..Control::default()
+                };
+                self.send(Message::new(Meta::for_control(n.id, control)))
+            });
+            if let Err(e) = sent {
+                tracing::error!(
+                    "cannot send the node table to {}: {e}",
+                    Node::describe(n.id)
+                );
+            }
+        }
+        let at: Vec<String> = table[1..]
+            .iter()
+            .map(|n| {
+                format!(
+                    "{} at {}",
+                    Node::describe(n.id),
+                    crate::wire::place(&n.host, n.port)
+                )
+            })
+            .collect();
+        tracing::info!(
+            "all {} nodes registered: {}",
+            table.len() - 1,
+            at.join(", ")
+        );
+    }
+
+    /// Tells nodes that are not (or no longer) admitted why, over the connection each one
+    /// registered on: the scheduler never connects to an address a refused node named (issue
+    /// 14).
+    pub(in crate::postoffice) fn refuse_all(&self, nodes: &[Node], why: &str) {
+        for n in nodes {
+            let control = Control {
+                cmd: Some(Command::AddNode),
+                ..Control::default()
+            };
+            let mut meta = Meta {
+                error: Some(why.to_string()),
+                ..Meta::for_control(-1, control)
+            };
+            meta.sender = self.my_id();
+            if let Err(e) = self.van.answer_joiner(&n.host, n.port, Message::new(meta)) {
+                tracing::warn!("cannot tell {}:{} it was refused: {e}", n.host, n.port);
+            }
+        }
+    }
+
+    pub(in crate::postoffice) fn on_heartbeat(&self, req: &Meta) {
+        if self.answer_lost(req.sender) {
+            return;
+        }
+        if let Some(s) = &self.scheduler {
+            s.lock().heartbeat(req.sender, Instant::now());
+        }
+        let mut meta = reply_meta(req);
+        meta.control = req.control.clone();
+        let _ = self.send(Message::new(meta));
+    }
+
+    pub(in crate::postoffice) fn scheduler_barrier(
+        &self,
+        from: NodeId,
+        group: i32,
+        timeout: Option<Duration>,
+        failed: Option<String>,
+    ) {
+        let Some(s) = &self.scheduler else { return };
+        let outcome = s
+            .lock()
+            .barrier_after(from, group, timeout, Instant::now(), failed);
+        if let Some(o) = outcome {
+            self.release(o);
+        }
+    }
+
+    pub(in crate::postoffice) fn release(&self, o: Outcome) {
+        if let Some(f) = &o.failure {
+            tracing::warn!("{}", f.text);
+        }
+        // Peers first: once the scheduler itself is released it may shut down.
+        let mut ids = o.release;
+        ids.sort_by_key(|&id| id == SCHEDULER);
+        let (kind, text) = match o.failure {
+            Some(f) => (Some(f.kind), Some(f.text)),
+            None => (None, None),
+        };
+        for id in ids {
+            if id == SCHEDULER {
+                self.barrier_done(o.group, barrier_result(kind, text.clone()));
+                continue;
+            }
+            let control = Control {
+                cmd: Some(Command::Barrier),
+                barrier_group: o.group,
+                barrier_failure: kind,
+                ..Control::default()
+            };
+            let meta = Meta {
+                error: text.clone(),
+                ..Meta::for_control(id, control)
+            };
+            if let Err(e) = self.send(Message::new(meta)) {
+                tracing::warn!("cannot release {} from a barrier: {e}", Node::describe(id));
+            }
+        }
+    }
+
+    pub(in crate::postoffice) fn scheduler_tick(&self) {
+        let Some(s) = &self.scheduler else { return };
+        let timeout = self.cfg.heartbeat_timeout;
+        let (lost, failed) = s.lock().tick(Instant::now(), timeout);
+        self.count_missed_heartbeats(Instant::now());
+        self.release_held_tables(Instant::now());
+        let declared = self.announce_lost(lost);
+        for o in failed {
+            self.release(o);
+        }
+        self.record_declared(declared);
+    }
+
+    /// On the scheduler: `lost` nodes were just declared lost (each with why, and whether a
+    /// replacement is awaited). Tells every node (the lost ones too); returns each loss's
+    /// cause, to be recorded with [`record_declared`](Self::record_declared) once everything
+    /// else this tick sends is sent (recording wakes the scheduler's own `finalize`, which
+    /// stops it).
+    pub(in crate::postoffice) fn announce_lost(
+        &self,
+        lost: Vec<Declared>,
+    ) -> Vec<(Declared, LossCause)> {
+        if lost.is_empty() {
+            return Vec::new();
+        }
+        let nodes = self.nodes();
+        let mut declared = Vec::new();
+        for d in lost {
+            let cause = LossCause::of(&d, self.cfg.heartbeat_timeout);
+            let why = cause.why().unwrap_or_default();
+            let Some(node) = nodes.iter().find(|n| n.id == d.id).cloned() else {
+                continue;
+            };
+            let window = d.awaiting.map_or(0, |w| w.as_millis() as u64);
+            for n in nodes.iter().filter(|n| n.id != SCHEDULER) {
+                if let Err(e) = self.send_node_lost(n.id, &node, &why, window) {
+                    tracing::warn!("cannot tell {} of the loss: {e}", Node::describe(n.id));
+                }
+            }
+            declared.push((d, cause));
+        }
+        declared
+    }
+
+    /// On the scheduler: records the losses [`announce_lost`](Self::announce_lost) sent.
+    pub(in crate::postoffice) fn record_declared(&self, declared: Vec<(Declared, LossCause)>) {
+        for (d, cause) in declared {
+            let why = cause.why().unwrap_or_default();
+            if let Some(window) = d.awaiting {
+                self.mark_awaiting(d.id, &why, window);
+                continue;
+            }
+            let error = Error::PeerLost(lost_text(d.id, &why));
+            self.mark_lost(d.id, cause, error);
+        }
+    }
+
+    /// On the scheduler: a heartbeat came from `from`; if it was declared lost, tells it so
+    /// again (it may have missed the first NODE_LOST). True when it was lost.
+    pub(in crate::postoffice) fn answer_lost(&self, from: NodeId) -> bool {
+        let Some(why) = self.failures.why_lost(from) else {
+            return false;
+        };
+        if let Some(node) = self.nodes().into_iter().find(|n| n.id == from) {
+            let _ = self.send_node_lost(from, &node, &why, 0);
+        }
+        true
+    }
+
+    pub(in crate::postoffice) fn send_node_lost(
+        &self,
+        to: NodeId,
+        lost: &Node,
+        why: &str,
+        window_ms: u64,
+    ) -> Result<usize> {
+        let control = Control {
+            cmd: Some(Command::NodeLost),
+            nodes: vec![lost.clone()],
+            replace_within_ms: window_ms,
+            ..Control::default()
+        };
+        let meta = Meta {
+            error: Some(why.to_string()),
+            ..Meta::for_control(to, control)
+        };
+        self.send(Message::new(meta))
+    }
+
+    /// On the scheduler: `node` replaces a lost server or worker, `displaced` (told so, in
+    /// case it only paused). Tells every other node its address, then sends it the node
+    /// `table` marked as a replacement, with whether the start-up barrier is still open
+    /// (`started`) and what it takes over from `displaced` (`inherited`).
+    pub(in crate::postoffice) fn admit_replacement(
+        &self,
+        node: Node,
+        displaced: Node,
+        table: Vec<Node>,
+        (started, inherited): (bool, Inherited),
+    ) {
+        let (window, run_id) = {
+            let mut st = lock(&self.state);
+            st.nodes = table.clone();
+            drop(st);
+            let t = self.recovery.takeover();
+            (t.replace_within, t.run_id)
+        };
+        self.failures.stop_awaiting(node.id);
+        self.recovery.set_holder(node.id, inherited.incarnation);
+        let place = crate::wire::place(&node.host, node.port);
+        tracing::warn!(
+            "{} is taken over by a new {} at {place}",
+            Node::describe(node.id),
+            node.role
+        );
+        // (Not when the replacement got the old address: the notice would reach it.)
+        if (displaced.host.as_str(), displaced.port) != (node.host.as_str(), node.port) {
+            self.tell_displaced(&displaced, &place);
+        }
+        let control = Control {
+            cmd: Some(Command::AddNode),
+            nodes: table.clone(),
+            replacement: true,
+            replace_within_ms: window,
+            run_id,
+            barrier_group: if started { 0 } else { super::super::ALL_GROUP },
+            barriers_done: inherited.barriers,
+            incarnation: inherited.incarnation,
+            reach: self.reach_for(node.id, &table),
+            ..Control::default()
+        };
+        if node.role != Role::Worker {
+            // The replacement server gets its table before the workers send it their
+            // unanswered requests.
+            self.send_replacement_table(&node, control);
+            self.tell_replaced(&node, &table, inherited.incarnation, false);
+            return;
+        }
+        // A replacement worker gets its table once every server confirmed it was told (its
+        // requests then find their answers' way back), or after CONFIRM_WAIT.
+        let waiting = self.tell_replaced(&node, &table, inherited.incarnation, true);
+        if waiting.is_empty() {
+            self.send_replacement_table(&node, control);
+            return;
+        }
+        let Some(s) = &self.scheduler else { return };
+        lock(&s.held).push(HeldTable {
+            node,
+            control,
+            waiting,
+            until: Instant::now() + CONFIRM_WAIT,
+        });
+    }
+
+    /// Connects to the replacement `node` and sends it its node table (`control`).
+    pub(in crate::postoffice) fn send_replacement_table(&self, node: &Node, control: Control) {
+        let to_new = self
+            .van
+            .connect(node.id, &node.host, node.port)
+            .and_then(|_| self.send(Message::new(Meta::for_control(node.id, control))));
+        if let Err(e) = to_new {
+            tracing::error!(
+                "cannot send the node table to the replacement at {}:{}: {e}",
+                node.host,
+                node.port
+            );
+        }
+    }
+
+    /// On the scheduler: `from` confirmed NODE_REPLACED of `control.nodes[0]`; sends the
+    /// tables no server is waited for any more.
+    pub(in crate::postoffice) fn on_replaced_confirmed(&self, from: NodeId, control: &Control) {
+        let Some(id) = control.nodes.first().map(|n| n.id) else {
+            return;
+        };
+        let Some(s) = &self.scheduler else { return };
+        let ready = {
+            let mut held = lock(&s.held);
+            for h in held.iter_mut().filter(|h| h.node.id == id) {
+                h.waiting.retain(|&w| w != from);
+            }
+            held.extract_if(.., |h| h.waiting.is_empty())
+                .collect::<Vec<_>>()
+        };
+        for h in ready {
+            self.send_replacement_table(&h.node, h.control);
+        }
+    }
+
+    /// On the scheduler, every tick: sends the held tables whose servers did not all confirm
+    /// within [`CONFIRM_WAIT`] (a server lost meanwhile, say), with a warning.
+    pub(in crate::postoffice) fn release_held_tables(&self, now: Instant) {
+        let Some(s) = &self.scheduler else { return };
+        let late = {
+            let mut held = lock(&s.held);
+            if held.is_empty() {
+                return;
+            }
+            held.extract_if(.., |h| now >= h.until).collect::<Vec<_>>()
+        };
+        for h in late {
+            let silent: Vec<String> = h.waiting.iter().map(|&w| Node::describe(w)).collect();
+            tracing::warn!(
+                "{} did not confirm the replacement of {} within {:.0} s; sending its table",
+                silent.join(", "),
+                Node::describe(h.node.id),
+                CONFIRM_WAIT.as_secs_f64()
+            );
+            self.send_replacement_table(&h.node, h.control);
+        }
+    }
+
+    /// NODE_REPLACED with `node`'s address and `incarnation` to every node of `table` but the
+    /// scheduler and it; with `confirm`, the servers are asked to confirm it (a request).
+    /// Returns the servers asked.
+    pub(in crate::postoffice) fn tell_replaced(
+        &self,
+        node: &Node,
+        table: &[Node],
+        incarnation: u32,
+        confirm: bool,
+    ) -> Vec<NodeId> {
+        let mut asked = Vec::new();
+        for n in table
+            .iter()
+            .filter(|n| n.id != SCHEDULER && n.id != node.id)
+        {
+            let control = Control {
+                cmd: Some(Command::NodeReplaced),
+                nodes: vec![node.clone()],
+                incarnation,
+                ..Control::default()
+            };
+            let request = confirm && n.role == Role::Server;
+            let meta = Meta {
+                request,
+                ..Meta::for_control(n.id, control)
+            };
+            match self.send(Message::new(meta)) {
+                Ok(_) if request => asked.push(n.id),
+                Ok(_) => {}
+                Err(e) => tracing::warn!(
+                    "cannot tell {} of the replacement: {e}",
+                    Node::describe(n.id)
+                ),
+            }
+        }
+        asked
+    }
+
+    /// Tells a node that may still run at its old address (paused, say) that a new one took
+    /// its place (it then fails with `Error::DeclaredLost`), through a temporary connection.
+    pub(in crate::postoffice) fn tell_displaced(&self, old: &Node, place: &str) {
+        let tmp = Node::temporary_id(old.id);
+        let control = Control {
+            cmd: Some(Command::NodeLost),
+            nodes: vec![old.clone()],
+            ..Control::default()
+        };
+        let meta = Meta {
+            error: Some(format!("a new {} at {place} took its place", old.role)),
+            ..Meta::for_control(tmp, control)
+        };
+        if let Err(e) = self
+            .van
+            .connect(tmp, &old.host, old.port)
+            .and_then(|_| self.send(Message::new(meta)))
+        {
+            tracing::debug!(
+                "cannot tell the displaced {} it was replaced: {e}",
+                old.role
+            );
+        }
+    }
+}
