@@ -22,7 +22,7 @@ impl Postoffice {
     pub(super) fn receive_loop(weak: &Weak<Postoffice>) {
         loop {
             let Some(po) = weak.upgrade() else { return };
-            if po.stopped.load(Ordering::Acquire) {
+            if po.life.stopped.load(Ordering::Acquire) {
                 return;
             }
             match po.next_event() {
@@ -39,7 +39,7 @@ impl Postoffice {
                 Err(Error::Stopped) => return,
                 Err(e) => {
                     tracing::warn!("receive failed: {e}");
-                    std::thread::sleep(super::TICK);
+                    std::thread::sleep(super::node::TICK);
                 }
             }
             po.scheduler_tick();
@@ -133,8 +133,8 @@ impl Postoffice {
             }
             (Command::Answered, false, true) => self.deliver_answered(msg),
             (Command::Terminate, _, _) => {
-                self.stopped.store(true, Ordering::Release);
-                self.cv.notify_all();
+                self.life.stopped.store(true, Ordering::Release);
+                self.node.cv.notify_all();
             }
             (cmd, _, request) => tracing::warn!(
                 "dropped an unexpected {cmd:?} {} from {}",
@@ -251,11 +251,11 @@ impl Postoffice {
     /// The barrier of `group` ended with `r`. Only the barrier this node waits in is released;
     /// a late answer to an older one is dropped.
     pub(super) fn barrier_done(&self, group: i32, r: Result<()>) {
-        let mut st = lock(&self.state);
+        let mut st = lock(&self.node.state);
         if st.barrier_group == Some(group) {
             st.barrier_result = Some(r);
             st.barrier_group = None;
-            self.cv.notify_all();
+            self.node.cv.notify_all();
         }
     }
 }

@@ -200,7 +200,7 @@ impl Postoffice {
         if !self.failures.record(loss) {
             return;
         }
-        self.wake();
+        self.node.wake();
         tracing::error!("{error}");
         let whose = (peer != self.my_id()).then_some(peer);
         self.van.peer_lost(whose, &error.to_string());
@@ -215,11 +215,11 @@ impl Postoffice {
     /// has none): the start fails with `error`, which says so.
     pub(super) fn on_refused(&self, error: Error) {
         tracing::error!("{error}");
-        let mut st = lock(&self.state);
+        let mut st = lock(&self.node.state);
         if st.fatal.is_none() {
             st.fatal = Some(error);
         }
-        self.cv.notify_all();
+        self.node.cv.notify_all();
     }
 
     /// A peer gone (from the RDMA van: its channel failed): recorded as a loss, unless the
@@ -242,7 +242,7 @@ impl Postoffice {
     pub(super) fn check_scheduler(&self, last_look: &mut Option<Instant>) {
         let timeout = self.cfg.heartbeat_timeout;
         let silent = {
-            let mut st = lock(&self.state);
+            let mut st = lock(&self.node.state);
             scheduler_silent(
                 &mut st.last_from_scheduler,
                 last_look,

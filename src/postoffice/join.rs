@@ -35,7 +35,7 @@ impl Postoffice {
             };
             self.send(Message::new(meta))?;
         }
-        let ready = self.wait_state(|st, now| {
+        let ready = self.node.wait(|st, now| {
             if let Some(e) = st.fatal.clone() {
                 return Some(Err(e));
             }
@@ -64,7 +64,7 @@ impl Postoffice {
                 Err(Error::Timeout(why))
             }
             None => {
-                let me = self.me.read().map(|m| m.clone()).unwrap_or_default();
+                let me = self.node.me.read().map(|m| m.clone()).unwrap_or_default();
                 Err(Error::Timeout(format!(
                     "start-up: no answer from the scheduler at {} within {secs:.0} s \
                      (PS_TIMEOUT); is it running, are DMLC_PS_ROOT_URI and \
@@ -82,19 +82,19 @@ impl Postoffice {
     /// workers).
     pub(super) fn update_table(&self, meta: &Meta, control: Control) {
         let nodes = control.nodes;
-        let mut st = crate::sync::lock(&self.state);
+        let mut st = crate::sync::lock(&self.node.state);
         if let Some(e) = &meta.error {
             st.fatal = Some(Error::Remote {
                 node: Node::describe(SCHEDULER),
                 message: e.clone(),
             });
-            self.cv.notify_all();
+            self.node.cv.notify_all();
             return;
         }
         if st.ready {
             return;
         }
-        let me = self.me.read().map(|m| m.clone()).unwrap_or_default();
+        let me = self.node.me.read().map(|m| m.clone()).unwrap_or_default();
         let Some(mine) = nodes
             .iter()
             .find(|n| n.host == me.host && n.port == me.port && n.role == me.role)
@@ -103,10 +103,10 @@ impl Postoffice {
                 "the scheduler's node table does not list this node ({}:{})",
                 me.host, me.port
             )));
-            self.cv.notify_all();
+            self.node.cv.notify_all();
             return;
         };
-        if let Ok(mut m) = self.me.write() {
+        if let Ok(mut m) = self.node.me.write() {
             m.id = mine.id;
         }
         self.van.set_reach(control.reach);
@@ -117,7 +117,7 @@ impl Postoffice {
         for n in peers {
             if let Err(e) = self.van.connect(n.id, &n.host, n.port) {
                 st.fatal = Some(e);
-                self.cv.notify_all();
+                self.node.cv.notify_all();
                 return;
             }
         }
@@ -136,7 +136,7 @@ impl Postoffice {
             .set_retaining(control.replace_within_ms > 0 && self.cfg.role == Role::Worker);
         st.nodes = nodes;
         st.ready = true;
-        self.cv.notify_all();
+        self.node.cv.notify_all();
     }
 
     /// The `ps-heartbeat` thread of a server or worker: a heartbeat to the scheduler every
@@ -147,7 +147,7 @@ impl Postoffice {
         let mut last_look = None;
         loop {
             let Some(po) = weak.upgrade() else { return };
-            if po.stopped.load(Ordering::Acquire) {
+            if po.life.stopped.load(Ordering::Acquire) {
                 return;
             }
             po.check_scheduler(&mut last_look);

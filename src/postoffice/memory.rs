@@ -94,7 +94,7 @@ impl Postoffice {
         rkey: u32,
         imm: u32,
     ) -> Result<bool> {
-        if self.stopped.load(Ordering::Acquire) {
+        if self.life.stopped.load(Ordering::Acquire) {
             return Err(Error::Stopped);
         }
         self.van.write_imm(to, src, addr, rkey, imm)

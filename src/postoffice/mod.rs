@@ -27,6 +27,7 @@ mod failure;
 mod join;
 pub mod liveness;
 mod memory;
+mod node;
 mod observe;
 mod pipeline;
 pub mod range;
@@ -53,7 +54,7 @@ use memory::Memory;
 use routes::Routes;
 use scheduler::Scheduler;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock, Weak};
+use std::sync::{Arc, Mutex, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -66,50 +67,24 @@ pub const WORKER_GROUP: i32 = 4;
 /// Group of every node.
 pub const ALL_GROUP: i32 = 7;
 
-/// How often waiting threads wake to check deadlines.
-const TICK: Duration = Duration::from_millis(100);
-
-/// This node's side of membership and barriers (every node, the scheduler included).
-#[derive(Default)]
-struct State {
-    nodes: Vec<Node>,
-    ready: bool,
-    fatal: Option<Error>,
-    barrier_result: Option<Result<()>>,
-    /// The group of the barrier this node waits in, and since when.
-    barrier_group: Option<i32>,
-    barrier_since: Option<Instant>,
-    last_from_scheduler: Option<Instant>,
-    /// When a wait last looked at the scheduler's silence (a long gap: this process was paused).
-    last_check: Option<Instant>,
-    /// A failure of this node's application that did not stop it
-    /// ([`Postoffice::fail_application`]): `finalize` ends as `finalize_failed` with it.
-    app_failure: Option<String>,
-    /// `finalize` (or `finalize_failed`) was called: the last barrier is sent or about to be.
-    finalizing: bool,
-}
-
 /// One node's view of the cluster. Create it with [`Postoffice::start`]; end it with
 /// [`Postoffice::finalize`].
 ///
-/// Lock order: `barrier_lock` (held by a thread waiting in a barrier), then `scheduler`, then
-/// `state`, then `retained`; `routes`, `resend`, `acks_due` and `memory`'s locks are taken
-/// alone.
+/// Each part owns its locks and says their order. Between parts, one line:
+/// `node.barrier_lock` (held by a thread waiting in a barrier) → the scheduler's →
+/// `node.state` → `failures` → `recovery`; every other lock is taken alone.
 pub struct Postoffice {
     cfg: Config,
     van: Arc<dyn Van>,
-    me: RwLock<Node>,
-    state: Mutex<State>,
-    cv: Condvar,
+    /// This node, the node table, barrier waits ([`node`]).
+    node: node::Membership,
     /// The scheduler's state and its IO's; `None` on servers and workers.
     scheduler: Option<scheduler::SchedulerIo>,
     routes: Mutex<Routes>,
     /// This process's requests in flight (`PS_MAX_INFLIGHT_BYTES`), for its `KVWorker`s.
     budget: Arc<budget::Budget>,
-    stopped: AtomicBool,
-    threads: Mutex<Vec<JoinHandle<()>>>,
-    ranges: Vec<Range>,
-    barrier_lock: Mutex<()>,
+    /// Stopped, and the threads to join.
+    life: Lifecycle,
     memory: Memory,
     /// Resend's state ([`resender`]).
     resender: resender::Resender,
@@ -118,8 +93,17 @@ pub struct Postoffice {
     /// Recovery's state: incarnations, replaced peers, the node table's word on replacements
     /// and the requests kept for a replacement ([`recovery`]).
     recovery: recovery::Recovery,
-    /// This node's metrics ([`crate::metrics`]), and their HTTP server (`PS_METRICS_PORT`).
+    /// This node's metrics ([`crate::metrics`]).
     metrics: Arc<Metrics>,
+}
+
+/// Whether the node stopped, and what stops with it: its threads (`ps-receive`,
+/// `ps-heartbeat`), joined, and the metrics' HTTP server (`PS_METRICS_PORT`). Its locks are
+/// taken alone.
+#[derive(Default)]
+struct Lifecycle {
+    stopped: AtomicBool,
+    threads: Mutex<Vec<JoinHandle<()>>>,
     metrics_server: Mutex<Option<crate::metrics::MetricsServer>>,
 }
 
@@ -205,22 +189,16 @@ impl Postoffice {
         let po = Arc::new(Postoffice {
             resender: resender::Resender::new(&cfg),
             recovery: recovery::Recovery::default(),
-            ranges: range::server_key_ranges(cfg.num_servers),
+            node: node::Membership::new(me.clone(), cfg.num_servers),
             cfg,
             van,
-            me: RwLock::new(me.clone()),
-            state: Mutex::new(State::default()),
-            cv: Condvar::new(),
             scheduler,
             routes: Mutex::new(Routes::new(parked)),
             budget,
-            stopped: AtomicBool::new(false),
-            threads: Mutex::new(Vec::new()),
-            barrier_lock: Mutex::new(()),
+            life: Lifecycle::default(),
             memory: Memory::default(),
             failures: failure::Failures::default(),
             metrics,
-            metrics_server: Mutex::new(None),
         });
         if is_scheduler {
             po.recovery.takeover().run_id = resender::drop_seed();
@@ -274,13 +252,13 @@ impl Postoffice {
             .name(name.into())
             .spawn(move || f(&weak))
             .map_err(|e| Error::Van(format!("cannot start thread {name}: {e}")))?;
-        lock(&self.threads).push(t);
+        lock(&self.life.threads).push(t);
         Ok(())
     }
 
     /// This node's id (1 for the scheduler, 8 + 2r for server rank r, 9 + 2r for worker rank r).
     pub fn my_id(&self) -> crate::wire::NodeId {
-        self.me.read().map(|m| m.id).unwrap_or(-1)
+        self.node.me.read().map(|m| m.id).unwrap_or(-1)
     }
 
     /// This node's rank among its role (0 for the scheduler).
@@ -316,12 +294,12 @@ impl Postoffice {
 
     /// Key ranges of the servers, in rank order (see [`range`]).
     pub fn server_key_ranges(&self) -> &[Range] {
-        &self.ranges
+        &self.node.ranges
     }
 
     /// The node table (scheduler, servers, workers) as the scheduler sent it.
     pub fn nodes(&self) -> Vec<Node> {
-        lock(&self.state).nodes.clone()
+        lock(&self.node.state).nodes.clone()
     }
 
     /// Payload bytes (data frames; headers not counted) this node sent and received so far:
@@ -363,9 +341,9 @@ impl Postoffice {
         timeout: Option<Duration>,
         failed: Option<String>,
     ) -> Result<()> {
-        let _one = lock(&self.barrier_lock);
+        let _one = lock(&self.node.barrier_lock);
         {
-            let mut st = lock(&self.state);
+            let mut st = lock(&self.node.state);
             st.barrier_result = None;
             st.barrier_group = Some(group);
             st.barrier_since = Some(Instant::now());
@@ -375,7 +353,7 @@ impl Postoffice {
         // The scheduler answers a timed barrier itself; this grace covers a scheduler that died.
         let deadline = timeout.map(|t| Instant::now() + t + Duration::from_secs(5));
         let mut scheduler_gone = false;
-        let r = self.wait_state(|st, now| {
+        let r = self.node.wait(|st, now| {
             // A loss fails the job: a barrier fails with it, even one the scheduler released
             // (a server waiting in `finalize` counts as arrived there until its loss is
             // declared, while this node may have learnt it from a failed channel).
@@ -385,7 +363,7 @@ impl Postoffice {
             if let Some(r) = st.barrier_result.take() {
                 return Some(r);
             }
-            if self.stopped.load(Ordering::Acquire) {
+            if self.life.stopped.load(Ordering::Acquire) {
                 return Some(Err(Error::Stopped));
             }
             if deadline.is_some_and(|d| now >= d) {
@@ -401,7 +379,7 @@ impl Postoffice {
             // While this node still counts as waiting in the barrier: the block says so.
             crate::waits::timed_out(e);
         }
-        lock(&self.state).barrier_since = None;
+        lock(&self.node.state).barrier_since = None;
         if let (true, Err(e)) = (scheduler_gone, &r) {
             // Recorded like any loss: this node's sockets are aborted at shutdown.
             self.mark_lost(SCHEDULER, failure::LossCause::SchedulerSilent, e.clone());
@@ -413,7 +391,12 @@ impl Postoffice {
     /// node waits in a barrier of `group`. Waits look at least every [`TICK`]: a gap longer
     /// than [`scheduler::PAUSED`] means this process was paused, and the scheduler gets a whole timeout again (its answer,
     /// maybe NODE_LOST for this node, may be waiting unread).
-    fn scheduler_silent(&self, st: &mut State, now: Instant, group: i32) -> Option<Result<()>> {
+    fn scheduler_silent(
+        &self,
+        st: &mut node::State,
+        now: Instant,
+        group: i32,
+    ) -> Option<Result<()>> {
         let timeout = self.cfg.heartbeat_timeout;
         let silent = failure::scheduler_silent(
             &mut st.last_from_scheduler,
@@ -428,29 +411,6 @@ impl Postoffice {
                 timeout.as_secs_f64()
             )))
         })
-    }
-
-    /// Wakes every wait on this node's state (taking its lock first, so that a wait between
-    /// its check and its sleep does not miss a change made outside the state).
-    fn wake(&self) {
-        let _st = lock(&self.state);
-        self.cv.notify_all();
-    }
-
-    /// Waits on this node's state until `check` (given the state and the time) returns an
-    /// answer; rechecks at every change and at least every [`TICK`].
-    fn wait_state<R>(&self, mut check: impl FnMut(&mut State, Instant) -> Option<R>) -> R {
-        let mut st: MutexGuard<'_, State> = lock(&self.state);
-        loop {
-            if let Some(r) = check(&mut st, Instant::now()) {
-                return r;
-            }
-            st = self
-                .cv
-                .wait_timeout(st, TICK)
-                .unwrap_or_else(|p| p.into_inner())
-                .0;
-        }
     }
 
     /// Ends this node: a barrier of all nodes (waiting while they are alive, without deadline,
@@ -508,7 +468,7 @@ impl Postoffice {
     /// recorded is kept.
     pub fn fail_application(&self, error: &str) {
         let finalizing = {
-            let mut st = lock(&self.state);
+            let mut st = lock(&self.node.state);
             if st.app_failure.is_some() {
                 return;
             }
@@ -526,7 +486,7 @@ impl Postoffice {
     /// [`fail_application`](Self::fail_application)), then the shutdown.
     fn end(&self, failed: Option<String>) -> Result<()> {
         let failed = {
-            let mut st = lock(&self.state);
+            let mut st = lock(&self.node.state);
             st.finalizing = true;
             failed.or_else(|| st.app_failure.clone())
         };
@@ -536,20 +496,20 @@ impl Postoffice {
     }
 
     fn shutdown(&self) {
-        if !self.stopped.load(Ordering::Acquire) {
+        if !self.life.stopped.load(Ordering::Acquire) {
             // Acknowledgements still batched: without them the peers would send again.
             self.flush_acks();
         }
-        if self.stopped.swap(true, Ordering::AcqRel) {
+        if self.life.stopped.swap(true, Ordering::AcqRel) {
             return;
         }
-        self.cv.notify_all();
+        self.node.cv.notify_all();
         self.resender.report(self.my_id());
         // The metrics server stops with the node (not under the lock: it may wait for a
         // scrape being answered).
-        let server = lock(&self.metrics_server).take();
+        let server = lock(&self.life.metrics_server).take();
         drop(server);
-        let threads: Vec<_> = lock(&self.threads).drain(..).collect();
+        let threads: Vec<_> = lock(&self.life.threads).drain(..).collect();
         let me = std::thread::current().id();
         for t in &threads {
             t.thread().unpark();

@@ -24,7 +24,12 @@ impl Postoffice {
         let Some(port) = self.cfg.metrics_port else {
             return Ok(());
         };
-        let node = self.me.read().map(|m| m.host.clone()).unwrap_or_default();
+        let node = self
+            .node
+            .me
+            .read()
+            .map(|m| m.host.clone())
+            .unwrap_or_default();
         let host = match self.cfg.metrics_host.as_str() {
             "" if node.contains(':') => "::1".to_string(),
             "" => "127.0.0.1".to_string(),
@@ -43,13 +48,13 @@ impl Postoffice {
         } else {
             tracing::info!("{} metrics at {url}", self.cfg.role);
         }
-        *lock(&self.metrics_server) = Some(server);
+        *lock(&self.life.metrics_server) = Some(server);
         Ok(())
     }
 
     /// Where this node serves its metrics (`PS_METRICS_PORT`), if it does.
     pub fn metrics_addr(&self) -> Option<std::net::SocketAddr> {
-        lock(&self.metrics_server).as_ref().map(|s| s.addr())
+        lock(&self.life.metrics_server).as_ref().map(|s| s.addr())
     }
 
     /// This node's metrics.
@@ -75,9 +80,9 @@ impl Waits for Postoffice {
         };
         let mut lines = Vec::new();
         {
-            let st = lock(&self.state);
+            let st = lock(&self.node.state);
             if let (Some(g), Some(since)) = (st.barrier_group, st.barrier_since) {
-                if !self.stopped.load(std::sync::atomic::Ordering::Acquire) {
+                if !self.life.stopped.load(std::sync::atomic::Ordering::Acquire) {
                     lines.push(format!(
                         "{me} waits in a barrier of group {g} (members: {}) for {}; the \
                          scheduler's lines (its log, or SIGUSR1 there) name who it still misses",

@@ -30,7 +30,7 @@ impl Postoffice {
     /// the loss ([`Error::PeerLost`], [`Error::DeclaredLost`]) for data to that peer and for
     /// every data request.
     pub fn send(&self, mut msg: Message) -> Result<usize> {
-        if self.stopped.load(Ordering::Acquire) {
+        if self.life.stopped.load(Ordering::Acquire) {
             return Err(Error::Stopped);
         }
         if let Some(e) = self.failures.refusal(&msg.meta) {
@@ -139,6 +139,6 @@ impl Postoffice {
 
     /// A message from the scheduler arrived (it is alive).
     fn heard_from_scheduler(&self) {
-        lock(&self.state).last_from_scheduler = Some(Instant::now());
+        lock(&self.node.state).last_from_scheduler = Some(Instant::now());
     }
 }

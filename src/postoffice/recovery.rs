@@ -307,7 +307,7 @@ impl Postoffice {
         self.recovery.set_holder(id, control.incarnation);
         let connect = Node::is_worker_server_pair(self.my_id(), id);
         self.failures.stop_awaiting(id);
-        if let Some(n) = lock(&self.state).nodes.iter_mut().find(|n| n.id == id) {
+        if let Some(n) = lock(&self.node.state).nodes.iter_mut().find(|n| n.id == id) {
             *n = node.clone();
         }
         // Nothing is numbered for the old peer and sent to the new one meanwhile: the resend

@@ -79,11 +79,11 @@ impl Postoffice {
             t.run_id
         };
         {
-            let mut st = lock(&self.state);
+            let mut st = lock(&self.node.state);
             st.nodes = table.clone();
             st.ready = true;
         }
-        self.cv.notify_all();
+        self.node.cv.notify_all();
         for n in &table[1..] {
             let sent = self.van.connect(n.id, &n.host, n.port).and_then(|_| {
                 let control = Control {
@@ -301,7 +301,7 @@ impl Postoffice {
         (started, inherited): (bool, Inherited),
     ) {
         let (window, run_id) = {
-            let mut st = lock(&self.state);
+            let mut st = lock(&self.node.state);
             st.nodes = table.clone();
             drop(st);
             let t = self.recovery.takeover();
