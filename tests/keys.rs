@@ -221,7 +221,7 @@ fn catcher(c: &Cluster) -> (Customer, crossbeam_channel::Receiver<Message>) {
         customer_id: 99,
     };
     let catch = Customer::new(&c.workers[0], route, move |ev| {
-        if let pslite::van::VanEvent::Message(m) = ev {
+        if let pslite::postoffice::CustomerEvent::Message(m) = ev {
             let _ = tx.send(m);
         }
     })

@@ -9,14 +9,15 @@
 //! - **Content** (the value a pull asked for), where the van can write to the requester
 //!   ([`Postoffice::can_write`], the RDMA van): one RDMA WRITE WITH IMMEDIATE into the
 //!   destination the request named, the immediate being the request index (TF verbs' write of
-//!   the tensor); the requester's van reports it as a [`VanEvent::RemoteWrite`].
+//!   the tensor); the requester's van reports it as a [`CustomerEvent::RemoteWrite`].
 //! - **Content** elsewhere (the ZMQ van, or a write that failed): a data message marked
 //!   [`Rendezvous::Write`] with the immediate the write would have carried, frame 0 the
 //!   content, which the requester copies into the destination.
 
+use crate::postoffice::CustomerEvent;
 use crate::postoffice::Postoffice;
 use crate::rendezvous::RvMessage;
-use crate::van::{RemoteWrite, VanEvent, WriteSource};
+use crate::van::{RemoteWrite, WriteSource};
 use crate::wire::{Command, Message, Meta, Node, NodeId, Rendezvous};
 use bytes::Bytes;
 
@@ -35,7 +36,7 @@ pub(super) enum Arrival {
     },
     /// Content that landed by RDMA in the destination of request `write.imm`: nothing to copy.
     Written(RemoteWrite),
-    /// A peer is gone (see [`VanEvent::PeerLost`]): what waits on it fails with `error`.
+    /// A peer is gone (see [`CustomerEvent::PeerLost`]): what waits on it fails with `error`.
     PeerLost { peer: NodeId, error: crate::Error },
     /// At a replacement server: worker `from` saw the replaced server answer, per customer,
     /// the state-changing requests up to this timestamp (`Command::Answered`).
@@ -48,13 +49,11 @@ pub(super) enum Arrival {
 /// Sorts and decodes a customer's event. `None`: a malformed rendezvous message (no frame 0,
 /// or a control message that does not decode) or a control command other than ANSWERED,
 /// logged and dropped.
-pub(super) fn arrival(ev: VanEvent) -> Option<Arrival> {
+pub(super) fn arrival(ev: CustomerEvent) -> Option<Arrival> {
     let msg = match ev {
-        VanEvent::RemoteWrite(w) => return Some(Arrival::Written(w)),
-        VanEvent::PeerLost { peer, error } => return Some(Arrival::PeerLost { peer, error }),
-        VanEvent::Message(msg) => msg,
-        // Only the postoffice's receiving thread sees these.
-        VanEvent::Refused(_) => return None,
+        CustomerEvent::RemoteWrite(w) => return Some(Arrival::Written(w)),
+        CustomerEvent::PeerLost { peer, error } => return Some(Arrival::PeerLost { peer, error }),
+        CustomerEvent::Message(msg) => msg,
     };
     if let Some(control) = &msg.meta.control {
         let from = msg.meta.sender;

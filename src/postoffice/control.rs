@@ -172,7 +172,7 @@ impl Postoffice {
         let route = self.memory.route_of_imm(Imm(w.imm));
         match route.and_then(|r| lock(&self.routes).get(&r)) {
             Some(tx) => {
-                let _ = tx.send(VanEvent::RemoteWrite(w));
+                let _ = tx.send(super::CustomerEvent::RemoteWrite(w));
             }
             None => tracing::warn!(
                 "dropped a remote write with immediate {:#x} from {}: no customer",

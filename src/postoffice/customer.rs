@@ -1,9 +1,9 @@
 //! A customer: a thread that receives the data messages of one route (ps-lite's `Customer`).
 
 use super::Postoffice;
-use crate::error::Result;
-use crate::van::VanEvent;
-use crate::wire::DType;
+use crate::error::{Error, Result};
+use crate::van::RemoteWrite;
+use crate::wire::{DType, Message, NodeId};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
@@ -26,6 +26,26 @@ pub enum Route {
     },
 }
 
+/// What the postoffice hands a customer.
+// A message is most events; each is moved once through a channel, never stored in bulk, so
+// boxing it would cost more than the unused bytes of the rarer events.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug)]
+pub enum CustomerEvent {
+    /// A data message of its route (a request to a `KVServer`, an answer to a `KVWorker`).
+    Message(Message),
+    /// A peer's RDMA WRITE WITH IMMEDIATE landed, for the slot the customer holds.
+    RemoteWrite(RemoteWrite),
+    /// A peer is gone, and the job cannot complete: what waits on it fails with `error`
+    /// ([`Error::PeerLost`], or [`Error::DeclaredLost`] when `peer` is this node).
+    PeerLost {
+        /// The peer (this node's own id when the scheduler declared this node lost).
+        peer: NodeId,
+        /// The error naming it and why.
+        error: Error,
+    },
+}
+
 /// Runs `handle` on its own thread for every event of its route (data messages, and the remote
 /// writes whose immediate names the route's slot), in arrival order. Dropping it unregisters the
 /// route and joins the thread.
@@ -43,9 +63,9 @@ impl Customer {
     pub fn new(
         po: &Arc<Postoffice>,
         route: Route,
-        mut handle: impl FnMut(VanEvent) + Send + 'static,
+        mut handle: impl FnMut(CustomerEvent) + Send + 'static,
     ) -> Result<Customer> {
-        let (tx, rx) = crossbeam_channel::unbounded::<VanEvent>();
+        let (tx, rx) = crossbeam_channel::unbounded::<CustomerEvent>();
         po.register(route, tx)?;
         let thread = std::thread::Builder::new()
             .name(format!("customer-{route:?}"))
@@ -54,7 +74,7 @@ impl Customer {
                     handle(ev);
                 }
             })
-            .map_err(|e| crate::Error::Van(format!("cannot start a customer thread: {e}")))?;
+            .map_err(|e| Error::Van(format!("cannot start a customer thread: {e}")))?;
         Ok(Customer {
             po: po.clone(),
             route,

@@ -5,14 +5,14 @@
 //! `PS_HEARTBEAT_TIMEOUT` ([`super::liveness`]) and sends NODE_LOST, naming it and how long it
 //! was silent, to every node — the lost one included, which learns it if it comes back (after a
 //! SIGSTOP, say); later heartbeats of a lost node are answered with NODE_LOST again. An RDMA
-//! van reports a failed channel the same way ([`VanEvent::PeerLost`]).
+//! van reports a failed channel the same way ([`crate::van::VanEvent::PeerLost`]).
 //!
 //! When the cluster replaces lost nodes (`PS_CHECKPOINT_DIR`, [`super::recovery`]), a lost
 //! server or worker is first *awaited*; only a loss without a replacement window is a
 //! failure.
 //!
 //! From then on the job cannot complete: every
-//! customer gets [`VanEvent::PeerLost`] (a `KVWorker` fails all its pending requests with it),
+//! customer gets [`CustomerEvent::PeerLost`] (a `KVWorker` fails all its pending requests with it),
 //! data requests are refused at [`Postoffice::send`], barriers fail at once, and every node's
 //! `finalize` returns the error, so no process exits with status 0.
 //!
@@ -20,10 +20,10 @@
 //! by a wait); the `impl Postoffice` below is what a loss sets off.
 
 use super::scheduler::{Declared, Why};
+use super::CustomerEvent;
 use super::{Postoffice, SCHEDULER};
 use crate::error::Error;
 use crate::sync::lock;
-use crate::van::VanEvent;
 use crate::wire::{Control, Meta, Node, NodeId};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
@@ -205,7 +205,7 @@ impl Postoffice {
         let whose = (peer != self.my_id()).then_some(peer);
         self.van.peer_lost(whose, &error.to_string());
         self.resender.forget(peer);
-        lock(&self.routes).broadcast(|| VanEvent::PeerLost {
+        lock(&self.routes).broadcast(|| CustomerEvent::PeerLost {
             peer,
             error: error.clone(),
         });

@@ -54,7 +54,7 @@ impl Postoffice {
     }
 
     /// Reserves an immediate slot for `route`: remote writes whose immediate has this slot in
-    /// as its [`Imm::slot`] are delivered to `route` as [`crate::van::VanEvent::RemoteWrite`]s.
+    /// as its [`Imm::slot`] are delivered to `route` as [`super::CustomerEvent::RemoteWrite`]s.
     /// Slots 0–[`Imm::MAX_SLOT`].
     ///
     /// # Errors

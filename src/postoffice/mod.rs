@@ -39,7 +39,7 @@ mod routes;
 pub mod scheduler;
 
 pub use crate::wire::SCHEDULER;
-pub use customer::{Customer, Route};
+pub use customer::{Customer, CustomerEvent, Route};
 pub use range::Range;
 
 use crate::config::{Config, VanType};
@@ -47,7 +47,7 @@ use crate::error::{Error, Result};
 use crate::metrics::Metrics;
 use crate::sync::lock;
 use crate::van::zmq::{ZmqOptions, ZmqVan};
-use crate::van::{Van, VanEvent};
+use crate::van::Van;
 use crate::wire::{BarrierFailure, Command, Control, Message, Meta, Node, Role};
 use crossbeam_channel::Sender;
 use memory::Memory;
@@ -308,7 +308,7 @@ impl Postoffice {
         self.metrics.payload_bytes()
     }
 
-    pub(crate) fn register(&self, route: Route, tx: Sender<VanEvent>) -> Result<()> {
+    pub(crate) fn register(&self, route: Route, tx: Sender<CustomerEvent>) -> Result<()> {
         lock(&self.routes).open(route, tx)
     }
 

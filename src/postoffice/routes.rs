@@ -6,10 +6,10 @@
 //! `PS_MAX_INFLIGHT_BYTES`, [`crate::config::Bounds::parked_bytes`]).
 
 use super::customer::Route;
+use super::CustomerEvent;
 use crate::auth::limit::RateLimited;
 use crate::config::bounds::REQUEST_OVERHEAD_BYTES;
 use crate::error::{Error, Result};
-use crate::van::VanEvent;
 use crate::wire::{DType, Message, Node, NodeId};
 use crossbeam_channel::Sender;
 use std::collections::{HashMap, VecDeque};
@@ -21,7 +21,7 @@ pub const PARK: Duration = Duration::from_secs(5);
 
 /// Open routes and parked requests.
 pub struct Routes {
-    open: HashMap<Route, Sender<VanEvent>>,
+    open: HashMap<Route, Sender<CustomerEvent>>,
     /// In arrival order, so the oldest are in front: expiring looks at those that expire and
     /// one more, however many wait.
     parked: VecDeque<(Instant, Route, Message)>,
@@ -90,7 +90,7 @@ impl Routes {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] if the route is already open.
-    pub fn open(&mut self, route: Route, tx: Sender<VanEvent>) -> Result<()> {
+    pub fn open(&mut self, route: Route, tx: Sender<CustomerEvent>) -> Result<()> {
         if self.open.contains_key(&route) {
             return Err(Error::InvalidArgument(format!(
                 "{route:?} is already registered in this process"
@@ -100,7 +100,7 @@ impl Routes {
         for (at, r, msg) in parked {
             if r == route {
                 self.parked_bytes -= parked_cost(&msg);
-                let _ = tx.send(VanEvent::Message(msg));
+                let _ = tx.send(CustomerEvent::Message(msg));
             } else {
                 self.parked.push_back((at, r, msg));
             }
@@ -115,12 +115,12 @@ impl Routes {
     }
 
     /// The sender of an open route.
-    pub fn get(&self, route: &Route) -> Option<Sender<VanEvent>> {
+    pub fn get(&self, route: &Route) -> Option<Sender<CustomerEvent>> {
         self.open.get(route).cloned()
     }
 
     /// Sends an event made by `event` to every open route (a peer is gone).
-    pub fn broadcast(&self, event: impl Fn() -> VanEvent) {
+    pub fn broadcast(&self, event: impl Fn() -> CustomerEvent) {
         for tx in self.open.values() {
             let _ = tx.send(event());
         }
@@ -144,7 +144,7 @@ impl Routes {
         };
         match self.open.get(&route) {
             Some(tx) => {
-                if tx.send(VanEvent::Message(msg)).is_err() {
+                if tx.send(CustomerEvent::Message(msg)).is_err() {
                     tracing::debug!("customer of {route:?} has gone; message dropped");
                 }
             }
@@ -277,7 +277,7 @@ mod tests {
         };
         r.open(f32s, tx.clone()).expect("opens");
         assert!(r.open(f32s, tx).is_err(), "a route opens once");
-        assert!(matches!(rx.try_recv(), Ok(VanEvent::Message(m)) if m.meta.app_id == 1));
+        assert!(matches!(rx.try_recv(), Ok(CustomerEvent::Message(m)) if m.meta.app_id == 1));
         assert!(r.expire(t0 + PARK / 2, PARK).is_empty());
         let (tx2, _rx2) = crossbeam_channel::unbounded();
         let app2_u8 = Route::Server {

@@ -153,13 +153,11 @@ pub enum VanEvent {
     Message(Message),
     /// A peer's RDMA WRITE WITH IMMEDIATE landed in this node's registered memory.
     RemoteWrite(RemoteWrite),
-    /// A peer is gone: its RDMA channel failed (a failed WC), or — from the postoffice to its
-    /// customers — the scheduler declared it lost. `error` names the peer and why; what waits
-    /// on the peer fails with it.
+    /// A peer is gone: its RDMA channel failed (a failed WC). `error` names the peer and why.
     PeerLost {
-        /// The peer (this node's own id when the scheduler declared this node lost).
+        /// The peer.
         peer: NodeId,
-        /// [`Error::PeerLost`] or [`Error::DeclaredLost`], naming the node.
+        /// [`Error::PeerLost`], naming the node.
         error: Error,
     },
     /// The scheduler refused this node's connection while it joined: the tokens differ, or

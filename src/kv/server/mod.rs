@@ -26,8 +26,8 @@ use super::pairs::{decode_checked, encode_owned, KVPairs, KVRequest};
 use super::value::Value;
 use super::Key;
 use crate::error::Result;
+use crate::postoffice::CustomerEvent;
 use crate::postoffice::{reply_meta, Customer, Postoffice, Route};
-use crate::van::VanEvent;
 use crate::wire::{KeyRef, Message, Meta, Node, NodeId};
 use bytes::Bytes;
 use std::marker::PhantomData;
@@ -152,7 +152,7 @@ impl<V: Value> KVServer<V> {
                 app_id,
                 dtype: V::DTYPE,
             },
-            move |ev: VanEvent| served.on_event(ev),
+            move |ev: CustomerEvent| served.on_event(ev),
         )?;
         Ok(KVServer {
             _customer: customer,
@@ -178,7 +178,7 @@ struct Served<H> {
 impl<H> Served<H> {
     /// One event for this server: a rendezvous control message goes to the responder, a
     /// key-value request to the handler.
-    fn on_event<V: Value>(&mut self, ev: VanEvent)
+    fn on_event<V: Value>(&mut self, ev: CustomerEvent)
     where
         H: RequestHandler<V>,
     {

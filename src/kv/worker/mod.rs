@@ -32,8 +32,8 @@ use super::value::Value;
 use super::{Key, Timestamp};
 use crate::error::{Error, Result};
 use crate::kv::carrier::{self, Arrival};
+use crate::postoffice::CustomerEvent;
 use crate::postoffice::{Customer, Postoffice, Route};
-use crate::van::VanEvent;
 use call::{Call, Vals};
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::{Arc, Mutex};
@@ -408,7 +408,7 @@ impl<V: Value> KVWorker<V> {
 }
 
 /// An event for this worker's customer: a server's answer, or rendezvous traffic.
-fn on_event<V: Value>(state: &WorkerState<V>, ev: VanEvent) {
+fn on_event<V: Value>(state: &WorkerState<V>, ev: CustomerEvent) {
     match carrier::arrival(ev) {
         None => {}
         Some(Arrival::KeyValue(msg)) => state.requests.on_answer(&state.po, msg),

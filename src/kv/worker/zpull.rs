@@ -231,7 +231,7 @@ fn run_and_report<V: Value>(
 }
 
 /// Every outstanding pull ends with `error` (a peer is gone; see
-/// [`VanEvent::PeerLost`](crate::van::VanEvent::PeerLost)).
+/// [`CustomerEvent::PeerLost`](crate::postoffice::CustomerEvent::PeerLost)).
 pub(super) fn fail_all<V: Value>(state: &WorkerState<V>, error: &Error) {
     let mut st = lock(&state.zpulls);
     let indices: Vec<u32> = st.pulls.keys().copied().collect();
