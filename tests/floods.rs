@@ -10,7 +10,7 @@ use bytes::Bytes;
 use common::attack::{dealer, peak_rss_mib, port_of, push_frames};
 use common::launched::Launched;
 use pslite::auth::{Identity, Token};
-use pslite::wire::{decode_frames, encode_meta, Command, Control, DType, Message, Meta, Node};
+use pslite::wire::{decode_frames, encode_meta, ControlMsg, DType, Message, Meta, Node};
 use std::io::Read;
 use std::net::{TcpListener, TcpStream};
 use std::time::{Duration, Instant};
@@ -154,16 +154,14 @@ fn the_scheduler_answers_a_refused_node_over_its_connection_and_never_connects_t
         request: true,
         ..Meta::for_control(
             1,
-            Control {
-                cmd: Some(Command::AddNode),
-                nodes: vec![Node {
+            ControlMsg::AddNode {
+                node: Node {
                     role: pslite::Role::Server,
                     id: -1,
                     host: "127.0.0.1".into(),
                     port: named,
                     requested_rank: None,
-                }],
-                ..Control::default()
+                },
             },
         )
     });

@@ -66,14 +66,7 @@ fn strangers_cannot_push_release_a_barrier_or_register() {
     let mut add = pslite::wire::Message::new(pslite::wire::Meta {
         sender: -1,
         request: true,
-        ..pslite::wire::Meta::for_control(
-            SCHEDULER,
-            pslite::wire::Control {
-                cmd: Some(pslite::wire::Command::AddNode),
-                nodes: vec![node],
-                ..pslite::wire::Control::default()
-            },
-        )
+        ..pslite::wire::Meta::for_control(SCHEDULER, pslite::wire::ControlMsg::AddNode { node })
     });
     let add = pslite::wire::encode_meta(&mut add)
         .expect("encode")
@@ -99,10 +92,9 @@ fn strangers_cannot_push_release_a_barrier_or_register() {
     let release = {
         let mut m = pslite::wire::Message::new(pslite::wire::Meta::for_control(
             10,
-            pslite::wire::Control {
-                cmd: Some(pslite::wire::Command::Barrier),
-                barrier_group: pslite::postoffice::ALL_GROUP,
-                ..pslite::wire::Control::default()
+            pslite::wire::ControlMsg::Released {
+                group: pslite::postoffice::ALL_GROUP,
+                failure: None,
             },
         ));
         m.meta.sender = SCHEDULER;
@@ -184,21 +176,20 @@ fn node_replaced(to: i32, port: u16) -> Vec<u8> {
 
 /// [`node_replaced`], written as if `sender` sent it.
 fn node_replaced_from(sender: i32, to: i32, port: u16) -> Vec<u8> {
-    use pslite::wire::{encode_meta, Command, Control, Message, Meta, Node, Role};
+    use pslite::wire::{encode_meta, ControlMsg, Message, Meta, Node, Role};
     let mut msg = Message::new(Meta {
         sender,
         ..Meta::for_control(
             to,
-            Control {
-                cmd: Some(Command::NodeReplaced),
-                nodes: vec![Node {
+            ControlMsg::NodeReplaced {
+                node: Node {
                     role: Role::Server,
                     id: 8,
                     host: "127.0.0.1".into(),
                     port,
                     requested_rank: None,
-                }],
-                ..Control::default()
+                },
+                incarnation: 0,
             },
         )
     });
@@ -364,13 +355,7 @@ fn heartbeat(sender: i32) -> Vec<u8> {
     let mut msg = pslite::wire::Message::new(pslite::wire::Meta {
         sender,
         request: true,
-        ..pslite::wire::Meta::for_control(
-            SCHEDULER,
-            pslite::wire::Control {
-                cmd: Some(pslite::wire::Command::Heartbeat),
-                ..pslite::wire::Control::default()
-            },
-        )
+        ..pslite::wire::Meta::for_control(SCHEDULER, pslite::wire::ControlMsg::Heartbeat)
     });
     pslite::wire::encode_meta(&mut msg)
         .expect("encode")
@@ -507,7 +492,7 @@ fn pslite_launch_gives_servers_and_workers_their_key_and_not_the_token() {
 #[test]
 fn a_member_holding_worker_0s_key_speaks_as_no_one_else() {
     use pslite::auth::{NodeKey, Secret};
-    use pslite::wire::{encode_meta, Command, Control, Message, Meta, Node, Role};
+    use pslite::wire::{encode_meta, ControlMsg, Message, Meta, Node, Role};
     let port = pslite::free_port().expect("free port");
     let run = Launched::kv_app_s2w2(port, 2000, &[("PS_AUTH_TOKEN", TOKEN), ("PS_VERBOSE", "1")]);
     let s0 = common::attack::port_of(&run.wait_line("server rank 0 (id 8) started: "), "(id 8)");
@@ -563,16 +548,14 @@ fn a_member_holding_worker_0s_key_speaks_as_no_one_else() {
         request: true,
         ..Meta::for_control(
             SCHEDULER,
-            Control {
-                cmd: Some(Command::AddNode),
-                nodes: vec![Node {
+            ControlMsg::AddNode {
+                node: Node {
                     role: Role::Server,
                     id: -1,
                     host: "127.0.0.1".into(),
                     port: 9,
                     requested_rank: Some(0),
-                }],
-                ..Control::default()
+                },
             },
         )
     });

@@ -89,7 +89,7 @@ pub fn admit(who: Option<Identity>, meta: &Meta) -> Result<(), String> {
             ))
         }
         Some(Identity::Node(id)) if meta.command() == Some(Command::AddNode) && meta.request => {
-            let node = meta.control.as_ref().and_then(|c| c.nodes.first());
+            let node = meta.control.as_ref().and_then(|c| c.registering());
             match node.and_then(registered_id) {
                 Some(asked) if asked == id => Ok(()),
                 Some(asked) => Err(format!(
@@ -128,7 +128,7 @@ pub fn registered_id(n: &Node) -> Option<NodeId> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wire::Control;
+    use crate::wire::ControlMsg;
 
     #[test]
     fn a_message_is_admitted_only_from_the_node_its_connection_proved() {
@@ -146,9 +146,8 @@ mod tests {
             request: true,
             ..Meta::for_control(
                 1,
-                Control {
-                    cmd: Some(Command::AddNode),
-                    ..Control::default()
+                ControlMsg::AddNode {
+                    node: Default::default(),
                 },
             )
         };
@@ -159,13 +158,7 @@ mod tests {
             ..add.clone()
         };
         assert!(admit(Some(Identity::Joiner), &posing).is_err());
-        let terminate = Meta::for_control(
-            1,
-            Control {
-                cmd: Some(Command::Terminate),
-                ..Control::default()
-            },
-        );
+        let terminate = Meta::for_control(1, ControlMsg::Terminate);
         let e = admit(Some(Identity::Joiner), &terminate).expect_err("joiner");
         assert!(
             e.contains("a Terminate answer from a node that has not joined"),
@@ -182,16 +175,14 @@ mod tests {
             request: true,
             ..Meta::for_control(
                 1,
-                Control {
-                    cmd: Some(Command::AddNode),
-                    nodes: vec![Node {
+                ControlMsg::AddNode {
+                    node: Node {
                         role,
                         id: -1,
                         host: "127.0.0.1".into(),
                         port: 7,
                         requested_rank: rank,
-                    }],
-                    ..Control::default()
+                    },
                 },
             )
         };

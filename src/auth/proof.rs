@@ -13,7 +13,7 @@
 //!   own key, the scheduler from `T`;
 //! - `node:A` to node B (the scheduler included as A): `HMAC(K_B, CONTEXT ‖ "from:node:A")` —
 //!   B checks it with its own key; A gets it from `T`, or, holding only `K_A`, from the
-//!   scheduler's node table (`Control::reach`, which carries A's credentials for its peers);
+//!   scheduler's node table (`NodeTable::reach`, which carries A's credentials for its peers);
 //! - `join` (a node that has no id yet, only with `T`): `HMAC(T, CONTEXT ‖ "join")`.
 //!
 //! So a node holding only `K_A` can prove `node:A` and nothing else: not the scheduler (whose

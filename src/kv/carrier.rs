@@ -18,7 +18,7 @@ use crate::postoffice::CustomerEvent;
 use crate::postoffice::Postoffice;
 use crate::rendezvous::RvMessage;
 use crate::van::{RemoteWrite, WriteSource};
-use crate::wire::{Command, Message, Meta, Node, NodeId, Rendezvous};
+use crate::wire::{ControlMsg, Message, Meta, Node, NodeId, Rendezvous};
 use bytes::Bytes;
 
 /// One event for a key-value customer (a `KVWorker`'s or a `KVServer`'s), sorted by carrier.
@@ -57,13 +57,13 @@ pub(super) fn arrival(ev: CustomerEvent) -> Option<Arrival> {
     };
     if let Some(control) = &msg.meta.control {
         let from = msg.meta.sender;
-        if control.cmd == Some(Command::Answered) {
-            let answered = control.answered.clone();
+        if let ControlMsg::Answered { highest } = control {
+            let answered = highest.clone();
             return Some(Arrival::Answered { from, answered });
         }
         tracing::warn!(
             "dropped a {:?} for a key-value customer from {}",
-            control.cmd,
+            control.command(),
             Node::describe(from)
         );
         return None;

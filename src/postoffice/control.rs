@@ -7,7 +7,7 @@ use super::{reply_meta, Postoffice, SCHEDULER};
 use crate::error::{Error, Result};
 use crate::sync::lock;
 use crate::van::{RemoteWrite, VanEvent};
-use crate::wire::{BarrierFailure, Command, Imm, Message, Meta, Node};
+use crate::wire::{BarrierFailure, Command, ControlMsg, Imm, Message, Meta, Node};
 use std::sync::atomic::Ordering;
 use std::sync::Weak;
 use std::time::{Duration, Instant};
@@ -96,47 +96,62 @@ impl Postoffice {
             );
             return;
         }
-        let control = msg.meta.control.clone().unwrap_or_default();
-        match (cmd, scheduler, msg.meta.request) {
-            (Command::AddNode, true, true) => self.on_add_node(&control.nodes),
-            (Command::AddNode, false, false) => self.update_table(&msg.meta, control),
-            (Command::Barrier, true, true) => {
-                let timeout = (control.barrier_timeout_ms > 0)
-                    .then(|| Duration::from_millis(control.barrier_timeout_ms));
-                let failed = (control.barrier_failure == Some(BarrierFailure::Failed))
-                    .then(|| msg.meta.error.clone().unwrap_or_default());
-                self.scheduler_barrier(msg.meta.sender, control.barrier_group, timeout, failed);
+        let Some(control) = msg.meta.control.clone() else {
+            return;
+        };
+        let from = msg.meta.sender;
+        match (control, scheduler, msg.meta.request) {
+            (ControlMsg::AddNode { node }, true, true) => self.on_add_node(node),
+            (ControlMsg::NodeTable(table), false, false) => self.update_table(&msg.meta, table),
+            (
+                ControlMsg::Barrier {
+                    group,
+                    timeout_ms,
+                    failed,
+                },
+                true,
+                true,
+            ) => {
+                let timeout = (timeout_ms > 0).then(|| Duration::from_millis(timeout_ms));
+                let failed = failed.then(|| msg.meta.error.clone().unwrap_or_default());
+                self.scheduler_barrier(from, group, timeout, failed);
             }
-            (Command::Barrier, _, false) => self.barrier_done(
-                control.barrier_group,
-                barrier_result(control.barrier_failure, msg.meta.error),
-            ),
-            (Command::Heartbeat, true, true) => self.on_heartbeat(&msg.meta),
-            (Command::Heartbeat, false, false) => {}
-            (Command::Ack, _, _) => self.resender.on_ack(msg.meta.sender, &control.acks),
-            (Command::NodeLost, false, _) => self.on_node_lost(&msg.meta, &control),
-            (Command::NodeReplaced, false, request) => {
-                if let Some(why) = self.replacement_refusal(&control) {
+            (ControlMsg::Released { group, failure }, _, false) => {
+                self.barrier_done(group, barrier_result(failure, msg.meta.error))
+            }
+            (ControlMsg::Heartbeat, true, true) => self.on_heartbeat(&msg.meta),
+            (ControlMsg::Heartbeat, false, false) => {}
+            (ControlMsg::Ack { seqs }, _, _) => self.resender.on_ack(from, &seqs),
+            (
+                ControlMsg::NodeLost {
+                    node,
+                    replace_within_ms,
+                },
+                false,
+                _,
+            ) => self.on_node_lost(&msg.meta, &node, replace_within_ms),
+            (ControlMsg::NodeReplaced { node, incarnation }, false, request) => {
+                if let Some(why) = self.replacement_refusal(&node) {
                     tracing::warn!(
                         "dropped a NODE_REPLACED from {}: {why}",
-                        Node::describe(msg.meta.sender)
+                        Node::describe(from)
                     );
                     return;
                 }
-                self.on_node_replaced(&control);
+                self.on_node_replaced(&node, incarnation);
                 if request {
-                    self.confirm_replaced(&control);
+                    self.confirm_replaced(node, incarnation);
                 }
             }
-            (Command::NodeReplaced, true, false) => {
-                self.on_replaced_confirmed(msg.meta.sender, &control)
+            (ControlMsg::NodeReplaced { node, .. }, true, false) => {
+                self.on_replaced_confirmed(from, node.id)
             }
-            (Command::Answered, false, true) => self.deliver_answered(msg),
-            (Command::Terminate, _, _) => {
+            (ControlMsg::Answered { .. }, false, true) => self.deliver_answered(msg),
+            (ControlMsg::Terminate, _, _) => {
                 self.life.stopped.store(true, Ordering::Release);
                 self.node.cv.notify_all();
             }
-            (cmd, _, request) => tracing::warn!(
+            (_, _, request) => tracing::warn!(
                 "dropped an unexpected {cmd:?} {} from {}",
                 if request { "request" } else { "answer" },
                 Node::describe(msg.meta.sender)

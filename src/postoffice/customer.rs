@@ -46,6 +46,17 @@ pub enum CustomerEvent {
     },
 }
 
+thread_local! {
+    /// Set on a customer's thread ([`on_customer_thread`]).
+    static ON_CUSTOMER: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Whether the calling thread is a customer's (it runs a [`Customer`]'s handler): a call made
+/// there must not block on what only that customer can give back (its answers).
+pub fn on_customer_thread() -> bool {
+    ON_CUSTOMER.with(|on| on.get())
+}
+
 /// Runs `handle` on its own thread for every event of its route (data messages, and the remote
 /// writes whose immediate names the route's slot), in arrival order. Dropping it unregisters the
 /// route and joins the thread.
@@ -70,6 +81,7 @@ impl Customer {
         let thread = std::thread::Builder::new()
             .name(format!("customer-{route:?}"))
             .spawn(move || {
+                ON_CUSTOMER.with(|on| on.set(true));
                 for ev in rx {
                     handle(ev);
                 }

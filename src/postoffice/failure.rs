@@ -24,7 +24,7 @@ use super::CustomerEvent;
 use super::{Postoffice, SCHEDULER};
 use crate::error::Error;
 use crate::sync::lock;
-use crate::wire::{Control, Meta, Node, NodeId};
+use crate::wire::{Meta, Node, NodeId};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -260,16 +260,12 @@ impl Postoffice {
         }
     }
 
-    /// NODE_LOST from the scheduler: `control.nodes[0]` was declared lost, `meta.error` says
-    /// why.
-    pub(super) fn on_node_lost(&self, meta: &Meta, control: &Control) {
-        let Some(node) = control.nodes.first() else {
-            tracing::warn!("dropped a NODE_LOST that names no node");
-            return;
-        };
+    /// NODE_LOST from the scheduler: `node` was declared lost, `meta.error` says why; its
+    /// replacement is awaited for `replace_within_ms` (0: none is).
+    pub(super) fn on_node_lost(&self, meta: &Meta, node: &Node, replace_within_ms: u64) {
         let why = meta.error.clone().unwrap_or_default();
-        if control.replace_within_ms > 0 && node.id != self.my_id() {
-            let window = Duration::from_millis(control.replace_within_ms);
+        if replace_within_ms > 0 && node.id != self.my_id() {
+            let window = Duration::from_millis(replace_within_ms);
             self.mark_awaiting(node.id, &why, window);
             return;
         }

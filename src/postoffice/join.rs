@@ -4,7 +4,7 @@
 
 use super::{Postoffice, SCHEDULER};
 use crate::error::{Error, Result};
-use crate::wire::{Command, Control, Message, Meta, Node, NodeId, Role};
+use crate::wire::{ControlMsg, Message, Meta, Node, NodeId, NodeTable, Role};
 use std::sync::atomic::Ordering;
 use std::sync::Weak;
 use std::time::{Duration, Instant};
@@ -24,14 +24,7 @@ impl Postoffice {
                 .connect(SCHEDULER, &self.cfg.root_uri, self.cfg.root_port)?;
             let meta = Meta {
                 request: true,
-                ..Meta::for_control(
-                    SCHEDULER,
-                    Control {
-                        cmd: Some(Command::AddNode),
-                        nodes: vec![me.clone()],
-                        ..Control::default()
-                    },
-                )
+                ..Meta::for_control(SCHEDULER, ControlMsg::AddNode { node: me.clone() })
             };
             self.send(Message::new(meta))?;
         }
@@ -80,8 +73,8 @@ impl Postoffice {
     /// The scheduler's node table (or its refusal) arrived: take this node's id from it and
     /// connect to the peers that carry key-value traffic (workers to servers, servers to
     /// workers).
-    pub(super) fn update_table(&self, meta: &Meta, control: Control) {
-        let nodes = control.nodes;
+    pub(super) fn update_table(&self, meta: &Meta, table: NodeTable) {
+        let nodes = table.nodes;
         let mut st = crate::sync::lock(&self.node.state);
         if let Some(e) = &meta.error {
             st.fatal = Some(Error::Remote {
@@ -109,7 +102,7 @@ impl Postoffice {
         if let Ok(mut m) = self.node.me.write() {
             m.id = mine.id;
         }
-        self.van.set_reach(control.reach);
+        self.van.set_reach(table.reach);
         self.van.set_node_id(mine.id);
         let peers = nodes
             .iter()
@@ -123,17 +116,17 @@ impl Postoffice {
         }
         {
             let mut t = self.recovery.takeover();
-            t.replacement = control.replacement;
-            t.must_meet = control.replacement && control.barrier_group == super::ALL_GROUP;
-            t.replace_within = control.replace_within_ms;
-            t.run_id = control.run_id;
-            if control.replacement {
-                t.inherited = control.barriers_done.iter().copied().collect();
-                self.recovery.set_incarnation(control.incarnation);
+            t.replacement = table.replacement.is_some();
+            t.replace_within = table.replace_within_ms;
+            t.run_id = table.run_id;
+            if let Some(r) = &table.replacement {
+                t.must_meet = r.start_open;
+                t.inherited = r.barriers_done.iter().copied().collect();
+                self.recovery.set_incarnation(r.incarnation);
             }
         }
         self.recovery
-            .set_retaining(control.replace_within_ms > 0 && self.cfg.role == Role::Worker);
+            .set_retaining(table.replace_within_ms > 0 && self.cfg.role == Role::Worker);
         st.nodes = nodes;
         st.ready = true;
         self.node.cv.notify_all();
@@ -155,13 +148,7 @@ impl Postoffice {
                 next = Instant::now() + po.cfg.heartbeat_interval;
                 let meta = Meta {
                     request: true,
-                    ..Meta::for_control(
-                        SCHEDULER,
-                        Control {
-                            cmd: Some(Command::Heartbeat),
-                            ..Control::default()
-                        },
-                    )
+                    ..Meta::for_control(SCHEDULER, ControlMsg::Heartbeat)
                 };
                 if let Err(e) = po.send(Message::new(meta)) {
                     tracing::debug!("heartbeat not sent: {e}");

@@ -39,7 +39,7 @@ mod routes;
 pub mod scheduler;
 
 pub use crate::wire::SCHEDULER;
-pub use customer::{Customer, CustomerEvent, Route};
+pub use customer::{on_customer_thread, Customer, CustomerEvent, Route};
 pub use range::Range;
 
 use crate::config::{Config, VanType};
@@ -48,7 +48,7 @@ use crate::metrics::Metrics;
 use crate::sync::lock;
 use crate::van::zmq::{ZmqOptions, ZmqVan};
 use crate::van::Van;
-use crate::wire::{BarrierFailure, Command, Control, Message, Meta, Node, Role};
+use crate::wire::{ControlMsg, Message, Meta, Node, Role};
 use crossbeam_channel::Sender;
 use memory::Memory;
 use routes::Routes;
@@ -448,12 +448,10 @@ impl Postoffice {
             error: failed.clone(),
             ..Meta::for_control(
                 SCHEDULER,
-                Control {
-                    cmd: Some(Command::Barrier),
-                    barrier_group: group,
-                    barrier_timeout_ms: timeout.map_or(0, |t| t.as_millis() as u64),
-                    barrier_failure: failed.is_some().then_some(BarrierFailure::Failed),
-                    ..Control::default()
+                ControlMsg::Barrier {
+                    group,
+                    timeout_ms: timeout.map_or(0, |t| t.as_millis() as u64),
+                    failed: failed.is_some(),
                 },
             )
         };

@@ -18,7 +18,7 @@
 use super::Postoffice;
 use crate::error::{Error, Result};
 use crate::sync::lock;
-use crate::wire::{Command, Control, Message, Meta, Node, SCHEDULER};
+use crate::wire::{ControlMsg, Message, Meta, Node, SCHEDULER};
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
@@ -106,11 +106,7 @@ impl Postoffice {
     /// or once a batch waits for one peer).
     pub(super) fn flush_acks(&self) {
         for (to, acks) in self.resender.take_acks() {
-            let control = Control {
-                cmd: Some(Command::Ack),
-                acks,
-                ..Control::default()
-            };
+            let control = ControlMsg::Ack { seqs: acks };
             if let Err(e) = self.send(Message::new(Meta::for_control(to, control))) {
                 tracing::debug!("cannot acknowledge {}: {e}", Node::describe(to));
             }

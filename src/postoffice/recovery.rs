@@ -3,7 +3,7 @@
 //!
 //! With `PS_CHECKPOINT_DIR` set on the scheduler (either van), a server declared lost is not a
 //! failure at once: the scheduler sends NODE_LOST with a replacement window
-//! (`Control::replace_within_ms`, `PS_RECOVERY_TIMEOUT`), and every node *awaits* it. A
+//! (`ControlMsg::NodeLost::replace_within_ms`, `PS_RECOVERY_TIMEOUT`), and every node *awaits* it. A
 //! server that registers meanwhile (or that asks for the rank of a server still counted
 //! alive: `pslite-launch --restart` starts one as soon as the old process died) takes the lost
 //! server's id, rank and key range: the scheduler sends it the node table marked
@@ -49,7 +49,7 @@ use super::retained::{Key, Retained};
 use super::{Postoffice, SCHEDULER};
 use crate::config::Config;
 use crate::sync::lock;
-use crate::wire::{Command, Control, KeyRef, Message, Meta, Node, NodeId, Role};
+use crate::wire::{Command, ControlMsg, KeyRef, Message, Meta, Node, NodeId, Role};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
@@ -281,12 +281,12 @@ impl Postoffice {
         );
     }
 
-    /// Why NODE_REPLACED naming `control.nodes[0]` is not taken, `None` when it is: the
-    /// cluster replaces no node (no `PS_CHECKPOINT_DIR`). With replacements on, the node need
-    /// not have been declared lost here first: a replacement that registers before its
-    /// predecessor's loss is declared takes over at once.
-    pub(super) fn replacement_refusal(&self, control: &Control) -> Option<String> {
-        let id = control.nodes.first()?.id;
+    /// Why NODE_REPLACED naming `node` is not taken, `None` when it is: the cluster replaces
+    /// no node (no `PS_CHECKPOINT_DIR`). With replacements on, the node need not have been
+    /// declared lost here first: a replacement that registers before its predecessor's loss is
+    /// declared takes over at once.
+    pub(super) fn replacement_refusal(&self, node: &Node) -> Option<String> {
+        let id = node.id;
         (!self.replaces_lost()).then(|| {
             format!(
                 "it names {}, but this cluster replaces no node (no PS_CHECKPOINT_DIR)",
@@ -295,16 +295,13 @@ impl Postoffice {
         })
     }
 
-    /// NODE_REPLACED: `control.nodes[0]` now holds a lost server's or worker's id. Connects to
-    /// it (a worker to a server, a server to a worker), forgets the resend state of the old
-    /// one, and sends again the requests a replaced server did not answer.
-    pub(super) fn on_node_replaced(&self, control: &Control) {
-        let Some(node) = control.nodes.first().cloned() else {
-            tracing::warn!("dropped a NODE_REPLACED that names no node");
-            return;
-        };
+    /// NODE_REPLACED: `node` now holds a lost server's or worker's id, its `incarnation`-th
+    /// holder. Connects to it (a worker to a server, a server to a worker), forgets the resend
+    /// state of the old one, and sends again the requests a replaced server did not answer.
+    pub(super) fn on_node_replaced(&self, node: &Node, incarnation: u32) {
+        let node = node.clone();
         let id = node.id;
-        self.recovery.set_holder(id, control.incarnation);
+        self.recovery.set_holder(id, incarnation);
         let connect = Node::is_worker_server_pair(self.my_id(), id);
         self.failures.stop_awaiting(id);
         if let Some(n) = lock(&self.node.state).nodes.iter_mut().find(|n| n.id == id) {
@@ -339,11 +336,7 @@ impl Postoffice {
         // What the replaced server answered goes first: the replacement checks its restored
         // log against it before it applies anything sent again.
         for ((app_id, dtype), answered) in answered {
-            let control = Control {
-                cmd: Some(Command::Answered),
-                answered,
-                ..Control::default()
-            };
+            let control = ControlMsg::Answered { highest: answered };
             let meta = Meta {
                 request: true,
                 app_id,
@@ -366,12 +359,8 @@ impl Postoffice {
     }
 
     /// On a server: NODE_REPLACED (asking for it) is handled; tells the scheduler.
-    pub(super) fn confirm_replaced(&self, control: &Control) {
-        let confirm = Control {
-            cmd: Some(Command::NodeReplaced),
-            nodes: control.nodes.clone(),
-            ..Control::default()
-        };
+    pub(super) fn confirm_replaced(&self, node: Node, incarnation: u32) {
+        let confirm = ControlMsg::NodeReplaced { node, incarnation };
         if let Err(e) = self.send(Message::new(Meta::for_control(SCHEDULER, confirm))) {
             tracing::warn!("cannot confirm a replacement to the scheduler: {e}");
         }

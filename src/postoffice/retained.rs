@@ -11,7 +11,7 @@ pub(super) type Key = (NodeId, i32, i32, i32);
 /// What a `KVServer` serves: an application and a value type.
 type Served = (i32, DType);
 
-/// Per customer id, the highest timestamp a server answered (`Control::answered`).
+/// Per customer id, the highest timestamp a server answered (`ControlMsg::Answered`).
 type Highest = Vec<(i32, i32)>;
 
 /// A worker's requests to servers that have not been answered yet, and per server the
@@ -22,7 +22,7 @@ pub(super) struct Retained {
     pub(super) msgs: HashMap<Key, Message>,
     /// Per (server, application, value type, customer): the highest timestamp of a
     /// state-changing request the server answered without an error (the recovery
-    /// cross-check, `Command::Answered`).
+    /// cross-check, `ControlMsg::Answered`).
     highest: HashMap<(NodeId, i32, DType, i32), i32>,
 }
 

@@ -305,7 +305,8 @@ mod tests {
             msg.meta.customer_id = customer;
             msg.meta.timestamp = ts;
             msg.meta.rendezvous = rendezvous.then_some(crate::wire::Rendezvous::Control);
-            msg.meta.control = control.then(crate::wire::Control::default);
+            msg.meta.control =
+                control.then(|| crate::wire::ControlMsg::Answered { highest: vec![] });
             parked.push(msg);
         };
         park(9, 0, 7, DType::F32, false, false); // 1

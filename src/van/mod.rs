@@ -77,7 +77,7 @@ pub trait Van: Send + Sync {
     fn set_node_id(&self, _id: NodeId) {}
 
     /// The credentials this node presents to its peers, from the scheduler's node table
-    /// (`Control::reach`), before it connects to them. The default keeps none.
+    /// (`NodeTable::reach`), before it connects to them. The default keeps none.
     fn set_reach(&self, _reach: Vec<(NodeId, String)>) {}
 
     /// Registers `[addr, addr + len)` for RDMA: as a write target (`remote_write`: the memory

@@ -149,7 +149,7 @@ pub fn decode_frames(mut frames: Vec<Bytes>) -> Result<Message, WireError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wire::{Command, Control, DType, Node, Role};
+    use crate::wire::{ControlMsg, DType, Node, NodeTable, Role, Takeover};
 
     fn sample() -> Message {
         Message {
@@ -172,8 +172,7 @@ mod tests {
                 }),
                 rendezvous: Some(crate::wire::Rendezvous::Write { imm: 0x0100_0007 }),
                 seq: Some(41),
-                control: Some(Control {
-                    cmd: Some(Command::AddNode),
+                control: Some(ControlMsg::NodeTable(NodeTable {
                     nodes: vec![Node {
                         role: Role::Server,
                         id: 8,
@@ -181,18 +180,15 @@ mod tests {
                         port: 4242,
                         requested_rank: Some(3),
                     }],
-                    barrier_group: 7,
-                    barrier_timeout_ms: 5,
-                    barrier_failure: Some(crate::wire::BarrierFailure::Lost),
-                    acks: vec![12, 13],
                     replace_within_ms: 60_000,
-                    replacement: true,
                     run_id: 0xfeed_beef,
-                    barriers_done: vec![(4, 3)],
-                    incarnation: 2,
                     reach: vec![(8, "ab".repeat(32))],
-                    answered: vec![(0, 41), (2, 7)],
-                }),
+                    replacement: Some(Takeover {
+                        start_open: true,
+                        barriers_done: vec![(4, 3)],
+                        incarnation: 2,
+                    }),
+                })),
                 frame_lens: vec![],
                 incarnation: 3,
                 also_refused: vec![5, 9],

@@ -1,8 +1,10 @@
-//! The message header and the control commands (ps-lite's `Meta` and `Control`, `meta.proto`).
+//! The message header (ps-lite's `Meta`, `meta.proto`); control messages are in
+//! [`super::control`].
 
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
+use super::control::{Command, ControlMsg};
 use super::ids::NodeId;
 
 /// The role of a process in the cluster (`DMLC_ROLE`).
@@ -57,96 +59,6 @@ pub struct Node {
     /// The rank this node asks for (`PSLITE_RANK`); honoured when every node of its role asks
     /// for a distinct rank in range, else ranks follow the order of registration.
     pub requested_rank: Option<u32>,
-}
-
-/// Control commands (ps-lite `Control::Command`). A message without a control command is data.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Command {
-    /// Registration: a node → scheduler (request, one node with id -1); scheduler → all (the table).
-    AddNode,
-    /// Barrier: node → scheduler (request with the group); scheduler → members (release).
-    Barrier,
-    /// Stop the receiving loop.
-    Terminate,
-    /// Liveness: node → scheduler (request); scheduler → node (answer).
-    Heartbeat,
-    /// Van bootstrap between two peers (the RDMA van's QP exchange); frame 0 is van-specific.
-    VanConnect,
-    /// Resend (`PS_RESEND`): the receiver got the data messages `Control::acks` of the sender's
-    /// sequence (ps-lite's `ACK`, batched: one per peer once the oldest waited a tenth of
-    /// `PS_RESEND_TIMEOUT`, at most 20 ms, or 256 wait).
-    Ack,
-    /// Failure: scheduler → every node, `Control::nodes[0]` was declared lost (`Meta::error`
-    /// says why: how long it was silent); also the scheduler's answer to a heartbeat of a node
-    /// it declared lost. Not in ps-lite, whose scheduler tells nobody.
-    NodeLost,
-    /// Recovery: scheduler → every other node, `Control::nodes[0]` (a lost node's id, rank and
-    /// key range) is now served by a replacement at this host and port: connect to it and send
-    /// it again the requests it has not answered (issue 13). Not in ps-lite.
-    NodeReplaced,
-    /// Recovery cross-check: worker → a replacement server (a request routed like the data
-    /// requests of `Meta::app_id` and `Meta::dtype`, parked until that application is
-    /// served), per customer the highest timestamp among the state-changing requests the
-    /// replaced server answered (`Control::answered`). The replacement refuses to serve when
-    /// its restored log lacks one. Not in ps-lite.
-    Answered,
-}
-
-/// A control message's body.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
-pub struct Control {
-    /// The command; `None` is never sent (a data message has `Meta::control == None`).
-    pub cmd: Option<Command>,
-    /// Nodes (ADD_NODE).
-    pub nodes: Vec<Node>,
-    /// Group of a barrier: sum of the role groups (1 scheduler, 2 servers, 4 workers).
-    pub barrier_group: i32,
-    /// For a barrier request: how long the scheduler waits for the others, in milliseconds;
-    /// 0 = as long as every missing member is alive (heartbeats).
-    pub barrier_timeout_ms: u64,
-    /// For a barrier release: why the barrier failed (`Meta::error` has the text naming the
-    /// nodes); `None` when it completed. For a barrier request: `Failed` when the node's
-    /// application failed (`Meta::error` has its error).
-    pub barrier_failure: Option<BarrierFailure>,
-    /// For an ACK: the sequence numbers acknowledged (`Meta::seq` of the data messages), in
-    /// the order received.
-    pub acks: Vec<u64>,
-    /// Recovery (`PS_CHECKPOINT_DIR` on the scheduler): in the node table the scheduler sends
-    /// (ADD_NODE answer) and in NODE_LOST, how long, in milliseconds, the scheduler waits for a
-    /// replacement of a lost server or worker; 0 = a lost node fails the job.
-    pub replace_within_ms: u64,
-    /// In the node table sent to one node: it replaces a lost node (it restores its state and
-    /// skips the start-up barrier, unless `barrier_group` says the barrier is still open).
-    pub replacement: bool,
-    /// In the node table: this run's id, drawn by the scheduler; a replacement restores only a
-    /// checkpoint of the same run.
-    pub run_id: u64,
-    /// In the node table sent to a replacement: per barrier group, the barriers of the group
-    /// its predecessor completed after the start-up barrier (it passes as many at once).
-    pub barriers_done: Vec<(i32, u64)>,
-    /// In the node table sent to a replacement, and in NODE_REPLACED: how many nodes held its
-    /// id before it (a replacement worker numbers its requests from `incarnation × 2^27` on).
-    pub incarnation: u32,
-    /// In the node table sent to one node: the PLAIN password it presents to each peer it
-    /// connects to ([`crate::auth`]; what a node holding only its own key cannot compute).
-    pub reach: Vec<(NodeId, String)>,
-    /// In ANSWERED: per customer id of the application, the highest timestamp of a
-    /// state-changing request (a push or an application command) the replaced server answered
-    /// without an error: `(customer_id, timestamp)`.
-    pub answered: Vec<(i32, i32)>,
-}
-
-/// Why a barrier failed (the scheduler's release of a failed barrier).
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
-pub enum BarrierFailure {
-    /// The node asked for a barrier of a group that does not include it.
-    NotMember,
-    /// A member did not arrive within the barrier's timeout.
-    Timeout,
-    /// A member that had not arrived was declared lost (no heartbeats).
-    Lost,
-    /// A member arrived after its application failed (`Postoffice::finalize_failed`).
-    Failed,
 }
 
 /// Element type of the values frame.
@@ -287,7 +199,7 @@ pub struct Meta {
     /// of a node whose application failed, that error.
     pub error: Option<String>,
     /// Set on control messages.
-    pub control: Option<Control>,
+    pub control: Option<ControlMsg>,
     /// Key caching: how the keys frame refers to the key list; `None`: frame 0 holds the keys.
     pub keys: Option<KeyRef>,
     /// Set on rendezvous traffic, which goes to the customer's rendezvous driver, not to the
@@ -318,7 +230,7 @@ impl Meta {
 
     /// The header of a control message to `recver` (sender, ids and flags default; the
     /// postoffice fills in the sender).
-    pub fn for_control(recver: NodeId, control: Control) -> Meta {
+    pub fn for_control(recver: NodeId, control: ControlMsg) -> Meta {
         Meta {
             recver,
             control: Some(control),
@@ -328,6 +240,6 @@ impl Meta {
 
     /// The control command, if this is a control message.
     pub fn command(&self) -> Option<Command> {
-        self.control.as_ref().and_then(|c| c.cmd)
+        self.control.as_ref().map(ControlMsg::command)
     }
 }

@@ -1,4 +1,4 @@
-//! Wire format: the [`Meta`] header (serde + bincode 2), [`Control`] commands, and raw data
+//! Wire format: the [`Meta`] header (serde + bincode 2), [`ControlMsg`] commands, and raw data
 //! frames. No IO here: the vans move [`Message`]s, this module only says what they look like and
 //! validates what arrives.
 //!
@@ -9,6 +9,7 @@
 
 mod codec;
 pub mod container;
+mod control;
 mod ids;
 mod imm;
 mod meta;
@@ -17,9 +18,10 @@ pub mod pieces;
 pub use codec::{
     decode_frames, decode_meta, encode_meta, WireError, MAX_FRAME_BYTES, MAX_META_BYTES,
 };
+pub use control::{BarrierFailure, Command, ControlMsg, NodeTable, Takeover};
 pub use ids::{place, NodeId, SCHEDULER};
 pub use imm::Imm;
-pub use meta::{BarrierFailure, Command, Control, DType, KeyRef, Meta, Node, Rendezvous, Role};
+pub use meta::{DType, KeyRef, Meta, Node, Rendezvous, Role};
 pub use pieces::{pieces, Assembly, PIECE_BYTES};
 
 use bytes::Bytes;

@@ -1,20 +1,14 @@
 //! Helpers for issue 14's attack tests: a stock ZMQ client that sends what a node would not,
 //! and what the attacked process holds in memory.
 
-use pslite::wire::{encode_meta, Command, Control, Message, Meta, SCHEDULER};
+use pslite::wire::{encode_meta, ControlMsg, Message, Meta, SCHEDULER};
 use std::time::Duration;
 
 /// A TERMINATE for the scheduler, written as if `sender` sent it.
 pub fn terminate(sender: i32) -> Vec<u8> {
     let mut msg = Message::new(Meta {
         sender,
-        ..Meta::for_control(
-            SCHEDULER,
-            Control {
-                cmd: Some(Command::Terminate),
-                ..Control::default()
-            },
-        )
+        ..Meta::for_control(SCHEDULER, ControlMsg::Terminate)
     });
     encode_meta(&mut msg).expect("encode").to_vec()
 }

@@ -90,7 +90,7 @@ impl Durable {
 
     /// The recovery cross-check: worker `from` saw the server this one replaces answer, per
     /// customer, the state-changing requests up to a timestamp (`answered`: customer id,
-    /// timestamp; `Command::Answered`). Each answered request was logged before its answer
+    /// timestamp; `ControlMsg::Answered`). Each answered request was logged before its answer
     /// went out, so each must be among those this checkpoint holds as applied (or older than
     /// the [`KEEP`](crate::kv::durable::applied::KEEP) it remembers of that customer). One
     /// that is not (the log lost a record it had acknowledged: a file cut or replaced, or an

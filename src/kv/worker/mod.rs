@@ -315,9 +315,7 @@ impl<V: Value> KVWorker<V> {
                 budget.max()
             )));
         }
-        let on_customer = std::thread::current()
-            .name()
-            .is_some_and(|n| n.starts_with("customer-"));
+        let on_customer = crate::postoffice::on_customer_thread();
         budget.take(costs.iter().sum(), self.timeout(), !on_customer)?;
         Ok(costs)
     }

@@ -10,7 +10,7 @@ use super::super::{reply_meta, Postoffice, SCHEDULER};
 use super::{Admission, Declared, Inherited, Scheduler};
 use crate::error::{Error, Result};
 use crate::sync::lock;
-use crate::wire::{Command, Control, Message, Meta, Node, NodeId, Role};
+use crate::wire::{ControlMsg, Message, Meta, Node, NodeId, NodeTable, Role, Takeover};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -21,7 +21,7 @@ pub(super) const CONFIRM_WAIT: Duration = Duration::from_secs(5);
 /// NODE_REPLACED (or [`CONFIRM_WAIT`] passed).
 pub(super) struct HeldTable {
     node: Node,
-    control: Control,
+    table: NodeTable,
     /// Servers that have not confirmed yet.
     waiting: Vec<NodeId>,
     until: Instant,
@@ -50,11 +50,8 @@ impl SchedulerIo {
 }
 
 impl Postoffice {
-    pub(in crate::postoffice) fn on_add_node(&self, nodes: &[Node]) {
-        let (Some(sched), Some(node)) = (&self.scheduler, nodes.first().cloned()) else {
-            tracing::warn!("dropped an ADD_NODE without a node");
-            return;
-        };
+    pub(in crate::postoffice) fn on_add_node(&self, node: Node) {
+        let Some(sched) = &self.scheduler else { return };
         let admission = sched.lock().add_node(node, Instant::now());
         match admission {
             Admission::Waiting | Admission::Repeat => {}
@@ -86,14 +83,13 @@ impl Postoffice {
         self.node.cv.notify_all();
         for n in &table[1..] {
             let sent = self.van.connect(n.id, &n.host, n.port).and_then(|_| {
-                let control = Control {
-                    cmd: Some(Command::AddNode),
+                let control = ControlMsg::NodeTable(NodeTable {
                     nodes: table.clone(),
                     replace_within_ms: window,
                     run_id,
                     reach: self.reach_for(n.id, &table),
-                    ..Control::default()
-                };
+                    replacement: None,
+                });
                 self.send(Message::new(Meta::for_control(n.id, control)))
             });
             if let Err(e) = sent {
@@ -125,10 +121,7 @@ impl Postoffice {
     /// 14).
     pub(in crate::postoffice) fn refuse_all(&self, nodes: &[Node], why: &str) {
         for n in nodes {
-            let control = Control {
-                cmd: Some(Command::AddNode),
-                ..Control::default()
-            };
+            let control = ControlMsg::NodeTable(NodeTable::default());
             let mut meta = Meta {
                 error: Some(why.to_string()),
                 ..Meta::for_control(-1, control)
@@ -184,11 +177,9 @@ impl Postoffice {
                 self.barrier_done(o.group, barrier_result(kind, text.clone()));
                 continue;
             }
-            let control = Control {
-                cmd: Some(Command::Barrier),
-                barrier_group: o.group,
-                barrier_failure: kind,
-                ..Control::default()
+            let control = ControlMsg::Released {
+                group: o.group,
+                failure: kind,
             };
             let meta = Meta {
                 error: text.clone(),
@@ -276,11 +267,9 @@ impl Postoffice {
         why: &str,
         window_ms: u64,
     ) -> Result<usize> {
-        let control = Control {
-            cmd: Some(Command::NodeLost),
-            nodes: vec![lost.clone()],
+        let control = ControlMsg::NodeLost {
+            node: lost.clone(),
             replace_within_ms: window_ms,
-            ..Control::default()
         };
         let meta = Meta {
             error: Some(why.to_string()),
@@ -319,17 +308,16 @@ impl Postoffice {
         if (displaced.host.as_str(), displaced.port) != (node.host.as_str(), node.port) {
             self.tell_displaced(&displaced, &place);
         }
-        let control = Control {
-            cmd: Some(Command::AddNode),
+        let control = NodeTable {
             nodes: table.clone(),
-            replacement: true,
             replace_within_ms: window,
             run_id,
-            barrier_group: if started { 0 } else { super::super::ALL_GROUP },
-            barriers_done: inherited.barriers,
-            incarnation: inherited.incarnation,
             reach: self.reach_for(node.id, &table),
-            ..Control::default()
+            replacement: Some(Takeover {
+                start_open: !started,
+                barriers_done: inherited.barriers,
+                incarnation: inherited.incarnation,
+            }),
         };
         if node.role != Role::Worker {
             // The replacement server gets its table before the workers send it their
@@ -348,14 +336,15 @@ impl Postoffice {
         let Some(s) = &self.scheduler else { return };
         lock(&s.held).push(HeldTable {
             node,
-            control,
+            table: control,
             waiting,
             until: Instant::now() + CONFIRM_WAIT,
         });
     }
 
-    /// Connects to the replacement `node` and sends it its node table (`control`).
-    pub(in crate::postoffice) fn send_replacement_table(&self, node: &Node, control: Control) {
+    /// Connects to the replacement `node` and sends it its node `table`.
+    pub(in crate::postoffice) fn send_replacement_table(&self, node: &Node, table: NodeTable) {
+        let control = ControlMsg::NodeTable(table);
         let to_new = self
             .van
             .connect(node.id, &node.host, node.port)
@@ -369,12 +358,9 @@ impl Postoffice {
         }
     }
 
-    /// On the scheduler: `from` confirmed NODE_REPLACED of `control.nodes[0]`; sends the
-    /// tables no server is waited for any more.
-    pub(in crate::postoffice) fn on_replaced_confirmed(&self, from: NodeId, control: &Control) {
-        let Some(id) = control.nodes.first().map(|n| n.id) else {
-            return;
-        };
+    /// On the scheduler: `from` confirmed NODE_REPLACED of node `id`; sends the tables no
+    /// server is waited for any more.
+    pub(in crate::postoffice) fn on_replaced_confirmed(&self, from: NodeId, id: NodeId) {
         let Some(s) = &self.scheduler else { return };
         let ready = {
             let mut held = lock(&s.held);
@@ -385,7 +371,7 @@ impl Postoffice {
                 .collect::<Vec<_>>()
         };
         for h in ready {
-            self.send_replacement_table(&h.node, h.control);
+            self.send_replacement_table(&h.node, h.table);
         }
     }
 
@@ -408,7 +394,7 @@ impl Postoffice {
                 Node::describe(h.node.id),
                 CONFIRM_WAIT.as_secs_f64()
             );
-            self.send_replacement_table(&h.node, h.control);
+            self.send_replacement_table(&h.node, h.table);
         }
     }
 
@@ -427,11 +413,9 @@ impl Postoffice {
             .iter()
             .filter(|n| n.id != SCHEDULER && n.id != node.id)
         {
-            let control = Control {
-                cmd: Some(Command::NodeReplaced),
-                nodes: vec![node.clone()],
+            let control = ControlMsg::NodeReplaced {
+                node: node.clone(),
                 incarnation,
-                ..Control::default()
             };
             let request = confirm && n.role == Role::Server;
             let meta = Meta {
@@ -454,10 +438,9 @@ impl Postoffice {
     /// its place (it then fails with `Error::DeclaredLost`), through a temporary connection.
     pub(in crate::postoffice) fn tell_displaced(&self, old: &Node, place: &str) {
         let tmp = Node::temporary_id(old.id);
-        let control = Control {
-            cmd: Some(Command::NodeLost),
-            nodes: vec![old.clone()],
-            ..Control::default()
+        let control = ControlMsg::NodeLost {
+            node: old.clone(),
+            replace_within_ms: 0,
         };
         let meta = Meta {
             error: Some(format!("a new {} at {place} took its place", old.role)),

@@ -14,7 +14,7 @@ use super::connect::{Endpoint, PreparedChannel};
 use super::van::VanState;
 use crate::error::{Error, Result};
 use crate::van::{Van, VanEvent};
-use crate::wire::{Command, Control, Message, Meta, Node, NodeId};
+use crate::wire::{Command, ControlMsg, Message, Meta, Node, NodeId};
 use bytes::Bytes;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -82,12 +82,7 @@ impl VanState {
             .map_err(|e| Error::Van(format!("cannot encode the QP endpoint: {e}")))?;
         let meta = Meta {
             sender: me,
-            recver: peer,
-            control: Some(Control {
-                cmd: Some(Command::VanConnect),
-                ..Control::default()
-            }),
-            ..Meta::default()
+            ..Meta::for_control(peer, ControlMsg::VanConnect)
         };
         self.zmq.send(Message {
             meta,

@@ -215,7 +215,7 @@ impl ZmqVan {
         if m.command() != Some(Command::AddNode) || !m.request || m.sender >= 0 {
             return;
         }
-        let Some(node) = m.control.as_ref().and_then(|c| c.nodes.first()) else {
+        let Some(node) = m.control.as_ref().and_then(|c| c.registering()) else {
             return;
         };
         crate::sync::lock(&self.joining).remember(&node.host, node.port, routing_id.clone());

@@ -523,7 +523,7 @@ fn mark_registration(msg: &mut Message, who: Option<Identity>) {
         Some(Identity::Node(id)) => id,
         _ => -1,
     };
-    if let Some(n) = m.control.as_mut().and_then(|c| c.nodes.first_mut()) {
+    if let Some(n) = m.control.as_mut().and_then(|c| c.registering_mut()) {
         n.id = proven;
     }
 }

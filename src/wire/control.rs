@@ -1,0 +1,189 @@
+//! Control messages (ps-lite's `Control`): one variant per command, each with its own fields
+//! (as quinn's `Frame`). A message whose `Meta::control` is `None` is data. Whether a control
+//! message is a request or an answer is `Meta::request`, as for data.
+
+use serde::{Deserialize, Serialize};
+
+use super::ids::NodeId;
+use super::meta::Node;
+
+/// What kind of control message it is (ps-lite's `Control::Command`): for logs, and for the
+/// checks that look at the kind only (who may send it).
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Command {
+    /// Registration ([`ControlMsg::AddNode`]) and its answer ([`ControlMsg::NodeTable`]).
+    AddNode,
+    /// A barrier ([`ControlMsg::Barrier`]) and its release ([`ControlMsg::Released`]).
+    Barrier,
+    /// [`ControlMsg::Terminate`].
+    Terminate,
+    /// [`ControlMsg::Heartbeat`].
+    Heartbeat,
+    /// [`ControlMsg::VanConnect`].
+    VanConnect,
+    /// [`ControlMsg::Ack`].
+    Ack,
+    /// [`ControlMsg::NodeLost`].
+    NodeLost,
+    /// [`ControlMsg::NodeReplaced`].
+    NodeReplaced,
+    /// [`ControlMsg::Answered`].
+    Answered,
+}
+
+/// A control message's body.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub enum ControlMsg {
+    /// Registration (request): a node → the scheduler, announcing itself (id -1, or its own
+    /// id when it proved it with its key, [`crate::auth`]).
+    AddNode {
+        /// The registering node.
+        node: Node,
+    },
+    /// The node table (the answer to ADD_NODE): scheduler → a node. With `Meta::error`, the
+    /// scheduler's refusal (and an empty table).
+    NodeTable(NodeTable),
+    /// A barrier (request): node → scheduler.
+    Barrier {
+        /// Group: sum of the role groups (1 scheduler, 2 servers, 4 workers).
+        group: i32,
+        /// How long the scheduler waits for the others, in milliseconds; 0 = as long as every
+        /// missing member is alive (heartbeats).
+        timeout_ms: u64,
+        /// The node's application failed (`Meta::error` has its error).
+        failed: bool,
+    },
+    /// A barrier's release (answer): scheduler → members.
+    Released {
+        /// The barrier's group.
+        group: i32,
+        /// Why it failed (`Meta::error` has the text naming the nodes); `None`: it completed.
+        failure: Option<BarrierFailure>,
+    },
+    /// Liveness: node → scheduler (request); scheduler → node (answer).
+    Heartbeat,
+    /// Van bootstrap between two peers (the RDMA van's QP exchange); frame 0 is van-specific.
+    VanConnect,
+    /// Resend (`PS_RESEND`): the receiver got these data messages of the sender's sequence
+    /// (ps-lite's `ACK`, batched: one per peer once the oldest waited a tenth of
+    /// `PS_RESEND_TIMEOUT`, at most 20 ms, or 256 wait).
+    Ack {
+        /// The sequence numbers acknowledged (`Meta::seq` of the data messages), in the order
+        /// received.
+        seqs: Vec<u64>,
+    },
+    /// Failure: scheduler → every node, `node` was declared lost (`Meta::error` says why: how
+    /// long it was silent); also the scheduler's answer to a heartbeat of a node it declared
+    /// lost. Not in ps-lite, whose scheduler tells nobody.
+    NodeLost {
+        /// The lost node.
+        node: Node,
+        /// How long, in milliseconds, the scheduler awaits its replacement (recovery); 0: the
+        /// loss fails the job.
+        replace_within_ms: u64,
+    },
+    /// Recovery: scheduler → every other node, `node` (a lost node's id, rank and key range)
+    /// is now served by a replacement at this host and port: connect to it and send it again
+    /// the requests it has not answered. As a request to a server: confirm it (a server's
+    /// answer, to the scheduler, confirms it). Not in ps-lite.
+    NodeReplaced {
+        /// The replacement, with the id it took over.
+        node: Node,
+        /// How many nodes held its id before it.
+        incarnation: u32,
+    },
+    /// Recovery cross-check: worker → a replacement server (a request routed like the data
+    /// requests of `Meta::app_id` and `Meta::dtype`, parked until that application is
+    /// served). The replacement refuses to serve when its restored log lacks one. Not in
+    /// ps-lite.
+    Answered {
+        /// Per customer id of the application, the highest timestamp of a state-changing
+        /// request (a push or an application command) the replaced server answered without
+        /// an error: `(customer_id, timestamp)`.
+        highest: Vec<(i32, i32)>,
+    },
+    /// Stop the receiving loop.
+    Terminate,
+}
+
+impl ControlMsg {
+    /// Its kind.
+    pub fn command(&self) -> Command {
+        match self {
+            ControlMsg::AddNode { .. } | ControlMsg::NodeTable(_) => Command::AddNode,
+            ControlMsg::Barrier { .. } | ControlMsg::Released { .. } => Command::Barrier,
+            ControlMsg::Heartbeat => Command::Heartbeat,
+            ControlMsg::VanConnect => Command::VanConnect,
+            ControlMsg::Ack { .. } => Command::Ack,
+            ControlMsg::NodeLost { .. } => Command::NodeLost,
+            ControlMsg::NodeReplaced { .. } => Command::NodeReplaced,
+            ControlMsg::Answered { .. } => Command::Answered,
+            ControlMsg::Terminate => Command::Terminate,
+        }
+    }
+}
+
+impl ControlMsg {
+    /// The node a registration (ADD_NODE request) announces; `None` for any other message.
+    pub fn registering(&self) -> Option<&Node> {
+        match self {
+            ControlMsg::AddNode { node } => Some(node),
+            _ => None,
+        }
+    }
+
+    /// As [`registering`](Self::registering), to change it (the van marks what the
+    /// connection proved).
+    pub fn registering_mut(&mut self) -> Option<&mut Node> {
+        match self {
+            ControlMsg::AddNode { node } => Some(node),
+            _ => None,
+        }
+    }
+}
+
+/// The scheduler's node table, as one node is sent it.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+pub struct NodeTable {
+    /// Every node: the scheduler, servers, workers.
+    pub nodes: Vec<Node>,
+    /// Recovery (`PS_CHECKPOINT_DIR` on the scheduler): how long, in milliseconds, the
+    /// scheduler waits for a replacement of a lost server or worker; 0 = a lost node fails the
+    /// job.
+    pub replace_within_ms: u64,
+    /// This run's id, drawn by the scheduler; a replacement restores only a checkpoint of the
+    /// same run.
+    pub run_id: u64,
+    /// The PLAIN password this node presents to each peer it connects to ([`crate::auth`];
+    /// what a node holding only its own key cannot compute).
+    pub reach: Vec<(NodeId, String)>,
+    /// This node replaces a lost one: what it takes over. `None` for every other node.
+    pub replacement: Option<Takeover>,
+}
+
+/// What a replacement takes over from the node it replaces (in its node table).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+pub struct Takeover {
+    /// The cluster has not passed the start-up barrier yet: the replacement passes it too
+    /// (otherwise it skips it).
+    pub start_open: bool,
+    /// Per barrier group, the barriers of the group its predecessor completed after the
+    /// start-up barrier (it passes as many at once).
+    pub barriers_done: Vec<(i32, u64)>,
+    /// How many nodes held its id before it (a replacement worker numbers its requests from
+    /// `incarnation × 2^27` on).
+    pub incarnation: u32,
+}
+
+/// Why a barrier failed (the scheduler's release of a failed barrier).
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BarrierFailure {
+    /// The node asked for a barrier of a group that does not include it.
+    NotMember,
+    /// A member did not arrive within the barrier's timeout.
+    Timeout,
+    /// A member that had not arrived was declared lost (no heartbeats).
+    Lost,
+    /// A member arrived after its application failed (`Postoffice::finalize_failed`).
+    Failed,
+}
