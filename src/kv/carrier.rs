@@ -38,6 +38,8 @@ pub(super) enum Arrival {
     Written(RemoteWrite),
     /// A peer is gone (see [`CustomerEvent::PeerLost`]): what waits on it fails with `error`.
     PeerLost { peer: NodeId, error: crate::Error },
+    /// A lost peer's id is now held by a replacement (see [`CustomerEvent::PeerReplaced`]).
+    PeerReplaced { peer: NodeId },
     /// At a replacement server: worker `from` saw the replaced server answer, per customer,
     /// the state-changing requests up to this timestamp (`Command::Answered`).
     Answered {
@@ -53,6 +55,7 @@ pub(super) fn arrival(ev: CustomerEvent) -> Option<Arrival> {
     let msg = match ev {
         CustomerEvent::RemoteWrite(w) => return Some(Arrival::Written(w)),
         CustomerEvent::PeerLost { peer, error } => return Some(Arrival::PeerLost { peer, error }),
+        CustomerEvent::PeerReplaced { peer } => return Some(Arrival::PeerReplaced { peer }),
         CustomerEvent::Message(msg) => msg,
     };
     if let Some(control) = &msg.meta.control {

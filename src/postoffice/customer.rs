@@ -44,6 +44,12 @@ pub enum CustomerEvent {
         /// The error naming it and why.
         error: Error,
     },
+    /// A lost peer's id is now held by a replacement, which this node is connected to (a
+    /// `KVWorker` sends a replaced server what it has not answered).
+    PeerReplaced {
+        /// The id the replacement took over.
+        peer: NodeId,
+    },
 }
 
 thread_local! {

@@ -125,8 +125,6 @@ impl Postoffice {
                 self.recovery.set_incarnation(r.incarnation);
             }
         }
-        self.recovery
-            .set_retaining(table.replace_within_ms > 0 && self.cfg.role == Role::Worker);
         st.nodes = nodes;
         st.ready = true;
         self.node.cv.notify_all();

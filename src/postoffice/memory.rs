@@ -47,8 +47,9 @@ impl Postoffice {
             0x5053_0000 | (self.my_id() as u32 & 0xffff),
         )?;
         // SAFETY: the pool lives as long as this postoffice, which drops the van first.
-        if let Some(keys) = unsafe { self.van.register_memory(p.base(), p.size(), true) }? {
-            p.set_keys(keys);
+        if let Some(rm) = self.van.remote_memory() {
+            // SAFETY: as above.
+            p.set_keys(unsafe { rm.register_memory(p.base(), p.size(), true) }?);
         }
         Ok(m.pool.get_or_init(|| p))
     }
@@ -76,16 +77,16 @@ impl Postoffice {
     }
 
     /// Whether the van can write into `to`'s registered memory (see
-    /// [`crate::van::Van::can_write`]).
+    /// [`crate::van::RemoteMemory::can_write`]).
     pub(crate) fn can_write(&self, to: NodeId) -> bool {
-        self.van.can_write(to)
+        self.van.remote_memory().is_some_and(|rm| rm.can_write(to))
     }
 
-    /// RDMA WRITE WITH IMMEDIATE through the van (see [`crate::van::Van::write_imm`]);
+    /// RDMA WRITE WITH IMMEDIATE through the van (see [`crate::van::RemoteMemory::write_imm`]);
     /// `Ok(false)` when the van cannot write to `to`.
     ///
     /// # Errors
-    /// As [`crate::van::Van::write_imm`]; [`Error::Stopped`] after shutdown.
+    /// As [`crate::van::RemoteMemory::write_imm`]; [`Error::Stopped`] after shutdown.
     pub(crate) fn write_imm(
         &self,
         to: NodeId,
@@ -97,31 +98,39 @@ impl Postoffice {
         if self.life.stopped.load(Ordering::Acquire) {
             return Err(Error::Stopped);
         }
-        self.van.write_imm(to, src, addr, rkey, imm)
+        match self.van.remote_memory() {
+            Some(rm) => rm.write_imm(to, src, addr, rkey, imm),
+            None => Ok(false),
+        }
     }
 
     /// Registers `[addr, addr + len)` with the van as an RDMA write source (local reads only;
-    /// see [`crate::van::Van::register_memory`]): its keys, or `None` when the van registers
-    /// nothing (ZMQ).
+    /// see [`crate::van::RemoteMemory::register_memory`]): its keys, or `None` when the van has
+    /// no remote memory (ZMQ).
     ///
     /// # Safety
-    /// As [`crate::van::Van::register_memory`]: the memory stays allocated until
+    /// As [`crate::van::RemoteMemory::register_memory`]: the memory stays allocated until
     /// [`deregister_memory`](Self::deregister_memory) or the postoffice is dropped.
     ///
     /// # Errors
-    /// As [`crate::van::Van::register_memory`].
+    /// As [`crate::van::RemoteMemory::register_memory`].
     pub(crate) unsafe fn register_source(
         &self,
         addr: usize,
         len: usize,
     ) -> Result<Option<Registration>> {
         // SAFETY: the caller's promise.
-        unsafe { self.van.register_memory(addr, len, false) }
+        match self.van.remote_memory() {
+            Some(rm) => unsafe { rm.register_memory(addr, len, false) }.map(Some),
+            None => Ok(None),
+        }
     }
 
     /// Ends the van's registrations starting at `addr` (see
-    /// [`crate::van::Van::deregister_memory`]).
+    /// [`crate::van::RemoteMemory::deregister_memory`]).
     pub(crate) fn deregister_memory(&self, addr: usize) {
-        self.van.deregister_memory(addr)
+        if let Some(rm) = self.van.remote_memory() {
+            rm.deregister_memory(addr)
+        }
     }
 }

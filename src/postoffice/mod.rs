@@ -34,7 +34,6 @@ pub mod range;
 mod recovery;
 pub mod resend;
 mod resender;
-mod retained;
 mod routes;
 pub mod scheduler;
 

@@ -3,13 +3,13 @@
 //! [`super::recovery`], [`super::resender`]); only this file knows their order.
 //!
 //! Outgoing ([`Postoffice::send`]): refused after a loss (`Failures::refusal`) → stamped with
-//! this node's id and incarnation → numbered for resend (`Resender::stamp`) → kept for a
-//! replacement (`Postoffice::retain`) → the van. All of it under `Recovery`'s `replacing` lock
-//! (shared), so that no message is numbered for a replaced peer and sent to its replacement.
+//! this node's id and incarnation → numbered for resend (`Resender::stamp`) → the van. The
+//! numbering and the van's send happen under `Recovery`'s `replacing` lock (shared), so that no
+//! message is numbered for a replaced peer and sent to its replacement.
 //!
 //! Incoming ([`Postoffice::admit_incoming`]): from an earlier holder of a replaced id → dropped;
 //! from the scheduler → heard of; then, for data only: from a lost peer → dropped; resend's
-//! drop simulation, acknowledgement and de-duplication; an answer clears the kept request.
+//! drop simulation, acknowledgement and de-duplication.
 //!
 //! Each tick of the receiving thread also sends the acknowledgements due
 //! ([`Postoffice::flush_acks`]) and what resend says is due again
@@ -41,26 +41,12 @@ impl Postoffice {
         let payload = msg.data_bytes() as u64;
         let _numbered = self.recovery.numbering();
         let kept = self.resender.stamp(&mut msg);
-        let retained = self.retain(&msg);
         let recver = msg.meta.recver;
         let n = match self.van.send(msg) {
             Ok(n) => n,
             Err(e) => {
                 if let Some(k) = kept {
                     self.resender.unstamp(k);
-                }
-                match retained {
-                    // A request to a server whose channel failed: kept for its replacement
-                    // (recovery), or failed with the server's loss.
-                    Some(_) if matches!(e, Error::Van(_) | Error::PeerLost(_)) => {
-                        tracing::warn!(
-                            "a request to {} is kept for its replacement: {e}",
-                            Node::describe(recver)
-                        );
-                        return Ok(0);
-                    }
-                    Some(r) => self.recovery.release(r),
-                    None => {}
                 }
                 return Err(e);
             }
@@ -94,9 +80,6 @@ impl Postoffice {
         }
         if admitted.duplicate {
             self.metrics.duplicates.inc();
-        }
-        if admitted.deliver && !meta.request {
-            self.answered(meta);
         }
         admitted.deliver
     }

@@ -3,7 +3,8 @@
 //!
 //! With `PS_CHECKPOINT_DIR` set on the scheduler (either van), a server declared lost is not a
 //! failure at once: the scheduler sends NODE_LOST with a replacement window
-//! (`ControlMsg::NodeLost::replace_within_ms`, `PS_RECOVERY_TIMEOUT`), and every node *awaits* it. A
+//! (`replace_within_ms` of `ControlMsg::NodeLost`, `PS_RECOVERY_TIMEOUT`), and every node
+//! *awaits* it. A
 //! server that registers meanwhile (or that asks for the rank of a server still counted
 //! alive: `pslite-launch --restart` starts one as soon as the old process died) takes the lost
 //! server's id, rank and key range: the scheduler sends it the node table marked
@@ -45,11 +46,10 @@
 //!
 //! Not covered: the scheduler (its loss ends the job).
 
-use super::retained::{Key, Retained};
 use super::{Postoffice, SCHEDULER};
 use crate::config::Config;
 use crate::sync::lock;
-use crate::wire::{Command, ControlMsg, KeyRef, Message, Meta, Node, NodeId, Role};
+use crate::wire::{Command, ControlMsg, Message, Meta, Node, NodeId, Role};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
@@ -79,9 +79,9 @@ pub(super) struct Takeover {
     pub barriers_called: BTreeMap<i32, u64>,
 }
 
-/// Recovery's state. Lock order: `replacing` (shared by every send, exclusive while a
-/// replaced peer's path is swapped), then `retained`; `holders` and `takeover` are taken
-/// alone.
+/// Recovery's state. `replacing` is shared by every send and exclusive while a replaced peer's
+/// path is swapped (the resend book's lock is taken inside it); `holders` and `takeover` are
+/// taken alone.
 #[derive(Default)]
 pub(super) struct Recovery {
     /// What the node table said ([`Takeover`]).
@@ -98,12 +98,6 @@ pub(super) struct Recovery {
     /// peer's resend state and path are swapped: no message is numbered for the old peer and
     /// sent to the new one.
     replacing: RwLock<()>,
-    /// Requests to servers not answered yet, kept to be sent again to a replacement (only
-    /// while `retaining`).
-    retained: Mutex<Retained>,
-    /// The scheduler said lost servers may be replaced, and this is a worker: requests are
-    /// retained (read before `retained` is locked, so sends pay nothing otherwise).
-    retaining: AtomicBool,
 }
 
 impl Recovery {
@@ -146,51 +140,6 @@ impl Recovery {
         }
         let holder = lock(&self.holders).get(&meta.sender).copied();
         holder.is_some_and(|h| meta.incarnation < h)
-    }
-
-    /// Keeps requests (a worker of a cluster that replaces lost servers) or not.
-    pub(super) fn set_retaining(&self, on: bool) {
-        self.retaining.store(on, Ordering::Release);
-    }
-
-    /// Keeps a copy of data request `msg` to a server until it is answered, when retaining;
-    /// returns its key.
-    fn retain(&self, msg: &Message) -> Option<Key> {
-        let m = &msg.meta;
-        if !self.retaining.load(Ordering::Acquire)
-            || !m.request
-            || m.control.is_some()
-            || m.rendezvous.is_some()
-            || Node::role_of(m.recver) != Some(Role::Server)
-        {
-            return None;
-        }
-        let key = (m.recver, m.app_id, m.customer_id, m.timestamp);
-        lock(&self.retained).msgs.insert(key, msg.clone());
-        Some(key)
-    }
-
-    /// Forgets a kept request that was never sent.
-    pub(super) fn release(&self, key: Key) {
-        lock(&self.retained).release(key);
-    }
-
-    /// An answer arrived: its request needs no copy any more; what its server answered
-    /// without an error is remembered for the recovery cross-check.
-    fn answered(&self, m: &Meta) {
-        if !self.retaining.load(Ordering::Acquire) {
-            return;
-        }
-        let ok = m.error.is_none() && !matches!(m.keys, Some(KeyRef::Unknown { .. }));
-        let mut retained = lock(&self.retained);
-        let also = if m.error.is_some() {
-            &m.also_refused[..]
-        } else {
-            &[]
-        };
-        for &ts in std::iter::once(&m.timestamp).chain(also) {
-            retained.answer((m.sender, m.app_id, m.customer_id, ts), ok);
-        }
     }
 }
 
@@ -245,21 +194,17 @@ impl Postoffice {
         let (n, passed) = (*calls, *calls <= inherited);
         if passed {
             tracing::info!(
-                "barrier {n} of group {group}: passed at once (the node this one replaces                  completed it)"
+                "barrier {n} of group {group}: passed at once (the node this one replaces \
+                 completed it)"
             );
         }
         passed
     }
 
-    /// Keeps a copy of data request `msg` to a server until it is answered, when the cluster
-    /// replaces lost servers and this is a worker; returns its key.
-    pub(super) fn retain(&self, msg: &Message) -> Option<Key> {
-        self.recovery.retain(msg)
-    }
-
-    /// An answer arrived (see [`Recovery::answered`]).
-    pub(super) fn answered(&self, m: &Meta) {
-        self.recovery.answered(m);
+    /// Whether a `KVWorker` of this node keeps every request until it is answered, to send it
+    /// again to a lost server's replacement: on a worker whose cluster replaces lost servers.
+    pub(crate) fn keeps_requests_for_replacements(&self) -> bool {
+        self.cfg.role == Role::Worker && self.replaces_lost()
     }
 
     /// Whether lost servers and workers are replaced (the node table said so).
@@ -297,7 +242,8 @@ impl Postoffice {
 
     /// NODE_REPLACED: `node` now holds a lost server's or worker's id, its `incarnation`-th
     /// holder. Connects to it (a worker to a server, a server to a worker), forgets the resend
-    /// state of the old one, and sends again the requests a replaced server did not answer.
+    /// state of the old one, and tells the customers ([`super::CustomerEvent::PeerReplaced`]:
+    /// a `KVWorker` sends a replaced server the requests it did not answer).
     pub(super) fn on_node_replaced(&self, node: &Node, incarnation: u32) {
         let node = node.clone();
         let id = node.id;
@@ -309,7 +255,7 @@ impl Postoffice {
         }
         // Nothing is numbered for the old peer and sent to the new one meanwhile: the resend
         // state is forgotten and the path replaced under the exclusive lock every send shares.
-        let (again, answered) = {
+        {
             let _swap = self.recovery.swapping();
             self.resender.forget(id);
             if connect {
@@ -319,43 +265,16 @@ impl Postoffice {
                     return;
                 }
             }
-            let mut retained = lock(&self.recovery.retained);
-            (retained.take_for(id), retained.answered_by(id))
-        };
-        let resend = match again.len() {
-            0 => String::new(),
-            n => format!("; sending it again the {n} requests not answered"),
-        };
+        }
         tracing::warn!(
-            "{} was replaced by a new {} at {}:{}{resend}",
+            "{} was replaced by a new {} at {}:{}",
             Node::describe(id),
             node.role,
             node.host,
             node.port,
         );
-        // What the replaced server answered goes first: the replacement checks its restored
-        // log against it before it applies anything sent again.
-        for ((app_id, dtype), answered) in answered {
-            let control = ControlMsg::Answered { highest: answered };
-            let meta = Meta {
-                request: true,
-                app_id,
-                dtype,
-                ..Meta::for_control(id, control)
-            };
-            if let Err(e) = self.send(Message::new(meta)) {
-                tracing::warn!(
-                    "cannot tell {} what its predecessor answered: {e}",
-                    Node::describe(id)
-                );
-            }
-        }
-        for mut msg in again {
-            msg.meta.seq = None;
-            if let Err(e) = self.send(msg) {
-                tracing::warn!("cannot send a request again to {}: {e}", Node::describe(id));
-            }
-        }
+        // A KVWorker sends a replaced server what it has not answered.
+        lock(&self.routes).broadcast(|| super::CustomerEvent::PeerReplaced { peer: id });
     }
 
     /// On a server: NODE_REPLACED (asking for it) is handled; tells the scheduler.

@@ -12,7 +12,7 @@
 //! carries out their actions (it owns the destination buffers and the stored values). Their
 //! messages travel as data messages marked [`crate::wire::Rendezvous::Control`]; a content write
 //! is an RDMA WRITE WITH IMMEDIATE into the registered pool ([`crate::van::pool`]) where the van
-//! can write ([`crate::van::Van::can_write`]), which the receiving van reports as a
+//! can write ([`crate::van::RemoteMemory::can_write`]), which the receiving van reports as a
 //! [`crate::van::VanEvent::RemoteWrite`]; elsewhere it is a message marked
 //! [`crate::wire::Rendezvous::Write`] whose content is copied into the destination.
 //!

@@ -61,11 +61,18 @@ pub trait Van: Send + Sync {
 
     /// (Scheduler) Sends `msg` to the node without an id that registered announcing
     /// `host:port`, over the connection its registration came on: a refusal is never sent by
-    /// connecting to an address the refused node named (issue 14).
+    /// connecting to an address the refused node named. The default cannot (a refused node
+    /// then learns it only at its start-up deadline).
     ///
     /// # Errors
     /// [`crate::Error::Van`] when no registration from that address is known.
-    fn answer_joiner(&self, host: &str, port: u16, msg: Message) -> Result<()>;
+    fn answer_joiner(&self, host: &str, port: u16, _msg: Message) -> Result<()> {
+        Err(Error::Van(format!(
+            "the {} van cannot answer the node registering from {}",
+            self.name(),
+            crate::wire::place(host, port)
+        )))
+    }
 
     /// Registers the van's own metrics (the RDMA van's WC errors, credit stalls and registered
     /// bytes: [`stats`]) in this node's registry. The default registers
@@ -80,54 +87,10 @@ pub trait Van: Send + Sync {
     /// (`NodeTable::reach`), before it connects to them. The default keeps none.
     fn set_reach(&self, _reach: Vec<(NodeId, String)>) {}
 
-    /// Registers `[addr, addr + len)` for RDMA: as a write target (`remote_write`: the memory
-    /// pool, which peers write into) or as a write source only (a key store's chunks, read by
-    /// this node's writes). The van keeps the registration (an MR) until it stops or
-    /// [`deregister_memory`](Self::deregister_memory). `None` when this van registers nothing
-    /// (ZMQ).
-    ///
-    /// # Safety
-    /// The memory must stay allocated until it is deregistered or the van is dropped: the
-    /// device may read it, and with `remote_write` peers may write it, at any time until then.
-    ///
-    /// # Errors
-    /// [`crate::Error::Van`] if the device refuses the registration.
-    unsafe fn register_memory(
-        &self,
-        _addr: usize,
-        _len: usize,
-        _remote_write: bool,
-    ) -> Result<Option<Registration>> {
-        Ok(None)
-    }
-
-    /// Ends the registrations that start at `addr` (no write may be in flight from or to it).
-    fn deregister_memory(&self, _addr: usize) {}
-
-    /// Whether this van can write into node `to`'s registered memory
-    /// ([`write_imm`](Self::write_imm)): an RDMA van with a QP to `to`. Even then a write may
-    /// be declined (`Ok(false)`), e.g. before the QP is connected.
-    fn can_write(&self, _to: NodeId) -> bool {
-        false
-    }
-
-    /// RDMA WRITE WITH IMMEDIATE of `src` to `addr`/`rkey` on node `to` (TF contrib/verbs'
-    /// content write; the immediate names the request). The van drops `src.hold` once the write
-    /// completed (or was flushed), not before. The receiver's van raises a
-    /// [`VanEvent::RemoteWrite`]. `Ok(false)`: this van cannot write to that node now (the
-    /// caller sends the content as a message instead).
-    ///
-    /// # Errors
-    /// [`crate::Error::Van`] when the write cannot be posted.
-    fn write_imm(
-        &self,
-        _to: NodeId,
-        _src: WriteSource,
-        _addr: u64,
-        _rkey: u32,
-        _imm: u32,
-    ) -> Result<bool> {
-        Ok(false)
+    /// The van's remote memory ([`RemoteMemory`]: RDMA registration and writes), if it has
+    /// any. The default has none (ZMQ): zero-copy pulls then travel as messages.
+    fn remote_memory(&self) -> Option<&dyn RemoteMemory> {
+        None
     }
 
     /// Closes every socket at once, dropping what is still queued (a failed start-up).
@@ -140,6 +103,54 @@ pub trait Van: Send + Sync {
     /// credits of a paused peer) ends those sends with `why`; the default does nothing (the ZMQ
     /// van never blocks on a peer).
     fn peer_lost(&self, _peer: Option<NodeId>, _why: &str) {}
+}
+
+/// A van's remote memory: registering memory with the device, and RDMA WRITE WITH IMMEDIATE
+/// into a peer's registered memory (TF contrib/verbs' content write). Only the RDMA van has it
+/// ([`Van::remote_memory`]).
+pub trait RemoteMemory: Send + Sync {
+    /// Registers `[addr, addr + len)` for RDMA: as a write target (`remote_write`: the memory
+    /// pool, which peers write into) or as a write source only (a key store's chunks, read by
+    /// this node's writes). The van keeps the registration (an MR) until it stops or
+    /// [`deregister_memory`](Self::deregister_memory).
+    ///
+    /// # Safety
+    /// The memory must stay allocated until it is deregistered or the van is dropped: the
+    /// device may read it, and with `remote_write` peers may write it, at any time until then.
+    ///
+    /// # Errors
+    /// [`crate::Error::Van`] if the device refuses the registration.
+    unsafe fn register_memory(
+        &self,
+        addr: usize,
+        len: usize,
+        remote_write: bool,
+    ) -> Result<Registration>;
+
+    /// Ends the registrations that start at `addr` (no write may be in flight from or to it).
+    fn deregister_memory(&self, addr: usize);
+
+    /// Whether this van can write into node `to`'s registered memory
+    /// ([`write_imm`](Self::write_imm)): an RDMA van with a QP to `to`. Even then a write may
+    /// be declined (`Ok(false)`), e.g. before the QP is connected.
+    fn can_write(&self, to: NodeId) -> bool;
+
+    /// RDMA WRITE WITH IMMEDIATE of `src` to `addr`/`rkey` on node `to` (TF contrib/verbs'
+    /// content write; the immediate names the request). The van drops `src.hold` once the write
+    /// completed (or was flushed), not before. The receiver's van raises a
+    /// [`VanEvent::RemoteWrite`]. `Ok(false)`: this van cannot write to that node now (the
+    /// caller sends the content as a message instead).
+    ///
+    /// # Errors
+    /// [`crate::Error::Van`] when the write cannot be posted.
+    fn write_imm(
+        &self,
+        to: NodeId,
+        src: WriteSource,
+        addr: u64,
+        rkey: u32,
+        imm: u32,
+    ) -> Result<bool>;
 }
 
 /// What a van's [`Van::recv`] returns.

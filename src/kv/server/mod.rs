@@ -203,6 +203,8 @@ impl<H> Served<H> {
             }
             // The postoffice refuses what would go to the peer; nothing waits here.
             Some(Arrival::PeerLost { .. }) => return,
+            // A replaced worker's requests come from its replacement; nothing to do here.
+            Some(Arrival::PeerReplaced { .. }) => return,
             Some(Arrival::Content { from, .. }) => {
                 tracing::warn!(
                     "a key-value server got rendezvous content from {}; dropped",

@@ -37,9 +37,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+mod replaced;
+
 /// What was asked of one server: the keys (for the answer, which carries none when they are
-/// the request's), and the request itself while it names a cached key list (sent again, with
-/// its keys, if the server does not keep the list).
+/// the request's), and the request itself while it is not answered and names a cached key list
+/// (sent again, with its keys, if the server does not keep the list) or the cluster replaces
+/// lost servers (sent again to the replacement, [`Tracker::on_replaced`]).
 struct Asked {
     keys: Bytes,
     resend: Option<Message>,
@@ -65,6 +68,8 @@ struct Pending<V> {
     opened: Instant,
     /// `push`, `pull` or `push-pull` (the metrics' `kind` label).
     kind: &'static str,
+    /// It may change the servers' state (a push or an application command).
+    changes: bool,
 }
 
 impl<V> Pending<V> {
@@ -103,6 +108,8 @@ pub(super) struct Tracker<V> {
     born: Instant,
     /// The node's metrics: requests sent, their latency per server, parts in flight.
     metrics: Arc<Metrics>,
+    /// What the cluster's replacement of lost servers needs ([`replaced`]).
+    replacing: replaced::Replacing,
 }
 
 impl<V> Drop for Tracker<V> {
@@ -124,11 +131,13 @@ impl<V> Drop for Tracker<V> {
 impl<V: Value> Tracker<V> {
     /// No request pending; `servers` mirrors holding at most `cache_keys` keys each
     /// (`PS_KEY_CACHE_KEYS`); parts give their bytes back to `budget`.
+    /// With `keep`, every part is kept until it is answered, to be sent again to a lost
+    /// server's replacement ([`on_replaced`](Self::on_replaced)).
     pub(super) fn new(
         servers: usize,
         cache_keys: usize,
-        budget: Arc<Budget>,
-        metrics: Arc<Metrics>,
+        (budget, metrics): (Arc<Budget>, Arc<Metrics>),
+        keep: bool,
     ) -> Tracker<V> {
         Tracker {
             mirrors: (0..servers)
@@ -140,6 +149,7 @@ impl<V: Value> Tracker<V> {
             last_expiry: AtomicU64::new(0),
             born: Instant::now(),
             metrics,
+            replacing: replaced::Replacing::new(keep),
         }
     }
 
@@ -200,6 +210,7 @@ impl<V: Value> Tracker<V> {
             callback,
             opened: Instant::now(),
             kind,
+            changes: false,
         };
         if pending.servers.is_empty() {
             if let Some(cb) = pending.callback {
@@ -266,18 +277,33 @@ impl<V: Value> Tracker<V> {
                 data.get(2).cloned().unwrap_or_default(),
             ],
         };
-        let resend = (!p.send).then(|| msg.clone());
+        let keep = self.replacing.keeps();
+        let resend = (!p.send || keep).then(|| msg.clone());
         if let Some(pd) = lock(&self.pending).get_mut(&msg.meta.timestamp) {
+            pd.changes = msg.meta.may_change_state();
             if let Some(slot) = pd.servers.iter().position(|&s| s == server) {
                 let asked = &mut pd.asked[slot];
                 (asked.keys, asked.resend) = (p.keys, resend);
             }
         }
-        po.send(msg).map(|_| ()).inspect_err(|_| {
-            if let Some(d) = registered {
-                mirror.forget(d);
+        match po.send(msg) {
+            Ok(_) => Ok(()),
+            // A request to a server whose channel failed: kept for its replacement, or failed
+            // with the server's loss.
+            Err(e) if keep && matches!(e, Error::Van(_) | Error::PeerLost(_)) => {
+                tracing::warn!(
+                    "a request to {} is kept for its replacement: {e}",
+                    Node::describe(Node::server_id(server))
+                );
+                Ok(())
             }
-        })
+            Err(e) => {
+                if let Some(d) = registered {
+                    mirror.forget(d);
+                }
+                Err(e)
+            }
+        }
     }
 
     /// The server does not keep the key list `req` named (a `Cached` request): send it again,
@@ -383,6 +409,9 @@ impl<V: Value> Tracker<V> {
             p.asked[slot].resend = None;
             self.metrics.answered(server, p.kind, p.opened.elapsed());
             self.budget.give(std::mem::take(&mut p.asked[slot].cost));
+            if p.changes && !matches!(outcome, Outcome::Failed(_)) {
+                self.replacing.answered(server, ts);
+            }
             match outcome {
                 Outcome::Failed(e) => {
                     p.error.get_or_insert(e);

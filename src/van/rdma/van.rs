@@ -11,7 +11,7 @@ use super::RdmaConfig;
 use crate::error::{Error, Result};
 use crate::sync::lock;
 use crate::van::zmq::{ZmqOptions, ZmqVan};
-use crate::van::{Registration, Van, VanEvent, WriteSource};
+use crate::van::{Registration, RemoteMemory, Van, VanEvent, WriteSource};
 use crate::wire::{Message, NodeId};
 use crossbeam_channel::{Receiver, Sender};
 use sideway::ibverbs::memory_region::MemoryRegion;
@@ -188,12 +188,18 @@ impl Van for RdmaVan {
         }
     }
 
+    fn remote_memory(&self) -> Option<&dyn RemoteMemory> {
+        Some(self)
+    }
+}
+
+impl RemoteMemory for RdmaVan {
     unsafe fn register_memory(
         &self,
         addr: usize,
         len: usize,
         remote_write: bool,
-    ) -> Result<Option<Registration>> {
+    ) -> Result<Registration> {
         let acc = if remote_write {
             AccessFlags::LocalWrite | AccessFlags::RemoteWrite
         } else {
@@ -214,7 +220,7 @@ impl Van for RdmaVan {
             rkey: mr.rkey(),
         };
         lock(&self.state.mrs).push((addr, pinned as usize, mr));
-        Ok(Some(keys))
+        Ok(keys)
     }
 
     fn deregister_memory(&self, addr: usize) {
