@@ -62,7 +62,7 @@ pub use config::{Config, VanType};
 pub use error::{Error, Result};
 pub use kv::{
     DefaultHandler, KVPairs, KVServer, KVWorker, Key, Op, RequestHandler, RequestOptions,
-    Timestamp, Value,
+    ServesValues, Timestamp, Value,
 };
 pub use postoffice::Postoffice;
 pub use wire::{DType, Role};

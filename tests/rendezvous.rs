@@ -5,7 +5,7 @@ mod common;
 
 use common::{cluster, cluster_cfg, cluster_with, serve_default};
 use pslite::kv::{KVRequest, ReqMeta};
-use pslite::{Error, KVPairs, KVServer, KVWorker, RequestHandler};
+use pslite::{Error, KVPairs, KVServer, KVWorker, RequestHandler, ServesValues};
 use std::time::Duration;
 
 #[test]
@@ -49,9 +49,11 @@ impl RequestHandler<f64> for Growing {
         }
         Ok(KVPairs::default())
     }
-    fn serves_values(&self) -> bool {
-        true
+    fn values(&self) -> Option<&dyn ServesValues<f64>> {
+        Some(self)
     }
+}
+impl ServesValues<f64> for Growing {
     fn value(&self, _key: u64) -> Option<&[f64]> {
         (!self.0.is_empty()).then_some(&self.0[..])
     }

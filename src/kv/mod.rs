@@ -62,7 +62,7 @@ pub mod worker;
 pub use pairs::{KVPairs, KVRequest};
 pub use request::{Callback, Op, RequestOptions};
 pub use sarray::SArray;
-pub use server::{DefaultHandler, KVServer, ReqMeta, RequestHandler};
+pub use server::{DefaultHandler, KVServer, ReqMeta, RequestHandler, ServesValues};
 pub use value::Value;
 pub use worker::KVWorker;
 

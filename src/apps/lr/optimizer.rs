@@ -5,7 +5,7 @@
 //! error naming both).
 
 use crate::kv::durable::bytes::Reader;
-use crate::kv::{KVPairs, KVRequest, Key, ReqMeta, RequestHandler};
+use crate::kv::{KVPairs, KVRequest, Key, ReqMeta, RequestHandler, ServesValues};
 use std::collections::HashMap;
 
 /// Request command: the values carry `[optimizer, learning_rate, l2]` (optimizer 0 SGD,
@@ -111,13 +111,15 @@ impl OptimizerHandler {
     }
 }
 
-impl RequestHandler<f32> for OptimizerHandler {
-    fn serves_values(&self) -> bool {
-        true
-    }
-
+impl ServesValues<f32> for OptimizerHandler {
     fn value(&self, key: Key) -> Option<&[f32]> {
         self.w.get(&key).map(std::slice::from_ref)
+    }
+}
+
+impl RequestHandler<f32> for OptimizerHandler {
+    fn values(&self) -> Option<&dyn ServesValues<f32>> {
+        Some(self)
     }
 
     /// The configuration, weights and AdaGrad sums, as bytes (little-endian): a `u8` (1 when

@@ -1,7 +1,7 @@
 //! [`DefaultHandler`]: sum pushes into a key store, answer pulls from it (ps-lite's
 //! `KVServerDefaultHandle`, `kv_app.h`).
 
-use super::{ReqMeta, RequestHandler};
+use super::{ReqMeta, RequestHandler, ServesValues};
 use crate::kv::keycache::Memo;
 use crate::kv::pairs::{KVPairs, KVRequest};
 use crate::kv::store::{KeyStore, Resolved};
@@ -91,17 +91,19 @@ impl<V: Value> DefaultHandler<V> {
     }
 }
 
-impl<V: Value> RequestHandler<V> for DefaultHandler<V> {
-    fn serves_values(&self) -> bool {
-        true
-    }
-
+impl<V: Value> ServesValues<V> for DefaultHandler<V> {
     fn value(&self, key: Key) -> Option<&[V]> {
         self.get(key)
     }
 
     fn value_regions(&self) -> Vec<(usize, usize)> {
         self.store.regions()
+    }
+}
+
+impl<V: Value> RequestHandler<V> for DefaultHandler<V> {
+    fn values(&self) -> Option<&dyn ServesValues<V>> {
+        Some(self)
     }
 
     /// The store's keys and values ([`KeyStore::save`]).

@@ -62,28 +62,11 @@ pub trait RequestHandler<V: Value>: Send + 'static {
     /// A text naming what was wrong; the server goes on serving.
     fn handle(&mut self, meta: &ReqMeta, req: KVRequest<'_, V>) -> Result<KVPairs<V>, String>;
 
-    /// Whether [`value`](Self::value) shows stored values, so that zero-copy (rendezvous) pulls
-    /// can be served. Default: no (such pulls get ERROR_STATUS).
-    fn serves_values(&self) -> bool {
-        false
-    }
-
-    /// The current value of `key`, `None` if it has none yet (a rendezvous pull then waits for
-    /// the first push of the key: tag matching).
-    fn value(&self, _key: Key) -> Option<&[V]> {
+    /// The handler's stored values, when it serves zero-copy (rendezvous) pulls from them
+    /// ([`ServesValues`]; a handler that does returns `Some(self)`). Default: `None` (such
+    /// pulls get ERROR_STATUS).
+    fn values(&self) -> Option<&dyn ServesValues<V>> {
         None
-    }
-
-    /// The memory regions, `(address, bytes)`, that hold the values [`value`](Self::value)
-    /// shows, so that a zero-copy pull is one RDMA WRITE from the value itself (the server
-    /// registers each region once, for local reads only, on the first zero-copy pull, and
-    /// deregisters it when the `KVServer` is dropped). The regions must stay allocated and in
-    /// place while the handler lives, and the values in them may change only in
-    /// [`handle`](Self::handle) for pushes and application commands (`cmd` ≠ 0): the server holds
-    /// those back while a write from the regions is in flight; a plain pull must not change
-    /// them. Default: none (values are copied into a registered buffer first).
-    fn value_regions(&self) -> Vec<(usize, usize)> {
-        Vec::new()
     }
 
     /// The handler's state as bytes, for a checkpoint snapshot (issue 13: durable servers;
@@ -114,6 +97,26 @@ pub trait RequestHandler<V: Value>: Send + 'static {
     /// into).
     fn restore(&mut self, _state: &[u8]) -> Result<(), String> {
         Err("this handler cannot restore saved state (RequestHandler::restore)".into())
+    }
+}
+
+/// A [`RequestHandler`] whose stored values zero-copy (rendezvous) pulls are served from
+/// (TensorFlow verbs' rendezvous; opt in with [`RequestHandler::values`]).
+pub trait ServesValues<V: Value> {
+    /// The current value of `key`, `None` if it has none yet (a rendezvous pull then waits for
+    /// the first push of the key: tag matching).
+    fn value(&self, key: Key) -> Option<&[V]>;
+
+    /// The memory regions, `(address, bytes)`, that hold the values [`value`](Self::value)
+    /// shows, so that a zero-copy pull is one RDMA WRITE from the value itself (the server
+    /// registers each region once, for local reads only, on the first zero-copy pull, and
+    /// deregisters it when the `KVServer` is dropped). The regions must stay allocated and in
+    /// place while the handler lives, and the values in them may change only in
+    /// [`RequestHandler::handle`] for pushes and application commands (`cmd` ≠ 0): the server
+    /// holds those back while a write from the regions is in flight; a plain pull must not
+    /// change them. Default: none (values are copied into a registered buffer first).
+    fn value_regions(&self) -> Vec<(usize, usize)> {
+        Vec::new()
     }
 }
 
@@ -308,11 +311,6 @@ fn serve_request<V: Value>(
     server: Handling<'_, impl RequestHandler<V>>,
     req: Incoming,
 ) -> Option<(Meta, Vec<Key>)> {
-    let Handling {
-        handler,
-        lists,
-        durable,
-    } = server;
     let Incoming { msg, gate, parked } = req;
     let Message { meta: m, mut data } = msg;
     let started = std::time::Instant::now();
@@ -320,62 +318,27 @@ fn serve_request<V: Value>(
     // The key list first, before anything can refuse the request: what the server keeps under
     // a digest then always follows the worker's registrations (see `super::keycache`).
     // Then the gate's refusal, answered as an error text like a malformed reference.
-    let list = key_list(lists, &m, &mut data)
+    let list = key_list(server.lists, &m, &mut data)
         .and_then(|list| gate.map(|()| list).map_err(Refused::Malformed));
     let list = match list {
         Ok(list) => list,
-        Err(refused) => {
-            match refused {
-                Refused::UnknownList { digest } => {
-                    reply.meta.keys = Some(KeyRef::Unknown { digest })
-                }
-                Refused::Malformed(e) => reply.meta.error = Some(e),
-            }
+        Err(Refused::UnknownList { digest }) => {
+            reply.meta.keys = Some(KeyRef::Unknown { digest });
+            send_answer(po, reply);
+            return None;
+        }
+        Err(Refused::Malformed(e)) => {
+            reply.meta.error = Some(e);
             send_answer(po, reply);
             return None;
         }
     };
     let mut pushed = None;
-    let may_change = m.may_change_state();
-    let again = may_change && durable.as_ref().is_some_and(|d| d.applied_before(&m));
-    // Applied before the restart: answered as a plain pull of its keys (no command, no values).
-    let rm = ReqMeta {
-        cmd: if again { 0 } else { m.head },
-        push: m.push && !again,
-        pull: m.pull,
-        sender: m.sender,
-        timestamp: m.timestamp,
-    };
-    // Logged (with a checkpoint): prepared before it is applied, committed after.
-    let (logs, mut durable, mut prepared) = (may_change && !again, durable, None);
-    // A kept list's keys were checked (sorted, unique) when it was registered.
-    let result = decode_checked::<V>(&data, list.is_some()).and_then(|mut req| {
-        if m.push && req.vals.is_empty() && !req.keys.is_empty() {
-            return Err("push without values".to_string());
+    let result = apply(po, server, (&m, &data, list), |keys| {
+        if parked {
+            pushed = Some(keys.to_vec());
         }
-        if let Some(why) = out_of_place(po, m.sender, &req.keys) {
-            return Err(why);
-        }
-        if again {
-            req.vals = std::borrow::Cow::Borrowed(&[]);
-            req.lens = std::borrow::Cow::Borrowed(&[]);
-        }
-        if let (true, Some(d)) = (logs, durable.as_deref_mut()) {
-            prepared = Some(d.prepare(&m, &data, list)?);
-        }
-        if rm.push && parked {
-            pushed = Some(req.keys.to_vec());
-        }
-        req.memo = list
-            .and_then(|d| lists.get(m.sender, m.customer_id, d))
-            .map(|l| &mut l.memo);
-        let asked = !req.keys.is_empty();
-        handler.handle(&rm, req).map(|res| (res, asked))
     });
-    let result = match (result, durable, prepared) {
-        (Ok(r), Some(d), Some(p)) => d.commit(p, &m, &data, list).map(|()| r),
-        (r, _, _) => r,
-    };
     po.metrics().handled(kind_of(&m), started.elapsed());
     match result {
         Ok((res, asked)) if m.pull => {
@@ -392,6 +355,64 @@ fn serve_request<V: Value>(
     }
     send_answer(po, reply);
     pushed.map(|keys| (m, keys))
+}
+
+/// Applies request `m` (its payload `data`, the kept key list `list` it uses) with the
+/// handler: decoded and checked, logged around the handler when it may change state (with a
+/// checkpoint), or, when applied before this server restarted, handled as a plain pull of its
+/// keys. `on_push` gets the keys of a push. Returns the handler's pairs and whether the
+/// request named any keys, or the error text to answer with.
+fn apply<V: Value>(
+    po: &Postoffice,
+    server: Handling<'_, impl RequestHandler<V>>,
+    (m, data, list): (&Meta, &[Bytes], Option<u64>),
+    on_push: impl FnOnce(&[Key]),
+) -> Result<(KVPairs<V>, bool), String> {
+    let Handling {
+        handler,
+        lists,
+        mut durable,
+    } = server;
+    let may_change = m.may_change_state();
+    let again = may_change && durable.as_ref().is_some_and(|d| d.applied_before(m));
+    // Applied before the restart: answered as a plain pull of its keys (no command, no values).
+    let rm = ReqMeta {
+        cmd: if again { 0 } else { m.head },
+        push: m.push && !again,
+        pull: m.pull,
+        sender: m.sender,
+        timestamp: m.timestamp,
+    };
+    // Logged (with a checkpoint): prepared before it is applied, committed after.
+    let logs = may_change && !again;
+    let mut prepared = None;
+    // A kept list's keys were checked (sorted, unique) when it was registered.
+    let mut req = decode_checked::<V>(data, list.is_some())?;
+    if m.push && req.vals.is_empty() && !req.keys.is_empty() {
+        return Err("push without values".to_string());
+    }
+    if let Some(why) = out_of_place(po, m.sender, &req.keys) {
+        return Err(why);
+    }
+    if again {
+        req.vals = std::borrow::Cow::Borrowed(&[]);
+        req.lens = std::borrow::Cow::Borrowed(&[]);
+    }
+    if let (true, Some(d)) = (logs, durable.as_deref_mut()) {
+        prepared = Some(d.prepare(m, data, list)?);
+    }
+    if rm.push {
+        on_push(&req.keys);
+    }
+    req.memo = list
+        .and_then(|d| lists.get(m.sender, m.customer_id, d))
+        .map(|l| &mut l.memo);
+    let asked = !req.keys.is_empty();
+    let result = handler.handle(&rm, req).map(|res| (res, asked));
+    match (result, durable, prepared) {
+        (Ok(r), Some(d), Some(p)) => d.commit(p, m, data, list).map(|()| r),
+        (r, _, _) => r,
+    }
 }
 
 /// Why a request may not be served here, `None` when it may (issue 14: a server serves the

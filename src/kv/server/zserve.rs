@@ -88,12 +88,17 @@ pub(super) struct ServerRv {
 }
 
 fn lookup<V: Value>(handler: &impl RequestHandler<V>, key: Key) -> Lookup<'_> {
-    handler.value(key).map(|v| {
+    value(handler, key).map(|v| {
         (
             TensorMeta::of(V::DTYPE, v.len() as u64),
             bytemuck::cast_slice::<V, u8>(v),
         )
     })
+}
+
+/// The value of `key` the handler shows ([`super::ServesValues`]).
+fn value<V: Value>(handler: &impl RequestHandler<V>, key: Key) -> Option<&[V]> {
+    handler.values().and_then(|s| s.value(key))
 }
 
 impl ServerRv {
@@ -129,7 +134,7 @@ impl ServerRv {
     ) {
         let actions = self
             .rv
-            .on_message(m.sender, rvmsg, handler.serves_values(), |k| {
+            .on_message(m.sender, rvmsg, handler.values().is_some(), |k| {
                 lookup(handler, k)
             });
         // A clone unclaimed after this many later responses belongs to a requester that gave up.
@@ -174,7 +179,8 @@ impl ServerRv {
         if self.refused {
             return None;
         }
-        for (a, n) in handler.value_regions() {
+        let regions = handler.values().map_or(Vec::new(), |s| s.value_regions());
+        for (a, n) in regions {
             if self.regions.iter().any(|r| r.0 == a) {
                 continue;
             }
@@ -246,8 +252,7 @@ impl ServerRv {
                     rkey,
                     imm,
                 } => {
-                    let content = handler
-                        .value(key)
+                    let content = value(handler, key)
                         .map(bytemuck::cast_slice::<V, u8>)
                         .unwrap_or(&[]);
                     let w = WriteTo {
