@@ -64,99 +64,108 @@ impl Postoffice {
         self.van.recv(wait)
     }
 
+    /// A received message: admitted ([`super::pipeline`]), then handed to its customer (data)
+    /// or obeyed (control).
     fn process(&self, msg: Message) {
         if !self.admit_incoming(&msg.meta) {
             return;
         }
-        let Some(cmd) = msg.meta.command() else {
-            let over = lock(&self.routes).deliver(msg, Instant::now());
-            if let Some(o) = over {
-                if let Some(n) = o.warn {
-                    tracing::warn!(
-                        "refused a request from {}: {}{}",
-                        Node::describe(o.msg.meta.sender),
-                        o.why,
-                        crate::auth::limit::more(n)
-                    );
-                }
-                self.refuse_request(&o.msg.meta, o.why, Vec::new());
-            }
+        match msg.meta.command() {
+            None => self.deliver_data(msg),
+            Some(cmd) => self.on_control(cmd, msg),
+        }
+    }
+
+    /// Hands a data message to its customer; a request the route's bounds refuse is answered
+    /// with the refusal.
+    fn deliver_data(&self, msg: Message) {
+        let Some(o) = lock(&self.routes).deliver(msg, Instant::now()) else {
             return;
         };
+        if let Some(n) = o.warn {
+            tracing::warn!(
+                "refused a request from {}: {}{}",
+                Node::describe(o.msg.meta.sender),
+                o.why,
+                crate::auth::limit::more(n)
+            );
+        }
+        self.refuse_request(&o.msg.meta, o.why, Vec::new());
+    }
+
+    /// Obeys control message `msg` of kind `cmd` (once its sender may give it): ACK and
+    /// TERMINATE on every node, the rest on the scheduler ([`Postoffice::scheduler_obeys`]) or
+    /// on a server or worker ([`Postoffice::node_obeys`]).
+    fn on_control(&self, cmd: Command, msg: Message) {
         let scheduler = self.scheduler.is_some();
-        if scheduler_only(cmd, scheduler, msg.meta.request) && msg.meta.sender != SCHEDULER {
+        let (from, request) = (msg.meta.sender, msg.meta.request);
+        if scheduler_only(cmd, scheduler, request) && from != SCHEDULER {
             tracing::warn!(
                 "dropped a {cmd:?} {} from {}: only the scheduler gives it",
-                if msg.meta.request {
-                    "request"
-                } else {
-                    "answer"
-                },
-                Node::describe(msg.meta.sender)
+                kind(request),
+                Node::describe(from)
             );
             return;
         }
         let Some(control) = msg.meta.control.clone() else {
             return;
         };
-        let from = msg.meta.sender;
-        match (control, scheduler, msg.meta.request) {
-            (ControlMsg::AddNode { node }, true, true) => self.on_add_node(node),
-            (ControlMsg::NodeTable(table), false, false) => self.update_table(&msg.meta, table),
-            (
-                ControlMsg::Barrier {
-                    group,
-                    timeout_ms,
-                    failed,
-                },
-                true,
-                true,
-            ) => {
-                let timeout = (timeout_ms > 0).then(|| Duration::from_millis(timeout_ms));
-                let failed = failed.then(|| msg.meta.error.clone().unwrap_or_default());
-                self.scheduler_barrier(from, group, timeout, failed);
+        let obeyed = match control {
+            ControlMsg::Ack { seqs } => {
+                self.resender.on_ack(from, &seqs);
+                true
             }
-            (ControlMsg::Released { group, failure }, _, false) => {
+            ControlMsg::Terminate => {
+                self.life.stopped.store(true, Ordering::Release);
+                self.node.wake();
+                true
+            }
+            control if scheduler => self.scheduler_obeys(control, &msg.meta),
+            control => self.node_obeys(control, msg),
+        };
+        if !obeyed {
+            tracing::warn!(
+                "dropped an unexpected {cmd:?} {} from {}",
+                kind(request),
+                Node::describe(from)
+            );
+        }
+    }
+
+    /// A server or worker obeys `control` (carried by `msg`); false when it is not one a
+    /// server or worker takes.
+    fn node_obeys(&self, control: ControlMsg, msg: Message) -> bool {
+        let (from, request) = (msg.meta.sender, msg.meta.request);
+        match (control, request) {
+            (ControlMsg::NodeTable(table), false) => self.update_table(&msg.meta, table),
+            (ControlMsg::Released { group, failure }, false) => {
                 self.barrier_done(group, barrier_result(failure, msg.meta.error))
             }
-            (ControlMsg::Heartbeat, true, true) => self.on_heartbeat(&msg.meta),
-            (ControlMsg::Heartbeat, false, false) => {}
-            (ControlMsg::Ack { seqs }, _, _) => self.resender.on_ack(from, &seqs),
+            (ControlMsg::Heartbeat, false) => {}
             (
                 ControlMsg::NodeLost {
                     node,
                     replace_within_ms,
                 },
-                false,
                 _,
             ) => self.on_node_lost(&msg.meta, &node, replace_within_ms),
-            (ControlMsg::NodeReplaced { node, incarnation }, false, request) => {
+            (ControlMsg::NodeReplaced { node, incarnation }, request) => {
                 if let Some(why) = self.replacement_refusal(&node) {
                     tracing::warn!(
                         "dropped a NODE_REPLACED from {}: {why}",
                         Node::describe(from)
                     );
-                    return;
+                    return true;
                 }
                 self.on_node_replaced(&node, incarnation);
                 if request {
                     self.confirm_replaced(node, incarnation);
                 }
             }
-            (ControlMsg::NodeReplaced { node, .. }, true, false) => {
-                self.on_replaced_confirmed(from, node.id)
-            }
-            (ControlMsg::Answered { .. }, false, true) => self.deliver_answered(msg),
-            (ControlMsg::Terminate, _, _) => {
-                self.life.stopped.store(true, Ordering::Release);
-                self.node.cv.notify_all();
-            }
-            (_, _, request) => tracing::warn!(
-                "dropped an unexpected {cmd:?} {} from {}",
-                if request { "request" } else { "answer" },
-                Node::describe(msg.meta.sender)
-            ),
+            (ControlMsg::Answered { .. }, true) => self.deliver_answered(msg),
+            _ => return false,
         }
+        true
     }
 
     /// ANSWERED from a worker to this server: handed to the `KVServer` of its application
@@ -272,6 +281,15 @@ impl Postoffice {
             st.barrier_group = None;
             self.node.cv.notify_all();
         }
+    }
+}
+
+/// "request" or "answer", for logs.
+fn kind(request: bool) -> &'static str {
+    if request {
+        "request"
+    } else {
+        "answer"
     }
 }
 

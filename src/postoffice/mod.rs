@@ -47,7 +47,7 @@ use crate::metrics::Metrics;
 use crate::sync::lock;
 use crate::van::zmq::{ZmqOptions, ZmqVan};
 use crate::van::Van;
-use crate::wire::{ControlMsg, Message, Meta, Node, Role};
+use crate::wire::{Meta, Node, Role};
 use crossbeam_channel::Sender;
 use memory::Memory;
 use routes::Routes;
@@ -55,7 +55,6 @@ use scheduler::Scheduler;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
 
 /// Group of the scheduler.
 pub const SCHEDULER_GROUP: i32 = 1;
@@ -141,17 +140,35 @@ impl Postoffice {
 
     /// As [`Postoffice::start`] over a given van.
     pub fn start_with_van(cfg: Config, van: Arc<dyn Van>) -> Result<Arc<Postoffice>> {
+        join::warn_if_loopback_name(&cfg.root_uri);
+        join::warn_if_unauthenticated(&cfg);
+        join::warn_if_timeout_short(&cfg);
+        let me = Postoffice::bind(&cfg, van.as_ref())?;
+        let po = Arc::new(Postoffice::new(cfg, van, me.clone()));
+        if po.scheduler.is_some() {
+            po.recovery.takeover().run_id = resender::drop_seed();
+        }
+        po.serve_metrics()?;
+        crate::waits::register(Arc::downgrade(&po) as Weak<dyn crate::waits::Waits>);
+        po.spawn("ps-receive", Postoffice::receive_loop)?;
+        po.join_and_meet(&me)?;
+        tracing::info!(
+            "{} started: {}",
+            Node::describe(po.my_id()),
+            crate::wire::place(&me.host, me.port)
+        );
+        Ok(po)
+    }
+
+    /// Binds `van` where this node listens (the scheduler at `DMLC_PS_ROOT_URI`/`_PORT`, any
+    /// other node at its host, any port); returns this node as it will register.
+    fn bind(cfg: &Config, van: &dyn Van) -> Result<Node> {
         let is_scheduler = cfg.role == Role::Scheduler;
-        let parked = cfg.bounds.parked_bytes(cfg.num_workers);
-        let inflight = cfg.bounds.max_inflight_bytes;
         let (host, port) = if is_scheduler {
             (cfg.root_uri.clone(), cfg.root_port)
         } else {
             (cfg.node_host.clone(), 0)
         };
-        join::warn_if_loopback_name(&cfg.root_uri);
-        join::warn_if_unauthenticated(&cfg);
-        join::warn_if_timeout_short(&cfg);
         if is_scheduler {
             // Before the first connection can arrive: the ZAP handler checks credentials as
             // the scheduler's.
@@ -165,14 +182,20 @@ impl Postoffice {
             };
             Error::Config(format!("cannot listen at {host}: check {var}: {e}"))
         })?;
-        let me = Node {
+        Ok(Node {
             role: cfg.role,
             id: if is_scheduler { SCHEDULER } else { -1 },
             host,
             port,
             requested_rank: if is_scheduler { None } else { cfg.rank_hint },
-        };
-        let scheduler = is_scheduler.then(|| {
+        })
+    }
+
+    /// The parts of node `me` (bound), none started yet.
+    fn new(cfg: Config, van: Arc<dyn Van>, me: Node) -> Postoffice {
+        let parked = cfg.bounds.parked_bytes(cfg.num_workers);
+        let inflight = cfg.bounds.max_inflight_bytes;
+        let scheduler = (cfg.role == Role::Scheduler).then(|| {
             let recovery = recovery::window(&cfg);
             scheduler::SchedulerIo::new(Scheduler::new(
                 me.clone(),
@@ -185,10 +208,10 @@ impl Postoffice {
         let metrics = Arc::new(Metrics::new(van.name(), budget.gauge(), |r| {
             van.register_metrics(r)
         }));
-        let po = Arc::new(Postoffice {
+        Postoffice {
             resender: resender::Resender::new(&cfg),
             recovery: recovery::Recovery::default(),
-            node: node::Membership::new(me.clone(), cfg.num_servers),
+            node: node::Membership::new(me, cfg.num_servers),
             cfg,
             van,
             scheduler,
@@ -198,20 +221,7 @@ impl Postoffice {
             memory: Memory::default(),
             failures: failure::Failures::default(),
             metrics,
-        });
-        if is_scheduler {
-            po.recovery.takeover().run_id = resender::drop_seed();
         }
-        po.serve_metrics()?;
-        crate::waits::register(Arc::downgrade(&po) as Weak<dyn crate::waits::Waits>);
-        po.spawn("ps-receive", Postoffice::receive_loop)?;
-        po.join_and_meet(&me)?;
-        tracing::info!(
-            "{} started: {}",
-            Node::describe(po.my_id()),
-            crate::wire::place(&me.host, me.port)
-        );
-        Ok(po)
     }
 
     /// Registers (or, on the scheduler, admits everyone), starts heartbeats and passes the
@@ -315,103 +325,6 @@ impl Postoffice {
         lock(&self.routes).close(route);
     }
 
-    /// Blocks until every node of `group` (sum of [`SCHEDULER_GROUP`], [`SERVER_GROUP`],
-    /// [`WORKER_GROUP`]) called `barrier` with the same group.
-    ///
-    /// # Errors
-    /// [`Error::Timeout`] naming the nodes that did not arrive within `PS_TIMEOUT`;
-    /// [`Error::PeerLost`] once any node was lost (a member or not: the job cannot complete),
-    /// or if the scheduler stops answering; [`Error::DeclaredLost`] if this node was.
-    ///
-    /// A replacement (issue 13) passes at once as many barriers of each group as the node it
-    /// replaces completed ([`inherited_barriers`](Self::inherited_barriers)).
-    pub fn barrier(&self, group: i32) -> Result<()> {
-        if self.pass_inherited(group) {
-            return Ok(());
-        }
-        self.barrier_with(group, Some(self.cfg.timeout), None)
-    }
-
-    /// A barrier of `group` (`failed`: this node's application failed with that error, which
-    /// fails the barrier for every member once it completes).
-    fn barrier_with(
-        &self,
-        group: i32,
-        timeout: Option<Duration>,
-        failed: Option<String>,
-    ) -> Result<()> {
-        let _one = lock(&self.node.barrier_lock);
-        {
-            let mut st = lock(&self.node.state);
-            st.barrier_result = None;
-            st.barrier_group = Some(group);
-            st.barrier_since = Some(Instant::now());
-            st.last_check = None;
-        }
-        self.arrive(group, timeout, failed)?;
-        // The scheduler answers a timed barrier itself; this grace covers a scheduler that died.
-        let deadline = timeout.map(|t| Instant::now() + t + Duration::from_secs(5));
-        let mut scheduler_gone = false;
-        let r = self.node.wait(|st, now| {
-            // A loss fails the job: a barrier fails with it, even one the scheduler released
-            // (a server waiting in `finalize` counts as arrived there until its loss is
-            // declared, while this node may have learnt it from a failed channel).
-            if let Some(e) = self.failures.first() {
-                return Some(Err(e));
-            }
-            if let Some(r) = st.barrier_result.take() {
-                return Some(r);
-            }
-            if self.life.stopped.load(Ordering::Acquire) {
-                return Some(Err(Error::Stopped));
-            }
-            if deadline.is_some_and(|d| now >= d) {
-                return Some(Err(Error::Timeout(format!(
-                    "barrier of group {group}: no answer from the scheduler (id 1)"
-                ))));
-            }
-            let silent = self.scheduler_silent(st, now, group);
-            scheduler_gone = silent.is_some();
-            silent
-        });
-        if let Err(e @ Error::Timeout(_)) = &r {
-            // While this node still counts as waiting in the barrier: the block says so.
-            crate::waits::timed_out(e);
-        }
-        lock(&self.node.state).barrier_since = None;
-        if let (true, Err(e)) = (scheduler_gone, &r) {
-            // Recorded like any loss: this node's sockets are aborted at shutdown.
-            self.mark_lost(SCHEDULER, failure::LossCause::SchedulerSilent, e.clone());
-        }
-        r
-    }
-
-    /// An error when the scheduler has not been heard of for `PS_HEARTBEAT_TIMEOUT` while this
-    /// node waits in a barrier of `group`. Waits look at least every [`TICK`]: a gap longer
-    /// than [`scheduler::PAUSED`] means this process was paused, and the scheduler gets a whole timeout again (its answer,
-    /// maybe NODE_LOST for this node, may be waiting unread).
-    fn scheduler_silent(
-        &self,
-        st: &mut node::State,
-        now: Instant,
-        group: i32,
-    ) -> Option<Result<()>> {
-        let timeout = self.cfg.heartbeat_timeout;
-        let silent = failure::scheduler_silent(
-            &mut st.last_from_scheduler,
-            &mut st.last_check,
-            now,
-            timeout,
-        );
-        (silent && self.my_id() != SCHEDULER).then(|| {
-            Err(Error::PeerLost(format!(
-                "scheduler (id 1): no answer to heartbeats for {:.0} s \
-                 (PS_HEARTBEAT_TIMEOUT) while waiting in a barrier of group {group}",
-                timeout.as_secs_f64()
-            )))
-        })
-    }
-
     /// Ends this node: a barrier of all nodes (waiting while they are alive, without deadline,
     /// since workers may train for hours), then stops the van and the threads.
     ///
@@ -433,28 +346,6 @@ impl Postoffice {
     /// `finalize` fails with.
     pub fn finalize_failed(&self, error: &Error) -> Result<()> {
         self.end(Some(error.to_string()))
-    }
-
-    /// Tells the scheduler this node arrived at a barrier of `group` (with `failed`: its
-    /// application's error).
-    fn arrive(&self, group: i32, timeout: Option<Duration>, failed: Option<String>) -> Result<()> {
-        if self.my_id() == SCHEDULER {
-            self.scheduler_barrier(SCHEDULER, group, timeout, failed);
-            return Ok(());
-        }
-        let meta = Meta {
-            request: true,
-            error: failed.clone(),
-            ..Meta::for_control(
-                SCHEDULER,
-                ControlMsg::Barrier {
-                    group,
-                    timeout_ms: timeout.map_or(0, |t| t.as_millis() as u64),
-                    failed: failed.is_some(),
-                },
-            )
-        };
-        self.send(Message::new(meta)).map(|_| ())
     }
 
     /// Records that this node's application failed with `error` while it goes on (a server

@@ -50,6 +50,33 @@ impl SchedulerIo {
 }
 
 impl Postoffice {
+    /// The scheduler obeys `control` (under header `meta`); false when it is not one the
+    /// scheduler takes.
+    pub(in crate::postoffice) fn scheduler_obeys(&self, control: ControlMsg, meta: &Meta) -> bool {
+        let from = meta.sender;
+        match (control, meta.request) {
+            (ControlMsg::AddNode { node }, true) => self.on_add_node(node),
+            (
+                ControlMsg::Barrier {
+                    group,
+                    timeout_ms,
+                    failed,
+                },
+                true,
+            ) => {
+                let timeout = (timeout_ms > 0).then(|| Duration::from_millis(timeout_ms));
+                let failed = failed.then(|| meta.error.clone().unwrap_or_default());
+                self.scheduler_barrier(from, group, timeout, failed);
+            }
+            (ControlMsg::Heartbeat, true) => self.on_heartbeat(meta),
+            (ControlMsg::NodeReplaced { node, .. }, false) => {
+                self.on_replaced_confirmed(from, node.id)
+            }
+            _ => return false,
+        }
+        true
+    }
+
     pub(in crate::postoffice) fn on_add_node(&self, node: Node) {
         let Some(sched) = &self.scheduler else { return };
         let admission = sched.lock().add_node(node, Instant::now());
