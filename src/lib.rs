@@ -45,16 +45,20 @@
 
 #![deny(missing_docs)]
 
+#[doc(hidden)]
 pub mod apps;
+#[doc(hidden)]
 pub mod auth;
 pub mod config;
 pub mod error;
 pub mod kv;
 pub mod metrics;
 pub mod postoffice;
+#[doc(hidden)]
 pub mod rendezvous;
 mod sync;
 pub mod van;
+#[doc(hidden)]
 pub mod waits;
 pub mod wire;
 

@@ -66,7 +66,7 @@ impl Bounds {
     }
 
     /// The longest payload frame a node of `role` accepts (a message announcing a longer one
-    /// is dropped, its pieces read and let go one at a time, [`crate::wire::pieces`]): the scheduler gets headers only ([`MAX_META_BYTES`]), a server request
+    /// is dropped, its pieces read and let go one at a time, [`mod@crate::wire::pieces`]): the scheduler gets headers only ([`MAX_META_BYTES`]), a server request
     /// parts (at most `max_inflight_bytes`), a worker answers of any size ([`MAX_FRAME_BYTES`]:
     /// what it pulls is its own choice).
     pub fn max_frame_bytes(&self, role: Role) -> u64 {

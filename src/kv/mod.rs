@@ -46,15 +46,19 @@
 //!   handler runs.
 
 mod carrier;
+#[doc(hidden)]
 pub mod durable;
+#[doc(hidden)]
 pub mod keycache;
 pub mod pairs;
 pub mod request;
 pub mod sarray;
 pub mod server;
+#[doc(hidden)]
 pub mod slicer;
 pub mod store;
 pub mod table;
+#[doc(hidden)]
 pub mod unique;
 pub mod value;
 pub mod worker;

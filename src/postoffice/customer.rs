@@ -59,7 +59,7 @@ thread_local! {
 
 /// Whether the calling thread is a customer's (it runs a [`Customer`]'s handler): a call made
 /// there must not block on what only that customer can give back (its answers).
-pub fn on_customer_thread() -> bool {
+pub(crate) fn on_customer_thread() -> bool {
     ON_CUSTOMER.with(|on| on.get())
 }
 

@@ -19,12 +19,15 @@
 //! peers and `recovery` replaced servers (`PS_CHECKPOINT_DIR`); `barrier`, `liveness`,
 //! `scheduler` and `resend` are sans-IO state.
 
+#[doc(hidden)]
 pub mod barrier;
+#[doc(hidden)]
 pub mod budget;
 mod control;
 mod customer;
 mod failure;
 mod join;
+#[doc(hidden)]
 pub mod liveness;
 mod memory;
 mod node;
@@ -32,13 +35,16 @@ mod observe;
 mod pipeline;
 pub mod range;
 mod recovery;
+#[doc(hidden)]
 pub mod resend;
 mod resender;
 mod routes;
+#[doc(hidden)]
 pub mod scheduler;
 
 pub use crate::wire::SCHEDULER;
-pub use customer::{on_customer_thread, Customer, CustomerEvent, Route};
+pub(crate) use customer::on_customer_thread;
+pub use customer::{Customer, CustomerEvent, Route};
 pub use range::Range;
 
 use crate::config::{Config, VanType};

@@ -3,10 +3,14 @@
 //! The receiving loop that interprets messages lives in the [`crate::postoffice`]; a van only
 //! binds, connects, sends and receives.
 
+#[doc(hidden)]
 pub mod memlock;
 pub mod pool;
+#[doc(hidden)]
 pub mod rdma;
+#[doc(hidden)]
 pub mod ring;
+#[doc(hidden)]
 pub mod stats;
 pub mod zmq;
 

@@ -8,13 +8,16 @@
 //! is detected before anything reads it.
 
 mod codec;
+#[doc(hidden)]
 pub mod container;
 mod control;
 mod ids;
 mod imm;
 mod meta;
+#[doc(hidden)]
 pub mod pieces;
 
+#[doc(hidden)]
 pub use codec::{
     decode_frames, decode_meta, encode_meta, WireError, MAX_FRAME_BYTES, MAX_META_BYTES,
 };
@@ -22,6 +25,7 @@ pub use control::{BarrierFailure, Command, ControlMsg, NodeTable, Takeover};
 pub use ids::{place, NodeId, SCHEDULER};
 pub use imm::Imm;
 pub use meta::{DType, KeyRef, Meta, Node, Rendezvous, Role};
+#[doc(hidden)]
 pub use pieces::{pieces, Assembly, PIECE_BYTES};
 
 use bytes::Bytes;

@@ -10,9 +10,9 @@
 //! LE)` with the generator's seed; a hash of 0 becomes 1, so no feature id is the reserved key
 //! [`BIAS_KEY`].
 //!
-//! **Ground truth.** p(click | x) = sigmoid(b0 + Σ_f w_f[id_f] + Σ_{f<g} ⟨v_f[id_f], v_g[id_g]⟩)
-//! (a factorization machine of dimension `k_true`). w_f[r] = σ_w · a(r) · z and each component
-//! of v_f[r] = σ_v · a(r) · z, with z standard normal from a hash of (seed, field, r,
+//! **Ground truth.** `p(click | x) = sigmoid(b0 + Σ_f w_f[id_f] + Σ_{f<g} ⟨v_f[id_f], v_g[id_g]⟩)`
+//! (a factorization machine of dimension `k_true`). `w_f[r] = σ_w · a(r) · z` and each component
+//! of `v_f[r] = σ_v · a(r) · z`, with z standard normal from a hash of (seed, field, r,
 //! component), and a(r) = (1 + r / r_0)^(−1/2): rare ids carry smaller effects, which keeps the
 //! part of the signal no finite training set can learn small. b0 is calibrated by bisection, on
 //! 20 000 samples of a split of their own, so that the mean of p is `ctr`.

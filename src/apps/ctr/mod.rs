@@ -7,7 +7,7 @@
 //! - [`model`]: the factorization machine's prediction and log-loss gradient;
 //! - [`train`]: minibatch steps and evaluation against a parameter [`train::Store`];
 //! - [`auc`]: exact ROC AUC and log-loss;
-//! - [`reference`]: the same training in one process, on in-process tables.
+//! - [`reference`](mod@reference): the same training in one process, on in-process tables.
 //!
 //! **Tables.** The wide table, application [`CTR_WIDE_APP`], holds w_i (1 value per feature id)
 //! and the bias w0 under [`BIAS_KEY`]; the embedding table, application [`CTR_EMB_APP`], holds

@@ -89,7 +89,7 @@ pub fn decode<'b>(file: &str, bytes: &'b [u8]) -> Result<&'b [u8], Damage> {
 
 /// Writes a snapshot of `payload` to `path`, atomically: into `path` + `.tmp` (written over,
 /// not truncated first: it holds the snapshot before last), then exchanged with `path` (see
-/// [`exchange`]), so `.tmp` is left holding the replaced snapshot, never read. With
+/// `exchange`), so `.tmp` is left holding the replaced snapshot, never read. With
 /// [`Fsync::Yes`], the file is fsynced before the exchange and the directory after it.
 ///
 /// # Errors

@@ -19,8 +19,8 @@ use crate::wire::DType;
 /// summing loop or one copy per run, nothing per key. Pull answers carry no keys (the worker
 /// has them) and no lengths when all are equal.
 ///
-/// It serves zero-copy (rendezvous) pulls: [`RequestHandler::value`] shows the stored values and
-/// [`RequestHandler::value_regions`] the store's chunks, so a pull is one RDMA write from the
+/// It serves zero-copy (rendezvous) pulls: [`ServesValues::value`] shows the stored values and
+/// [`ServesValues::value_regions`] the store's chunks, so a pull is one RDMA write from the
 /// store on the RDMA van.
 pub struct DefaultHandler<V> {
     store: KeyStore<V>,

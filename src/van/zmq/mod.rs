@@ -1,6 +1,6 @@
 //! The ZMQ van: one ROUTER socket receives from every peer, one DEALER socket per peer sends
 //! (as ps-lite's `ZMQVan`). Frames are a bincode [`crate::wire::Meta`] and raw payload frames,
-//! each in pieces of at most [`PIECE_BYTES`] ([`crate::wire::pieces`]); payloads move without a
+//! each in pieces of at most [`PIECE_BYTES`] ([`mod@crate::wire::pieces`]); payloads move without a
 //! user-space copy on send (`zmq_msg_init_data` over slices of the frame's `Bytes`) and, for a
 //! frame of one piece, on receive (the received `zmq_msg_t` kept as the frame's storage).
 
@@ -240,7 +240,7 @@ impl ZmqVan {
         sock.set_rcvhwm(0).map_err(zerr("rcvhwm".into()))?;
         // A ZMQ frame over a piece (or this role's bound, if less) closes its connection before
         // it is read whole, whether the connection authenticated or not; payload frames arrive
-        // in pieces ([`crate::wire::pieces`]).
+        // in pieces ([`mod@crate::wire::pieces`]).
         let max = self.opts.max_frame_bytes.min(PIECE_BYTES as u64) as i64;
         sock.set_maxmsgsize(max)
             .and_then(|_| sock.set_handshake_ivl(HANDSHAKE_MS))
@@ -487,7 +487,7 @@ impl Van for ZmqVan {
 }
 
 impl Drop for ZmqVan {
-    /// Stops monitoring before the monitors' readers go (see [`unmonitor`]).
+    /// Stops monitoring before the monitors' readers go (see `unmonitor`).
     fn drop(&mut self) {
         self.stop();
     }

@@ -20,7 +20,7 @@
 //! ([`LogWriter::prepare`], [`LogWriter::commit`]): a server writes a request's record before
 //! applying it and its header after, and a record whose request was refused is never committed
 //! and is written over by the next. Where it can, the writer stores records through a mapping
-//! of the file instead of `pwrite` ([`super::mapped`]: streaming stores, the header in one 16-byte
+//! of the file instead of `pwrite` (`durable::mapped`: streaming stores, the header in one 16-byte
 //! store). With fsync (the file is cut to the log's end when opened)
 //! a record goes out in order, header first, over the last terminator and past the file's
 //! end: a machine crash can leave a record cut short by the end of the file — a torn tail

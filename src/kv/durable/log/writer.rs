@@ -47,8 +47,8 @@ const PREALLOCATE: u64 = 64 << 20;
 
 impl LogWriter {
     /// Opens the log of `generation` at `path` for appending after its first `end` bytes (the
-    /// [`Records::end`] of its contents); with [`Fsync::Yes`] every append is fsynced before
-    /// it returns, and the file is cut to `end` first (fsynced appends go to the file's end).
+    /// [`end`](super::Records::end) of its contents); with [`Fsync::Yes`] every append is
+    /// fsynced before it returns, and the file is cut to `end` first (fsynced appends go to the file's end).
     ///
     /// # Errors
     /// [`Error::Config`] naming the path and the OS error.
