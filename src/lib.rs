@@ -48,6 +48,8 @@
 pub mod apps;
 pub mod auth;
 pub mod config;
+#[cfg(doctest)]
+mod doc_examples;
 pub mod error;
 pub mod kv;
 pub mod metrics;
