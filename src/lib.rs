@@ -50,6 +50,8 @@ pub mod apps;
 #[doc(hidden)]
 pub mod auth;
 pub mod config;
+#[cfg(doctest)]
+mod doc_examples;
 pub mod error;
 pub mod kv;
 pub mod metrics;
