@@ -7,12 +7,14 @@
 //! The meta lists the byte length of every payload frame, so a truncated, missing or extra frame
 //! is detected before anything reads it.
 
+mod checksum;
 mod codec;
 pub mod container;
 mod ids;
 mod meta;
 pub mod pieces;
 
+pub use checksum::crc32c;
 pub use codec::{
     decode_frames, decode_meta, encode_meta, WireError, MAX_FRAME_BYTES, MAX_META_BYTES,
 };
