@@ -25,11 +25,13 @@ pub struct Cluster {
     pub others: Vec<JoinHandle<Result<()>>>,
 }
 
-/// Config for a node of a local cluster with a short deadline.
+/// Config for a node of a local cluster with `PS_TIMEOUT` `timeout_s`. Its heartbeat timeout
+/// is 30 s: these clusters are threads of a test process that shares two cores with another
+/// test, and no test of them is about a node going silent (one that is sets its own).
 pub fn cfg(role: Role, port: u16, s: usize, w: usize, timeout_s: f64) -> Config {
     let mut c = Config::local(role, port, s, w);
     c.timeout = Duration::from_secs_f64(timeout_s);
-    c.heartbeat_timeout = Duration::from_secs(3);
+    c.heartbeat_timeout = Duration::from_secs(30);
     c.heartbeat_interval = Duration::from_millis(200);
     c.pool_bytes = 16 << 20;
     c
