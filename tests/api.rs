@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{cfg, cluster, cluster_cfg, cluster_with, serve_default};
+use common::{cfg, cluster, cluster_cfg, serve_default};
 use pslite::kv::{KVRequest, Op, ReqMeta, RequestOptions};
 use pslite::postoffice::WORKER_GROUP;
 use pslite::{Error, KVPairs, KVServer, KVWorker, Postoffice, RequestHandler, Role};
@@ -297,29 +297,7 @@ fn malformed_frames_are_dropped_and_the_server_keeps_serving() {
 
 #[test]
 fn workers_pushing_the_same_keys_get_the_sum() {
-    let c = cluster_with(2, 3, 20.0, serve_default::<i64>);
-    let handles: Vec<_> = c
-        .workers
-        .iter()
-        .cloned()
-        .map(|po| {
-            std::thread::spawn(move || {
-                let kv = KVWorker::<i64>::new(&po, 0, 0)?;
-                let keys = [0u64, 1 << 40, u64::MAX - 1];
-                for _ in 0..10 {
-                    kv.wait(kv.push(&keys, &[1, 2, 3], None)?)?;
-                }
-                po.barrier(WORKER_GROUP)?;
-                let mut out = [0i64; 3];
-                kv.pull_into(&keys, &mut out)?;
-                Ok::<_, Error>(out)
-            })
-        })
-        .collect();
-    for h in handles {
-        assert_eq!(h.join().expect("no panic").expect("ok"), [30, 60, 90]);
-    }
-    c.finish();
+    common::conformance::exact_sums_over(pslite::VanType::Zmq);
 }
 
 #[test]
