@@ -50,9 +50,6 @@ fn main() {
         ring[i * LEN..(i + 1) * LEN].copy_from_slice(&payload);
         black_box(&ring);
     });
-    median5("reference: crc32c (crc32c crate)", |_| {
-        black_box(crc32c::crc32c(black_box(&payload)));
-    });
     median5("reference: crc32c (crc-fast, the log's)", |_| {
         black_box(pslite::kv::durable::crc32c(&[black_box(&payload)]));
     });

@@ -63,9 +63,34 @@ step "rendezvous bench (pull --zero-copy, 1 MB)" $L local --van rdma --servers 1
 # Resend (PS_RESEND) over the rings: a tenth of the received data messages dropped, exact sums.
 step "kv-app S=2 W=4, PS_RESEND=1 PS_DROP_MSG=10" env PS_RESEND=1 PS_RESEND_TIMEOUT=200 PS_DROP_MSG=10 $L local --van rdma --servers 2 --workers 4 -- kv-app --keys 1000 --repeat 10
 step "rendezvous pulls, PS_RESEND=1 PS_DROP_MSG=10" env PS_RESEND=1 PS_RESEND_TIMEOUT=200 PS_DROP_MSG=10 $L local --van rdma --servers 2 --workers 2 -- kv-app --zero-copy --keys 300 --repeat 5
-# The RDMA integration tests of the test suite, if built (cargo test --features rdma --no-run).
-for t in target/release/deps/rdma-*; do
-    [[ -x $t && ! $t == *.d ]] && step "cargo test: $(basename "$t")" "$t" --test-threads 1 --include-ignored
-done
+# The RDMA integration tests of the test suite (tests/rdma.rs), built on the host beforehand with
+# `cargo test --release --features rdma --no-run`. Not finding them is a failure, not a skip: an
+# empty glob, or only a binary built without the feature (whose tests are compiled out), would
+# otherwise pass this script without running one. PSLITE_RDMA_TESTS names the binary explicitly;
+# else the newest target/release/deps/rdma-* executable that lists tests (stale builds keep
+# their own hashes).
+rdma_tests() {
+    local t candidates
+    if [[ -n ${PSLITE_RDMA_TESTS:-} ]]; then
+        candidates=$PSLITE_RDMA_TESTS
+    else
+        candidates=$(ls -t target/release/deps/rdma-* 2>/dev/null)
+    fi
+    for t in $candidates; do
+        [[ -f $t && -x $t && $t != *.d ]] || continue
+        if [[ $("$t" --list 2>/dev/null | grep -c ': test$') -gt 0 ]]; then
+            echo "$t"
+            return
+        fi
+        echo "rdma guest tests: $t lists no tests (built without --features rdma?)" >&2
+    done
+}
+t=$(rdma_tests)
+if [[ -z $t ]]; then
+    echo "FAIL cargo test: no RDMA test binary with tests (${PSLITE_RDMA_TESTS:-target/release/deps/rdma-*}; build it with cargo test --release --features rdma --no-run)"
+    failed=$((failed + 1))
+else
+    step "cargo test: $(basename "$t")" "$t" --test-threads 1 --include-ignored
+fi
 echo "rdma guest tests: $failed failed"
 exit $((failed > 0))

@@ -78,8 +78,11 @@ fn a_push_that_finds_no_room_fails_at_ps_timeout_naming_the_variable() {
             && text.contains(&format!("PS_MAX_INFLIGHT_BYTES is {MAX}")),
         "{text}"
     );
+    // The first push's park ends 5 s after the server got it, past this one's deadline, so
+    // the error above, not timing, shows it gave up at PS_TIMEOUT; the upper bound only
+    // says it gave up.
     assert!(took >= Duration::from_secs(4), "{took:?}");
-    assert!(took < Duration::from_secs(5), "{took:?}");
+    assert!(took < Duration::from_secs(15), "{took:?}");
     // The first one is refused when its park ends (or, on a slow machine, given up at its
     // own deadline): either way its bytes come back.
     let e = kv.wait(first).expect_err("parked");

@@ -276,8 +276,12 @@ fn a_dead_worker_is_named_by_the_server_and_scheduler() {
             ("DMLC_PS_ROOT_PORT", port.clone()),
             ("DMLC_NUM_SERVER", "1".into()),
             ("DMLC_NUM_WORKER", "1".into()),
+            // 25 heartbeats per timeout: the killed worker's loss is what the scheduler
+            // declares, not a busy server's (the bench keeps both cores busy).
             ("PS_HEARTBEAT_INTERVAL", "0.2".into()),
-            ("PS_HEARTBEAT_TIMEOUT", "2".into()),
+            ("PS_HEARTBEAT_TIMEOUT", "5".into()),
+            // The scheduler's info log says when every node registered.
+            ("PS_VERBOSE", "1".into()),
         ]
     };
     let spawn = |name: &str, role: &str, args: &[&str]| {
@@ -289,30 +293,48 @@ fn a_dead_worker_is_named_by_the_server_and_scheduler() {
             .spawn()
             .expect("spawn")
     };
-    let sched = spawn("pslite-scheduler", "scheduler", &[]);
+    let mut sched = spawn("pslite-scheduler", "scheduler", &[]);
     let server = spawn("pslite-server", "server", &[]);
     let mut worker = spawn(
         "pslite-worker",
         "worker",
         &["bench", "--len", "1024", "--seconds", "60"],
     );
-    std::thread::sleep(Duration::from_secs(2));
+    // The scheduler's stderr, read as it comes; the worker is killed once it registered.
+    let log = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let reader = {
+        use std::io::BufRead;
+        let (log, err) = (log.clone(), sched.stderr.take().expect("stderr"));
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(err).lines().map_while(Result::ok) {
+                let mut l = log.lock().unwrap_or_else(|p| p.into_inner());
+                l.push_str(&line);
+                l.push('\n');
+            }
+        })
+    };
+    let sched_log = || log.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    let t0 = Instant::now();
+    while !sched_log().contains("all 2 nodes registered") {
+        assert!(t0.elapsed() < Duration::from_secs(60), "{}", sched_log());
+        std::thread::sleep(Duration::from_millis(20));
+    }
     worker.kill().expect("kill worker");
     let _ = worker.wait();
     let t0 = Instant::now();
     let s = server.wait_with_output().expect("server ends");
-    let c = sched.wait_with_output().expect("scheduler ends");
+    let c = sched.wait().expect("scheduler ends");
+    reader
+        .join()
+        .expect("the log reader ends with the scheduler");
     assert!(
         t0.elapsed() < Duration::from_secs(20),
         "took {:?}",
         t0.elapsed()
     );
-    let (s_err, c_err) = (
-        String::from_utf8_lossy(&s.stderr),
-        String::from_utf8_lossy(&c.stderr),
-    );
+    let (s_err, c_err) = (String::from_utf8_lossy(&s.stderr), sched_log());
     assert_eq!(s.status.code(), Some(1), "{s_err}");
-    assert_eq!(c.status.code(), Some(1), "{c_err}");
+    assert_eq!(c.code(), Some(1), "{c_err}");
     assert!(
         s_err.contains(
             "peer lost: worker rank 0 (id 9) was declared lost by the scheduler: no heartbeat for"

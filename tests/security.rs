@@ -365,7 +365,8 @@ fn heartbeat(sender: i32) -> Vec<u8> {
 #[test]
 fn forged_heartbeats_do_not_keep_a_killed_worker_alive() {
     // Started by hand (the launcher would stop every node once a worker died): a scheduler,
-    // a server and two workers running kv-app, with a 2 s heartbeat timeout.
+    // a server and two workers running kv-app, with a 5 s heartbeat timeout and 25 heartbeats
+    // in it, so that the killed worker is the one the scheduler loses, not a busy node.
     let port = pslite::free_port().expect("port").to_string();
     // Only the scheduler's log is read (at info, for its registration line).
     let start = |exe: &str, args: &[&str], rank: &str| {
@@ -382,7 +383,8 @@ fn forged_heartbeats_do_not_keep_a_killed_worker_alive() {
                 ("DMLC_NUM_SERVER", "1"),
                 ("DMLC_NUM_WORKER", "2"),
                 ("PS_TIMEOUT", "30"),
-                ("PS_HEARTBEAT_TIMEOUT", "2"),
+                ("PS_HEARTBEAT_TIMEOUT", "5"),
+                ("PS_HEARTBEAT_INTERVAL", "0.2"),
                 ("PS_VERBOSE", if scheduler { "1" } else { "0" }),
                 ("PS_AUTH_TOKEN", TOKEN),
                 ("PSLITE_RANK", rank),

@@ -22,33 +22,30 @@ use pyo3::types::{PyList, PyRange, PyTuple};
 pub trait PyValue: pslite::Value + pyo3::buffer::Element + numpy::Element {}
 impl<T: pslite::Value + pyo3::buffer::Element + numpy::Element> PyValue for T {}
 
-/// The value types of `KVWorker(dtype=…)` and `run_server(dtype=…)`, by NumPy name.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum DType {
-    F32,
-    F64,
-    I32,
-    I64,
-    U8,
-    U32,
-    U64,
+/// The value types of `KVWorker(dtype=…)` and `run_server(dtype=…)`: the crate's, by NumPy
+/// name.
+pub use pslite::DType;
+
+/// NumPy's side of the crate's value types ([`DType::VALUES`]).
+pub trait PyDType: Sized {
+    /// The NumPy name (`float32`, …).
+    fn numpy(self) -> &'static str;
+
+    /// The dtype of a NumPy dtype-like object (`numpy.float32`, `"float32"`,
+    /// `numpy.dtype("f4")`); `None` is `float32`.
+    ///
+    /// # Errors
+    /// `InvalidArgumentError` naming the dtype and the supported ones.
+    fn from_py(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Self>;
+
+    /// The `numpy.dtype` object.
+    fn to_py<'py>(self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>>;
 }
 
-impl DType {
-    /// Every supported dtype.
-    pub const ALL: [DType; 7] = [
-        DType::F32,
-        DType::F64,
-        DType::I32,
-        DType::I64,
-        DType::U8,
-        DType::U32,
-        DType::U64,
-    ];
-
-    /// The NumPy name (`float32`, …).
-    pub fn name(self) -> &'static str {
+impl PyDType for DType {
+    fn numpy(self) -> &'static str {
         match self {
+            DType::None => "none",
             DType::F32 => "float32",
             DType::F64 => "float64",
             DType::I32 => "int32",
@@ -59,12 +56,7 @@ impl DType {
         }
     }
 
-    /// The dtype of a NumPy dtype-like object (`numpy.float32`, `"float32"`, `numpy.dtype("f4")`);
-    /// `None` is `float32`.
-    ///
-    /// # Errors
-    /// `InvalidArgumentError` naming the dtype and the supported ones.
-    pub fn from_py(obj: Option<&Bound<'_, PyAny>>) -> PyResult<DType> {
+    fn from_py(obj: Option<&Bound<'_, PyAny>>) -> PyResult<DType> {
         let Some(obj) = obj else {
             return Ok(DType::F32);
         };
@@ -76,20 +68,19 @@ impl DType {
             .and_then(|d| d.getattr("name"))
             .and_then(|n| n.extract())
             .map_err(|_| invalid(format!("dtype={obj}: not a NumPy dtype")))?;
-        DType::ALL
+        DType::VALUES
             .into_iter()
-            .find(|d| d.name() == name)
+            .find(|d| d.numpy() == name)
             .ok_or_else(|| {
                 invalid(format!(
                     "dtype={name} is not supported: expected one of {}",
-                    DType::ALL.map(DType::name).join(", ")
+                    DType::VALUES.map(DType::numpy).join(", ")
                 ))
             })
     }
 
-    /// The `numpy.dtype` object.
-    pub fn to_py<'py>(self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        py.import("numpy")?.getattr("dtype")?.call1((self.name(),))
+    fn to_py<'py>(self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        py.import("numpy")?.getattr("dtype")?.call1((self.numpy(),))
     }
 }
 
@@ -129,7 +120,7 @@ fn untyped(obj: &Bound<'_, PyAny>, what: &str, dtype: DType) -> PyResult<PyUntyp
         return Err(invalid(format!(
             "{what}: expected an array of {} (a NumPy array, a CPU tensor, anything with \
              the buffer protocol, or a list of numbers), got {}",
-            dtype.name(),
+            dtype.numpy(),
             type_name()
         )));
     }
@@ -138,7 +129,7 @@ fn untyped(obj: &Bound<'_, PyAny>, what: &str, dtype: DType) -> PyResult<PyUntyp
         invalid(format!(
             "{what}: a {} of {listed_as} cannot carry {}: expected {expected} numbers",
             type_name(),
-            dtype.name(),
+            dtype.numpy(),
         ))
     };
     match dtype {
@@ -169,7 +160,7 @@ fn untyped(obj: &Bound<'_, PyAny>, what: &str, dtype: DType) -> PyResult<PyUntyp
     }
     let converted = np
         .getattr("asarray")?
-        .call1((obj, dtype.name()))
+        .call1((obj, dtype.numpy()))
         .map_err(|e| invalid(format!("{what}: {e}")))?;
     PyUntypedBuffer::get(&converted)
 }
@@ -254,9 +245,9 @@ fn convert_hint(obj: &Bound<'_, PyAny>, what: &str, dtype: DType) -> String {
         // Keys: int64 (≥ 0) is what torch indexes with, and it is taken as uint64.
         format!("{what}.long()")
     } else if is_tensor(obj) {
-        format!("{what}.to(torch.{})", dtype.name())
+        format!("{what}.to(torch.{})", dtype.numpy())
     } else {
-        format!("{what}.astype(numpy.{})", dtype.name())
+        format!("{what}.astype(numpy.{})", dtype.numpy())
     }
 }
 
@@ -338,8 +329,8 @@ pub fn output<T: PyValue>(
     let buf = buf.ok_or_else(|| {
         invalid(format!(
             "{what}: expected a writable array of {} (e.g. numpy.empty(n, numpy.{})), got {}",
-            dtype.name(),
-            dtype.name(),
+            dtype.numpy(),
+            dtype.numpy(),
             obj.get_type()
                 .name()
                 .map(|n| n.to_string())
@@ -358,7 +349,7 @@ fn typed<T: PyValue>(
     write: bool,
 ) -> PyResult<PyBuffer<T>> {
     let got = element_name(&buf);
-    if got != dtype.name() {
+    if got != dtype.numpy() {
         let kind = if is_tensor(obj) {
             "a tensor"
         } else {
@@ -366,7 +357,7 @@ fn typed<T: PyValue>(
         };
         return Err(invalid(format!(
             "{what}: {kind} of {got}, but this call carries {}: convert it first, e.g. {}",
-            dtype.name(),
+            dtype.numpy(),
             convert_hint(obj, what, dtype)
         )));
     }
@@ -383,7 +374,7 @@ fn typed<T: PyValue>(
             // A NumPy view of the same memory as the plain dtype has the format PyO3 reads.
             let np = obj.py().import("numpy")?;
             let same = np.getattr("asarray")?.call1((obj,))?;
-            let again = PyUntypedBuffer::get(&same.call_method1("view", (dtype.name(),))?)?;
+            let again = PyUntypedBuffer::get(&same.call_method1("view", (dtype.numpy(),))?)?;
             if order(&again) != Order::Native {
                 return Err(invalid(format!(
                     "{what}: buffer format {:?} is not one pslite reads: pass a NumPy array",

@@ -294,7 +294,9 @@ fn _pslite(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("ALL_GROUP", ALL_GROUP)?;
     m.add(
         "DTYPES",
-        buffers::DType::ALL.map(buffers::DType::name).to_vec(),
+        pslite::DType::VALUES
+            .map(<pslite::DType as buffers::PyDType>::numpy)
+            .to_vec(),
     )?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())

@@ -2,7 +2,7 @@
 //! (sum pushes, answer pulls; every dtype) or a Python callable (one dtype; the slow path: the
 //! GIL is taken for every request), and embedding tables beside it (`tables.rs`).
 
-use crate::buffers::{input, slice, DType, Lens, PyValue};
+use crate::buffers::{input, slice, DType, Lens, PyDType, PyValue};
 use crate::errors::{check, invalid};
 use crate::tables;
 use crate::PyPostoffice;
@@ -10,7 +10,7 @@ use numpy::PyArray1;
 use pslite::kv::pairs::check_lens;
 use pslite::kv::table::TableSpec;
 use pslite::kv::{KVPairs, KVRequest, ReqMeta};
-use pslite::{DType as WireDType, KVServer, Postoffice, RequestHandler, Role};
+use pslite::{KVServer, Postoffice, RequestHandler, Role};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use std::sync::Arc;
@@ -76,7 +76,7 @@ impl PyHandler {
                 "it returned None for a pull of {} keys: return their values (an array of {}), \
                  or (vals, lens)",
                 req.keys.len(),
-                self.dtype.name()
+                self.dtype.numpy()
             )));
         }
         let (vals, lens) = match got.extract::<(Bound<'_, PyAny>, Bound<'_, PyAny>)>() {
@@ -243,23 +243,17 @@ fn serve_all(
     match handler {
         Handler::Sums => {
             let table_on_app = specs.iter().any(|s| s.app == app_id);
-            let dtypes: Vec<WireDType> = WireDType::VALUES
+            let dtypes: Vec<DType> = DType::VALUES
                 .into_iter()
-                .filter(|&d| !(d == WireDType::F32 && table_on_app))
+                .filter(|&d| !(d == DType::F32 && table_on_app))
                 .collect();
             servers.extend(check(
                 py.detach(|| pslite::kv::server::serve_sums_of(p, app_id, &dtypes)),
             )?);
         }
-        Handler::Python(ph) => servers.push(match ph.dtype {
-            DType::F32 => serve::<f32>(py, p, app_id, ph)?,
-            DType::F64 => serve::<f64>(py, p, app_id, ph)?,
-            DType::I32 => serve::<i32>(py, p, app_id, ph)?,
-            DType::I64 => serve::<i64>(py, p, app_id, ph)?,
-            DType::U8 => serve::<u8>(py, p, app_id, ph)?,
-            DType::U32 => serve::<u32>(py, p, app_id, ph)?,
-            DType::U64 => serve::<u64>(py, p, app_id, ph)?,
-        }),
+        Handler::Python(ph) => servers.push(pslite::with_value_type!(ph.dtype,
+            V => serve::<V>(py, p, app_id, ph)?,
+            None => unreachable!("PyDType::from_py gives one of DType::VALUES"))),
     }
     Ok(())
 }

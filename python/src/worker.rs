@@ -8,6 +8,7 @@
 
 use crate::buffers::{
     disjoint, input, lend, output, release_retired, slice, slice_mut, span, DType, Keys, Lens,
+    PyDType,
 };
 use crate::errors::{check, invalid};
 use crate::PyPostoffice;
@@ -15,34 +16,20 @@ use numpy::PyArray1;
 use pslite::{KVWorker, Role, Timestamp};
 use pyo3::prelude::*;
 
-/// A `KVWorker<V>` of one of the supported value types.
-enum AnyWorker {
-    F32(KVWorker<f32>),
-    F64(KVWorker<f64>),
-    I32(KVWorker<i32>),
-    I64(KVWorker<i64>),
-    U8(KVWorker<u8>),
-    U32(KVWorker<u32>),
-    U64(KVWorker<u64>),
-}
-
-/// Runs `$body` with `$kv` bound to the worker of `$w`'s dtype and `$t` naming that type.
+/// Runs `$body` with `$kv` bound to the `KVWorker` of the `PyKVWorker` `$w` and `$t` naming
+/// its dtype's type.
 macro_rules! with_worker {
-    ($w:expr, $kv:ident, $t:ident => $body:expr) => {
-        match $w {
-            AnyWorker::F32($kv) => with_worker!(@ f32, $t, $body),
-            AnyWorker::F64($kv) => with_worker!(@ f64, $t, $body),
-            AnyWorker::I32($kv) => with_worker!(@ i32, $t, $body),
-            AnyWorker::I64($kv) => with_worker!(@ i64, $t, $body),
-            AnyWorker::U8($kv) => with_worker!(@ u8, $t, $body),
-            AnyWorker::U32($kv) => with_worker!(@ u32, $t, $body),
-            AnyWorker::U64($kv) => with_worker!(@ u64, $t, $body),
-        }
-    };
-    (@ $ty:ty, $t:ident, $body:expr) => {{
-        #[allow(dead_code)]
-        type $t = $ty;
-        $body
+    ($w:expr, $kv:ident, $t:ident => $body:expr) => {{
+        let w: &PyKVWorker = $w;
+        pslite::with_value_type!(w.dtype,
+            $t => {
+                let $kv = w
+                    .kv
+                    .downcast_ref::<KVWorker<$t>>()
+                    .expect("a PyKVWorker holds the KVWorker of its dtype");
+                $body
+            },
+            None => unreachable!("PyDType::from_py gives one of DType::VALUES"))
     }};
 }
 
@@ -54,7 +41,8 @@ macro_rules! with_worker {
 /// the servers by key range and returns a timestamp to `wait` on.
 #[pyclass(frozen, name = "KVWorker", module = "pslite")]
 pub struct PyKVWorker {
-    kv: AnyWorker,
+    /// The `KVWorker<V>` of `dtype`'s type.
+    kv: Box<dyn std::any::Any + Send + Sync>,
     dtype: DType,
     po: Py<PyPostoffice>,
 }
@@ -73,7 +61,7 @@ impl PyKVWorker {
         release_retired(py);
         let keys = Keys::get(keys, "keys")?;
         let lens = Lens::get(lens)?;
-        with_worker!(&self.kv, kv, T => {
+        with_worker!(self, kv, T => {
             let vals = vals.map(|v| input::<T>(v, "vals", self.dtype)).transpose()?;
             let (k, l) = (keys.as_slice(), lens.as_option().unwrap_or(&[]));
             let options = pslite::RequestOptions::default();
@@ -114,15 +102,9 @@ impl PyKVWorker {
                 p.role().name()
             )));
         }
-        let kv = match dtype {
-            DType::F32 => AnyWorker::F32(check(KVWorker::new(p, app_id, customer_id))?),
-            DType::F64 => AnyWorker::F64(check(KVWorker::new(p, app_id, customer_id))?),
-            DType::I32 => AnyWorker::I32(check(KVWorker::new(p, app_id, customer_id))?),
-            DType::I64 => AnyWorker::I64(check(KVWorker::new(p, app_id, customer_id))?),
-            DType::U8 => AnyWorker::U8(check(KVWorker::new(p, app_id, customer_id))?),
-            DType::U32 => AnyWorker::U32(check(KVWorker::new(p, app_id, customer_id))?),
-            DType::U64 => AnyWorker::U64(check(KVWorker::new(p, app_id, customer_id))?),
-        };
+        let kv: Box<dyn std::any::Any + Send + Sync> = pslite::with_value_type!(dtype,
+            V => Box::new(check(KVWorker::<V>::new(p, app_id, customer_id))?),
+            None => unreachable!("PyDType::from_py gives one of DType::VALUES"));
         Ok(PyKVWorker {
             kv,
             dtype,
@@ -193,7 +175,7 @@ impl PyKVWorker {
     /// outstanding.
     fn wait(&self, py: Python<'_>, ts: Timestamp) -> PyResult<()> {
         release_retired(py);
-        with_worker!(&self.kv, kv, T => check(py.detach(|| kv.wait(ts))))
+        with_worker!(self, kv, T => check(py.detach(|| kv.wait(ts))))
     }
 
     /// Waits for pull (or push-pull) `ts` and returns `(keys, vals, lens)` as NumPy arrays
@@ -207,7 +189,7 @@ impl PyKVWorker {
         ts: Timestamp,
     ) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyAny>, Bound<'py, PyAny>)> {
         release_retired(py);
-        with_worker!(&self.kv, kv, T => {
+        with_worker!(self, kv, T => {
             let pairs = check(py.detach(|| kv.take_pulled(ts)))?;
             Ok((
                 PyArray1::from_vec(py, pairs.keys).into_any(),
@@ -230,7 +212,7 @@ impl PyKVWorker {
     ) -> PyResult<()> {
         release_retired(py);
         let keys = Keys::get(keys, "keys")?;
-        with_worker!(&self.kv, kv, T => {
+        with_worker!(self, kv, T => {
             let out = output::<T>(out, "out", self.dtype)?;
             let k = keys.as_slice();
             disjoint(&out, &[("keys", span(k))])?;
@@ -255,7 +237,7 @@ impl PyKVWorker {
         release_retired(py);
         let keys = Keys::get(keys, "keys")?;
         let lens = Lens::get(lens)?;
-        with_worker!(&self.kv, kv, T => {
+        with_worker!(self, kv, T => {
             let vals = input::<T>(vals, "vals", self.dtype)?;
             let out = output::<T>(out, "out", self.dtype)?;
             let (k, v, l) = (keys.as_slice(), slice(&vals), lens.as_option());
@@ -267,6 +249,6 @@ impl PyKVWorker {
     }
 
     fn __repr__(&self) -> String {
-        format!("<pslite.KVWorker dtype={}>", self.dtype.name())
+        format!("<pslite.KVWorker dtype={}>", self.dtype.numpy())
     }
 }

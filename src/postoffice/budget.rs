@@ -157,6 +157,25 @@ mod tests {
         }
     }
 
+    /// Requests waiting for room now.
+    fn queued(b: &Budget) -> usize {
+        lock(&b.state).queue.len()
+    }
+
+    /// Waits until `done` holds: another thread's progress, observed in the budget's own
+    /// state rather than guessed from elapsed time. The 20 s bound only turns a hang into a
+    /// failure.
+    fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !done() {
+            assert!(
+                Instant::now() < deadline,
+                "20 s passed waiting until {what}"
+            );
+            std::thread::yield_now();
+        }
+    }
+
     #[test]
     fn a_request_waits_for_room_and_gives_up_at_its_deadline_naming_the_variable() {
         let b = Arc::new(Budget::new(100));
@@ -167,15 +186,20 @@ mod tests {
         let text = e.to_string();
         assert!(text.contains("hold 80 bytes"), "{text}");
         assert!(text.contains("PS_MAX_INFLIGHT_BYTES is 100"), "{text}");
+        assert_eq!(queued(&b), 0, "a request that gave up leaves the queue");
         let waiter = {
             let b = b.clone();
             std::thread::spawn(move || b.take(30, Duration::from_secs(20), true))
         };
-        std::thread::sleep(Duration::from_millis(50));
+        wait_until("the second request waits", || {
+            queued(&b) == 1 || waiter.is_finished()
+        });
+        assert!(!waiter.is_finished(), "the second request waits");
         assert_eq!(b.used(), 80, "the second request waits");
         b.give(80);
         waiter.join().expect("no panic").expect("room freed");
         assert_eq!(b.used(), 30);
+        assert_eq!(queued(&b), 0);
         b.take(500, Duration::ZERO, false)
             .expect("a customer thread never waits");
         assert_eq!(b.used(), 530);
@@ -185,21 +209,46 @@ mod tests {
     fn waiting_requests_are_served_in_arrival_order() {
         let b = Arc::new(Budget::new(100));
         b.take(90, Duration::ZERO, true).expect("fits");
-        // A large request waits first; then a small one that would fit now.
-        let large = {
+        let take = |n: u64| {
             let b = b.clone();
-            std::thread::spawn(move || b.take(60, Duration::from_secs(20), true))
+            std::thread::spawn(move || b.take(n, Duration::from_secs(20), true))
         };
-        std::thread::sleep(Duration::from_millis(50));
-        let small = {
-            let b = b.clone();
-            std::thread::spawn(move || b.take(5, Duration::from_secs(20), true))
-        };
-        std::thread::sleep(Duration::from_millis(50));
+        // A large request waits first (90 + 60 does not fit).
+        let large = take(60);
+        wait_until("the large request queues", || {
+            queued(&b) == 1 || large.is_finished()
+        });
+        assert!(
+            !large.is_finished(),
+            "60 more bytes do not fit in 100 with 90 taken"
+        );
+        // Then a small one that would fit now (90 + 5): it waits behind the large one.
+        let small = take(5);
+        wait_until("the small request queues", || {
+            queued(&b) == 2 || small.is_finished()
+        });
+        assert!(
+            !small.is_finished(),
+            "the small one waits behind the large one"
+        );
         assert_eq!(b.used(), 90, "the small one waits behind the large one");
+        // A third that fits only if it goes last: 60 + 5 + 45 > 100, 45 + 5 + 60 > 100.
+        let medium = take(45);
+        wait_until("the third request queues", || {
+            queued(&b) == 3 || medium.is_finished()
+        });
         b.give(90);
+        // In arrival order the large and the small one go (65 bytes) and the third waits;
+        // had the third gone before the large one, the large one would not fit and would
+        // time out.
         large.join().expect("no panic").expect("large");
         small.join().expect("no panic").expect("small");
         assert_eq!(b.used(), 65);
+        assert!(!medium.is_finished(), "45 more do not fit with 65 taken");
+        assert_eq!(queued(&b), 1, "the third one still waits");
+        b.give(65);
+        medium.join().expect("no panic").expect("medium");
+        assert_eq!(b.used(), 45);
+        assert_eq!(queued(&b), 0);
     }
 }

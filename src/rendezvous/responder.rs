@@ -208,7 +208,7 @@ impl Responder {
             }];
         }
         let clone = Bytes::copy_from_slice(data);
-        let checksum = self.validation.then(|| crc32c::crc32c(&clone));
+        let checksum = self.validation.then(|| crate::wire::crc32c(&[&clone]));
         self.clock += 1;
         self.clones
             .insert((from, request_index), (clone, self.clock));

@@ -160,7 +160,7 @@ impl Sim {
             );
             m[..data.len()].copy_from_slice(data);
         }
-        let crc = Some(crc32c::crc32c(data));
+        let crc = Some(crate::wire::crc32c(&[data]));
         let actions = self.req.on_write(SERVER, imm, data.len() as u64, crc);
         self.run_req(actions);
     }
@@ -383,7 +383,7 @@ fn validation_catches_a_corrupted_write() {
         RvMessage::MetaDataResponse {
             request_index: i,
             meta: TensorMeta::of(DType::U8, 3),
-            checksum: Some(crc32c::crc32c(b"abc")),
+            checksum: Some(crate::wire::crc32c(&[b"abc"])),
         },
     );
     assert_eq!(a, vec![ReqAction::Allocate { index: i, bytes: 3 }]);
@@ -395,7 +395,7 @@ fn validation_catches_a_corrupted_write() {
             capacity: 3,
         },
     );
-    let a = req.on_write(SERVER, i, 3, Some(crc32c::crc32c(b"abd")));
+    let a = req.on_write(SERVER, i, 3, Some(crate::wire::crc32c(&[b"abd"])));
     assert!(
         matches!(&a[0], ReqAction::Fail { error, .. } if error.starts_with("checksum mismatch for key 1")),
         "{a:?}"

@@ -7,6 +7,7 @@
 //! The meta lists the byte length of every payload frame, so a truncated, missing or extra frame
 //! is detected before anything reads it.
 
+mod checksum;
 mod codec;
 #[doc(hidden)]
 pub mod container;
@@ -17,6 +18,8 @@ mod meta;
 #[doc(hidden)]
 pub mod pieces;
 
+#[doc(hidden)]
+pub use checksum::crc32c;
 #[doc(hidden)]
 pub use codec::{
     decode_frames, decode_meta, encode_meta, WireError, MAX_FRAME_BYTES, MAX_META_BYTES,

@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod attack;
+pub mod conformance;
 pub mod launched;
 pub mod netns;
 pub mod procs;
@@ -25,11 +26,13 @@ pub struct Cluster {
     pub others: Vec<JoinHandle<Result<()>>>,
 }
 
-/// Config for a node of a local cluster with a short deadline.
+/// Config for a node of a local cluster with `PS_TIMEOUT` `timeout_s`. Its heartbeat timeout
+/// is 30 s: these clusters are threads of a test process that shares two cores with another
+/// test, and no test of them is about a node going silent (one that is sets its own).
 pub fn cfg(role: Role, port: u16, s: usize, w: usize, timeout_s: f64) -> Config {
     let mut c = Config::local(role, port, s, w);
     c.timeout = Duration::from_secs_f64(timeout_s);
-    c.heartbeat_timeout = Duration::from_secs(3);
+    c.heartbeat_timeout = Duration::from_secs(30);
     c.heartbeat_interval = Duration::from_millis(200);
     c.pool_bytes = 16 << 20;
     c
@@ -51,29 +54,32 @@ pub fn cluster_cfg(
     s: usize,
     w: usize,
     timeout_s: f64,
-    tweak: fn(&mut Config),
+    tweak: impl Fn(&mut Config) + Send + Sync + 'static,
     serve: impl Fn(&Arc<Postoffice>) -> Result<Box<dyn std::any::Any>> + Send + Sync + 'static,
 ) -> Cluster {
     let port = pslite::free_port().expect("free port");
     let serve = Arc::new(serve);
-    let cfg = move |role, port, s, w, t| {
-        let mut c = cfg(role, port, s, w, t);
+    let tweak = Arc::new(tweak);
+    let cfg = move |role| {
+        let mut c = cfg(role, port, s, w, timeout_s);
         tweak(&mut c);
         c
     };
-    let mut others = vec![thread::spawn(move || {
-        Postoffice::start(cfg(Role::Scheduler, port, s, w, timeout_s))?.finalize()
-    })];
+    let sched = cfg(Role::Scheduler);
+    let mut others = vec![thread::spawn(move || Postoffice::start(sched)?.finalize())];
     for _ in 0..s {
-        let serve = serve.clone();
+        let (serve, server) = (serve.clone(), cfg(Role::Server));
         others.push(thread::spawn(move || {
-            let po = Postoffice::start(cfg(Role::Server, port, s, w, timeout_s))?;
+            let po = Postoffice::start(server)?;
             let _server = serve(&po)?;
             po.finalize()
         }));
     }
     let starting: Vec<_> = (0..w)
-        .map(|_| thread::spawn(move || Postoffice::start(cfg(Role::Worker, port, s, w, timeout_s))))
+        .map(|_| {
+            let worker = cfg(Role::Worker);
+            thread::spawn(move || Postoffice::start(worker))
+        })
         .collect();
     let workers = starting
         .into_iter()

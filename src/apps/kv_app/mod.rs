@@ -29,32 +29,11 @@ pub struct KvAppArgs {
     #[arg(long, default_value_t = 10)]
     pub outstanding: usize,
     /// Value type: f32, f64, i32, i64, u8, u32, u64.
-    #[arg(long, default_value = "f32", value_parser = parse_dtype)]
+    #[arg(long, default_value = "f32", value_parser = str::parse::<DType>)]
     pub dtype: DType,
     /// Pull through the zero-copy rendezvous (one request per key into pool buffers).
     #[arg(long)]
     pub zero_copy: bool,
-}
-
-/// Parses a value type name.
-///
-/// # Errors
-/// A text listing the accepted names.
-pub fn parse_dtype(s: &str) -> std::result::Result<DType, String> {
-    Ok(match s {
-        "f32" => DType::F32,
-        "f64" => DType::F64,
-        "i32" => DType::I32,
-        "i64" => DType::I64,
-        "u8" => DType::U8,
-        "u32" => DType::U32,
-        "u64" => DType::U64,
-        _ => {
-            return Err(format!(
-                "unknown value type {s:?}: expected f32, f64, i32, i64, u8, u32 or u64"
-            ))
-        }
-    })
 }
 
 /// Mismatch counts of the two checks (ps-lite prints them as `error: a, b`), and where the
@@ -103,16 +82,9 @@ impl KvAppReport {
 /// # Errors
 /// Transport and server errors; a mismatch is reported in the [`KvAppReport`], not as an error.
 pub fn run(po: &Arc<Postoffice>, args: &KvAppArgs) -> Result<KvAppReport> {
-    match args.dtype {
-        DType::F32 => run_typed::<f32>(po, args),
-        DType::F64 => run_typed::<f64>(po, args),
-        DType::I32 => run_typed::<i32>(po, args),
-        DType::I64 => run_typed::<i64>(po, args),
-        DType::U8 => run_typed::<u8>(po, args),
-        DType::U32 => run_typed::<u32>(po, args),
-        DType::U64 => run_typed::<u64>(po, args),
-        DType::None => Err(Error::InvalidArgument("kv-app needs a value type".into())),
-    }
+    crate::with_value_type!(args.dtype,
+        V => run_typed::<V>(po, args),
+        None => Err(Error::InvalidArgument("kv-app needs a value type".into())))
 }
 
 fn times<V: Value>(v: V, n: usize) -> V {

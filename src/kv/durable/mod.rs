@@ -66,12 +66,5 @@ fn le32(b: &[u8]) -> u32 {
 }
 
 /// crc32c (Castagnoli) of `parts` one after the other: the checksum of log records and
-/// snapshots. Computed with `crc-fast` (carry-less multiplication; AVX-512 where the processor
-/// has it), about twice as fast on a pushed MB here as the `crc32c` crate, same values.
-pub fn crc32c(parts: &[&[u8]]) -> u32 {
-    let mut d = crc_fast::Digest::new(crc_fast::CrcAlgorithm::Crc32Iscsi);
-    for p in parts {
-        d.update(p);
-    }
-    d.finalize() as u32
-}
+/// snapshots.
+pub use crate::wire::crc32c;

@@ -51,16 +51,9 @@ pub fn serve_sums_of(
     use super::KVServer;
     let mut out: Vec<Box<dyn Send>> = Vec::new();
     for &d in dtypes {
-        out.push(match d {
-            DType::None => continue,
-            DType::F32 => Box::new(KVServer::<f32>::new(po, app_id, DefaultHandler::new())?),
-            DType::F64 => Box::new(KVServer::<f64>::new(po, app_id, DefaultHandler::new())?),
-            DType::I32 => Box::new(KVServer::<i32>::new(po, app_id, DefaultHandler::new())?),
-            DType::I64 => Box::new(KVServer::<i64>::new(po, app_id, DefaultHandler::new())?),
-            DType::U8 => Box::new(KVServer::<u8>::new(po, app_id, DefaultHandler::new())?),
-            DType::U32 => Box::new(KVServer::<u32>::new(po, app_id, DefaultHandler::new())?),
-            DType::U64 => Box::new(KVServer::<u64>::new(po, app_id, DefaultHandler::new())?),
-        });
+        out.push(crate::with_value_type!(d,
+            V => Box::new(KVServer::<V>::new(po, app_id, DefaultHandler::new())?),
+            None => continue));
     }
     Ok(out)
 }

@@ -263,9 +263,9 @@ pub(super) fn on_remote_write<V: Value>(state: &WorkerState<V>, w: RemoteWrite) 
             // SAFETY: the destination is ours while the request is outstanding (under this
             // lock); `len` is checked against its capacity first.
             (len as usize <= cap).then(|| {
-                crc32c::crc32c(unsafe {
+                crate::wire::crc32c(&[unsafe {
                     std::slice::from_raw_parts(addr as *const u8, len as usize)
-                })
+                }])
             })
         }
         _ => None,
@@ -303,7 +303,7 @@ pub(super) fn on_content_message<V: Value>(
         .po
         .config()
         .data_validation
-        .then(|| crc32c::crc32c(content));
+        .then(|| crate::wire::crc32c(&[content]));
     let actions = st.requester.on_write(from, imm, len as u64, crc);
     run_and_report(state, st, actions);
 }
