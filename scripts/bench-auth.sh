@@ -12,35 +12,17 @@ cd "$(dirname "$0")/.."
 RUNS=${1:-6}
 SECS=${2:-4}
 cargo build --release --quiet --bin pslite-launch
-LAUNCH=target/release/pslite-launch
 . scripts/bench-lib.sh
 
-declare -A good lat
-for i in $(seq "$RUNS"); do
-    order="token none"
-    [ $((i % 2)) -eq 0 ] && order="none token"
-    for v in $order; do
-        if [ "$v" = none ]; then export PS_AUTH=none; else unset PS_AUTH; fi
-        j=$(timeout $((SECS + 60)) $LAUNCH local --servers 1 --workers 1 -- bench \
-            --mode push-pull --len 1024000 --seconds "$SECS" --json 2>/dev/null)
-        good[$v]+="$(printf '%.2f' "$(echo "$j" | field goodput_gbps)") "
-        j=$(timeout 60 $LAUNCH local --servers 1 --workers 1 -- bench --mode push-pull \
-            --len 4 --keys-per-server 1 --seconds 2 --json 2>/dev/null)
-        lat[$v]+="$(printf '%.4f' "$(echo "$j" | field p50_ms)") "
-    done
-    echo "round $i of $RUNS done" >&2
-done
+variant() { if [ "$1" = none ]; then export PS_AUTH=none; else unset PS_AUTH; fi; }
+interleave "token none" "$RUNS" "goodput=measure_goodput_1mb $SECS" p50=measure_p50_4b
 unset PS_AUTH
 
-g0=$(median_of "${good[none]}") g1=$(median_of "${good[token]}")
-l0=$(median_of "${lat[none]}") l1=$(median_of "${lat[token]}")
-cat <<EOT
-S=1 W=1, ZMQ van, medians of $RUNS interleaved rounds
-
-| figure | PS_AUTH=none | token | change |
-| --- | --- | --- | --- |
-| push-pull goodput, 1 MB values, ${SECS} s | $g0 Gbit/s | $g1 Gbit/s | $(pct "$g0" "$g1") |
-| push-pull p50 latency, one 4-byte key | $l0 ms | $l1 ms | $(pct "$l0" "$l1") |
-
-runs: goodput none ${good[none]}/ token ${good[token]}; p50 none ${lat[none]}/ token ${lat[token]}
-EOT
+COLS="none token"
+echo "S=1 W=1, ZMQ van, medians of $RUNS interleaved rounds"
+echo
+table_head figure PS_AUTH=none token change
+row "push-pull goodput, 1 MB values, ${SECS} s" Gbit/s goodput
+row "push-pull p50 latency, one 4-byte key" ms p50
+echo
+runs_line goodput p50

@@ -18,39 +18,20 @@ cd "$(dirname "$0")/.."
 RUNS=${3:-6}
 SECS=${4:-4}
 . scripts/bench-lib.sh
-A=$(bins "$1")
-B=$(bins "$2")
+declare -A dir
+dir[A]=$(bins "$1") dir[B]=$(bins "$2")
 export PS_AUTH=none
 
-declare -A good good4 lat keys
-for i in $(seq "$RUNS"); do
-    order="A B"
-    [ $((i % 2)) -eq 0 ] && order="B A"
-    for v in $order; do
-        L=$A
-        [ "$v" = B ] && L=$B
-        run() { timeout "$1" "$L/pslite-launch" local --servers 1 --workers 1 -- bench "${@:2}" --json 2>/dev/null; }
-        good[$v]+="$(printf '%.2f' "$(run $((SECS + 60)) --mode push-pull --len 1024000 --seconds "$SECS" | field goodput_gbps)") "
-        good4[$v]+="$(printf '%.2f' "$(run $((SECS + 60)) --mode push-pull --len 4096000 --seconds "$SECS" | field goodput_gbps)") "
-        lat[$v]+="$(printf '%.4f' "$(run 60 --mode push-pull --len 4 --keys-per-server 1 --seconds 2 | field p50_ms)") "
-        keys[$v]+="$(printf '%.0f' "$(run 120 --mode push-pull --keys-per-request 100000 --len 4 --repeat 5 | field keys_per_s)") "
-    done
-    echo "round $i of $RUNS done" >&2
-done
+variant() { LAUNCH=("${dir[$1]}/pslite-launch" local); }
+interleave "A B" "$RUNS" "goodput=measure_goodput_1mb $SECS" "4-MB=measure_goodput 4096000 $SECS" \
+    p50=measure_p50_4b keys/s=measure_keys_100k
 
-gA=$(median_of "${good[A]}") gB=$(median_of "${good[B]}")
-g4A=$(median_of "${good4[A]}") g4B=$(median_of "${good4[B]}")
-lA=$(median_of "${lat[A]}") lB=$(median_of "${lat[B]}")
-kA=$(median_of "${keys[A]}") kB=$(median_of "${keys[B]}")
-cat <<EOT
-S=1 W=1, ZMQ van, PS_AUTH=none, medians of $RUNS interleaved rounds; A = $1, B = $2
-
-| figure | A | B | change |
-| --- | --- | --- | --- |
-| push-pull goodput, 1 MB values, ${SECS} s | $gA Gbit/s | $gB Gbit/s | $(pct "$gA" "$gB") |
-| push-pull goodput, 4 MB values, ${SECS} s | $g4A Gbit/s | $g4B Gbit/s | $(pct "$g4A" "$g4B") |
-| push-pull p50 latency, one 4-byte key | $lA ms | $lB ms | $(pct "$lA" "$lB") |
-| push-pull of 100K keys per request | $kA keys/s | $kB keys/s | $(pct "$kA" "$kB") |
-
-runs: goodput A ${good[A]}/ B ${good[B]}; 4 MB A ${good4[A]}/ B ${good4[B]}; p50 A ${lat[A]}/ B ${lat[B]}; keys/s A ${keys[A]}/ B ${keys[B]}
-EOT
+echo "S=1 W=1, ZMQ van, PS_AUTH=none, medians of $RUNS interleaved rounds; A = $1, B = $2"
+echo
+table_head figure A B change
+row "push-pull goodput, 1 MB values, ${SECS} s" Gbit/s goodput
+row "push-pull goodput, 4 MB values, ${SECS} s" Gbit/s 4-MB
+row "push-pull p50 latency, one 4-byte key" ms p50
+row "push-pull of 100K keys per request" keys/s keys/s
+echo
+runs_line goodput "4 MB=4-MB" p50 keys/s

@@ -20,31 +20,13 @@ B=target/release
 . scripts/bench-lib.sh
 
 # ---- 1. resend off / on ----
-declare -A good lat kv
-for i in $(seq "$RUNS"); do
-    for mode in off on; do
-        r=0; [ "$mode" = on ] && r=1
-        g=$(PS_RESEND=$r timeout $((SECS + 60)) $B/pslite-launch local --servers 1 --workers 1 -- \
-            bench --mode push-pull --len 1024000 --seconds "$SECS" --json | field goodput_gbps)
-        l=$(PS_RESEND=$r timeout 60 $B/pslite-launch local --servers 1 --workers 1 -- \
-            bench --mode push-pull --len 4 --keys-per-server 1 --seconds 2 --json | field p50_ms)
-        t0=$(now)
-        PS_RESEND=$r timeout 300 $B/pslite-launch local --servers 1 --workers 1 -- \
-            kv-app --keys 1000000 >/dev/null
-        k=$(elapsed "$t0")
-        good[$mode]+="$(printf '%.2f' "$g") "
-        lat[$mode]+="$(printf '%.3f' "$l") "
-        kv[$mode]+="$k "
-        echo "run $i resend $mode: goodput $g Gbit/s, p50 $l ms, kv-app 1M keys $k s" >&2
-    done
-done
-g_off=$(median_of "${good[off]}"); g_on=$(median_of "${good[on]}")
-l_off=$(median_of "${lat[off]}"); l_on=$(median_of "${lat[on]}")
-k_off=$(median_of "${kv[off]}"); k_on=$(median_of "${kv[on]}")
+variant() { if [ "$1" = on ]; then export PS_RESEND=1; else export PS_RESEND=0; fi; }
+interleave "off on" "$RUNS" "goodput=measure_goodput_1mb $SECS" "p50=measure_p50_4b 3" kv-app=measure_kv_app_1m
+unset PS_RESEND
 
 # ---- 2. a server killed during bench ----
 kill_once() {
-    local dir port pids=() w
+    local dir port victim="" p w
     dir=$(mktemp -d)
     port=$(( 20000 + RANDOM % 20000 ))
     export DMLC_PS_ROOT_URI=127.0.0.1 DMLC_PS_ROOT_PORT=$port DMLC_NUM_SERVER=2 DMLC_NUM_WORKER=2 DMLC_NODE_HOST=127.0.0.1
@@ -58,53 +40,37 @@ kill_once() {
     done
     # A random phase against the heartbeats (sent every second from each node's start).
     sleep "3.$((RANDOM % 10))"
-    local victim=""
     # Server rank 0 of this cluster, found by its environment.
     for p in $(pgrep -x pslite-server); do
         if tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "DMLC_PS_ROOT_PORT=$port" &&
            tr '\0' '\n' <"/proc/$p/environ" | grep -qx "PSLITE_RANK=0"; then victim=$p; fi
     done
     [ -n "$victim" ] || { echo "no server of rank 0 found" >&2; exit 1; }
-    local t_kill
-    t_kill=$(now)
-    kill -9 "$victim"
+    sigkill "$victim"
     wait
     for w in 0 1; do
         # When the worker learnt of the loss (its ERROR log line) and when it exited.
-        learnt=$(grep -m1 "ERROR.*was declared lost" "$dir/worker$w" | cut -d' ' -f1)
-        learnt=$(date -d "$learnt" +%s.%N 2>/dev/null || echo 0)
-        awk -v a="$t_kill" -v l="$learnt" -v b="$(cat "$dir/worker$w.end")" \
-            'BEGIN {printf "%.2f/%.2f\n", l-a, b-a}' >>"$dir/times"
+        echo "$(since_kill "$(grep -m1 "ERROR.*was declared lost" "$dir/worker$w")")/$(since_kill "$(cat "$dir/worker$w.end")")"
         grep -q "peer lost: server rank 0 (id 8) was declared lost" "$dir/worker$w" ||
             { echo "worker $w did not name the server:" >&2; cat "$dir/worker$w" >&2; }
     done
     echo "exit: scheduler $(cat "$dir/scheduler.rc") server1 $(cat "$dir/server1.rc") worker0 $(cat "$dir/worker0.rc") worker1 $(cat "$dir/worker1.rc")" >&2
-    cat "$dir/times"
     rm -rf "$dir"
 }
-times=()
-for i in $(seq "$KILLS"); do
-    t=$(kill_once | tr '\n' ' ')
-    echo "kill $i: workers' error/exit after $t s" >&2
-    times+=($t)
-done
-t_learnt=$(printf '%s\n' "${times[@]}" | cut -d/ -f1 | sort -g | tr '\n' ' ')
-t_exit=$(printf '%s\n' "${times[@]}" | cut -d/ -f2 | sort -g | tr '\n' ' ')
-l_med=$(printf '%s\n' "${times[@]}" | cut -d/ -f1 | median)
-e_med=$(printf '%s\n' "${times[@]}" | cut -d/ -f2 | median)
+kill_trials "$KILLS" kill_once
 
 cat <<EOT
 | figure (S=1 W=1 unless said) | resend off | resend on | change |
 | --- | --- | --- | --- |
-| push-pull goodput, 1 MB values, median of ${RUNS} x ${SECS} s | ${g_off} Gbit/s | ${g_on} Gbit/s | $(pct "$g_off" "$g_on") |
-| push-pull p50 latency, one 4-byte key, median of ${RUNS} | ${l_off} ms | ${l_on} ms | $(pct "$l_off" "$l_on") |
-| kv-app --keys 1000000, job wall time, median of ${RUNS} | ${k_off} s | ${k_on} s | $(pct "$k_off" "$k_on") |
+$(row "push-pull goodput, 1 MB values, median of ${RUNS} x ${SECS} s" Gbit/s goodput)
+$(row "push-pull p50 latency, one 4-byte key, median of ${RUNS}" ms p50)
+$(row "kv-app --keys 1000000, job wall time, median of ${RUNS}" s kv-app)
 
-runs: goodput off ${good[off]}/ on ${good[on]}; p50 off ${lat[off]}/ on ${lat[on]}; kv-app off ${kv[off]}/ on ${kv[on]}
+$(runs_line goodput p50 kv-app)
 
 | server SIGKILLed during bench, S=2 W=2, PS_HEARTBEAT_TIMEOUT=10 s | seconds after the kill |
 | --- | --- |
-| each worker's error (its log line), ${KILLS} kills x 2 workers, sorted | ${t_learnt}|
-| each worker's exit (status 1, naming the server), sorted | ${t_exit}|
-| median: error / exit | ${l_med} / ${e_med} |
+| each worker's error (its log line), ${KILLS} kills x 2 workers, sorted | ${KILL_T1}|
+| each worker's exit (status 1, naming the server), sorted | ${KILL_T2}|
+| median: error / exit | ${KILL_MED1} / ${KILL_MED2} |
 EOT

@@ -35,8 +35,10 @@ start() {
         timeout $((SECS + 90)) "${wrap[@]}" "$L" node "$role" "$@" > "$tmp/$i" 2>&1 &
 }
 
-# goodput WHERE: summed goodput of the S2W2 bench (Gbit/s).
+# The measures, of the variant WHERE ($VARIANT: hosts or loopback):
+# goodput: summed goodput of the S2W2 bench (Gbit/s).
 goodput() {
+    set -- "$VARIANT"
     export DMLC_NUM_SERVER=2 DMLC_NUM_WORKER=2 PS_VERBOSE=0
     start "$1" 0 scheduler 0
     start "$1" 1 server 0; start "$1" 2 server 1
@@ -47,8 +49,9 @@ goodput() {
         | awk '{s += $1} END {if (NR != 2) exit 1; printf "%.2f", s}'
 }
 
-# iperf WHERE: one-stream TCP goodput, host 3 → host 1 or loopback (Gbit/s).
+# iperf: one-stream TCP goodput, host 3 → host 1 or loopback (Gbit/s).
 iperf() {
+    set -- "$VARIANT"
     local srv=() cli=() addr=127.0.0.1
     if [[ $1 == hosts ]]; then srv=(ip netns exec $NAME-h1); cli=(ip netns exec $NAME-h3); addr=198.18.0.2; fi
     timeout 30 "${srv[@]}" iperf3 -s -1 -B $addr -p 9300 >/dev/null 2>&1 &
@@ -57,8 +60,9 @@ iperf() {
     wait
 }
 
-# startup WHERE: seconds from the scheduler's start until all 21 nodes logged "started".
+# startup: seconds from the scheduler's start until all 21 nodes logged "started".
 startup() {
+    set -- "$VARIANT"
     export DMLC_NUM_SERVER=4 DMLC_NUM_WORKER=16 PS_VERBOSE=1
     local t0 i n
     t0=$(now)
@@ -75,31 +79,16 @@ startup() {
     wait
 }
 
-declare -A good up tcp
-for r in $(seq "$RUNS"); do
-    order="hosts loopback"
-    [ $((r % 2)) -eq 0 ] && order="loopback hosts"
-    for w in $order; do
-        good[$w]+="$(goodput $w) "
-        rm -f "$tmp"/*
-        tcp[$w]+="$(iperf $w) "
-        up[$w]+="$(startup $w) "
-        rm -f "$tmp"/*
-    done
-    echo "round $r of $RUNS done" >&2
-done
+# Each measure starts from an empty output directory.
+variant() { rm -f "$tmp"/*; }
+interleave "hosts loopback" "$RUNS" goodput iperf3=iperf start-up=startup
 
-g0=$(median_of "${good[loopback]}") g1=$(median_of "${good[hosts]}")
-u0=$(median_of "${up[loopback]}") u1=$(median_of "${up[hosts]}")
-t0=$(median_of "${tcp[loopback]}") t1=$(median_of "${tcp[hosts]}")
-cat <<EOT
-ZMQ van, medians of $RUNS interleaved rounds; hosts: one network namespace per node (veth + bridge)
-
-| figure | loopback | own hosts | change |
-| --- | --- | --- | --- |
-| push-pull goodput, 1 MB values, S=2 W=2, ${SECS} s | $g0 Gbit/s | $g1 Gbit/s | $(pct "$g0" "$g1") |
-| TCP reference, iperf3 one stream, 3 s | $t0 Gbit/s | $t1 Gbit/s | $(pct "$t0" "$t1") |
-| start-up, 1 + 4 + 16 nodes (scheduler start → all past the first barrier) | $u0 s | $u1 s | $(pct "$u0" "$u1") |
-
-runs: goodput loopback ${good[loopback]}/ hosts ${good[hosts]}; iperf3 loopback ${tcp[loopback]}/ hosts ${tcp[hosts]}; start-up loopback ${up[loopback]}/ hosts ${up[hosts]}
-EOT
+COLS="loopback hosts"
+echo "ZMQ van, medians of $RUNS interleaved rounds; hosts: one network namespace per node (veth + bridge)"
+echo
+table_head figure loopback "own hosts" change
+row "push-pull goodput, 1 MB values, S=2 W=2, ${SECS} s" Gbit/s goodput
+row "TCP reference, iperf3 one stream, 3 s" Gbit/s iperf3
+row "start-up, 1 + 4 + 16 nodes (scheduler start → all past the first barrier)" s start-up
+echo
+runs_line goodput iperf3 start-up
