@@ -221,7 +221,7 @@ impl Postoffice {
     pub(in crate::postoffice) fn scheduler_tick(&self) {
         let Some(s) = &self.scheduler else { return };
         let timeout = self.cfg.heartbeat_timeout;
-        let (lost, failed) = s.lock().tick(Instant::now(), timeout);
+        let super::Tick { lost, failed } = s.lock().tick(Instant::now(), timeout);
         self.count_missed_heartbeats(Instant::now());
         self.release_held_tables(Instant::now());
         let declared = self.announce_lost(lost);

@@ -83,6 +83,15 @@ pub struct Declared {
     pub awaiting: Option<Duration>,
 }
 
+/// What [`Scheduler::tick`] decided (a new kind of decision is a new field).
+#[derive(Debug, Default)]
+pub struct Tick {
+    /// The nodes newly declared lost.
+    pub lost: Vec<Declared>,
+    /// The barriers that failed.
+    pub failed: Vec<Outcome>,
+}
+
 /// The scheduler's state; see the module docs.
 pub struct Scheduler {
     servers: usize,
@@ -419,13 +428,9 @@ impl Scheduler {
     /// nodes may be replaced, is awaited instead: its barrier arrivals no longer count, and it fails
     /// the job only at its deadline. Nothing before every node registered; after a pause of
     /// this process ([`PAUSED`]) every node gets a new timeout first.
-    pub fn tick(
-        &mut self,
-        now: Instant,
-        heartbeat_timeout: Duration,
-    ) -> (Vec<Declared>, Vec<Outcome>) {
+    pub fn tick(&mut self, now: Instant, heartbeat_timeout: Duration) -> Tick {
         if !self.ready {
-            return (Vec::new(), Vec::new());
+            return Tick::default();
         }
         if self
             .last_tick
@@ -471,7 +476,10 @@ impl Scheduler {
             .copied()
             .collect();
         let failed = self.book.check(now, &for_good);
-        (declared, failed)
+        Tick {
+            lost: declared,
+            failed,
+        }
     }
 }
 

@@ -165,15 +165,15 @@ fn a_silent_node_is_lost_and_fails_the_barrier_waiting_for_it() {
         Some(vec![1])
     );
     s.heartbeat(8, t0 + 8 * sec);
-    let (none, _) = s.tick(t0 + 15 * sec / 10, 10 * sec);
+    let none = s.tick(t0 + 15 * sec / 10, 10 * sec).lost;
     assert!(none.is_empty());
     for t in (2..=10).map(|t| t0 + t * sec) {
         assert!(
-            s.tick(t - sec / 100, 10 * sec).0.is_empty(),
+            s.tick(t - sec / 100, 10 * sec).lost.is_empty(),
             "ticking along"
         );
     }
-    let (lost, failed) = s.tick(t0 + 11 * sec, 10 * sec);
+    let Tick { lost, failed } = s.tick(t0 + 11 * sec, 10 * sec);
     assert_eq!(lost, vec![silent(9, 11 * sec, None)]);
     assert_eq!(failed.len(), 1);
     assert_eq!(failed[0].release, vec![8]);
@@ -192,15 +192,15 @@ fn a_paused_scheduler_gives_every_node_a_new_timeout() {
     let sec = Duration::from_secs(1);
     s.add_node(node(Role::Server, 1, None), t0);
     s.add_node(node(Role::Worker, 2, None), t0);
-    assert!(s.tick(t0 + sec, 10 * sec).0.is_empty());
+    assert!(s.tick(t0 + sec, 10 * sec).lost.is_empty());
     // Stopped for 30 s: the heartbeats of both nodes wait unread.
-    assert!(s.tick(t0 + 31 * sec, 10 * sec).0.is_empty(), "excused");
+    assert!(s.tick(t0 + 31 * sec, 10 * sec).lost.is_empty(), "excused");
     s.heartbeat(8, t0 + 32 * sec);
     for t in 32..42 {
-        assert!(s.tick(t0 + t * sec, 10 * sec).0.is_empty());
+        assert!(s.tick(t0 + t * sec, 10 * sec).lost.is_empty());
     }
     assert_eq!(
-        s.tick(t0 + 42 * sec, 10 * sec).0,
+        s.tick(t0 + 42 * sec, 10 * sec).lost,
         vec![silent(9, 11 * sec, None)]
     );
 }
@@ -222,7 +222,7 @@ fn a_lost_server_is_awaited_and_a_replacement_takes_its_id_and_barrier_place() {
     for id in [9, 10] {
         s.heartbeat(id, t0 + 10 * sec);
     }
-    let (lost, failed) = s.tick(t0 + 11 * sec, 10 * sec);
+    let Tick { lost, failed } = s.tick(t0 + 11 * sec, 10 * sec);
     assert_eq!(lost, vec![silent(8, 11 * sec, Some(30 * sec))]);
     assert!(failed.is_empty(), "awaited: the final barrier waits");
     let Admission::Replaced {
@@ -285,7 +285,7 @@ fn a_lost_worker_is_replaced_with_its_rank_and_the_barriers_it_passed() {
     for id in [8, 10] {
         s.heartbeat(id, t0 + 10 * sec);
     }
-    let (lost, failed) = s.tick(t0 + 11 * sec, 10 * sec);
+    let Tick { lost, failed } = s.tick(t0 + 11 * sec, 10 * sec);
     assert_eq!(lost, vec![silent(9, 11 * sec, Some(30 * sec))]);
     assert!(failed.is_empty(), "awaited");
     let Admission::Replaced {
@@ -345,9 +345,9 @@ fn a_server_not_replaced_in_time_fails_the_job_and_a_live_one_can_be_displaced()
     assert_eq!(s.barrier(9, 7, None, t0), None);
     s.heartbeat(9, t0 + 10 * sec);
     s.heartbeat(10, t0 + 10 * sec);
-    let (lost, _) = s.tick(t0 + 11 * sec, 10 * sec);
+    let lost = s.tick(t0 + 11 * sec, 10 * sec).lost;
     assert_eq!(lost, vec![silent(8, 11 * sec, Some(5 * sec))]);
-    let (late, failed) = s.tick(t0 + 16 * sec, 10 * sec);
+    let Tick { lost: late, failed } = s.tick(t0 + 16 * sec, 10 * sec);
     assert_eq!(
         late,
         vec![Declared {
