@@ -2,7 +2,8 @@
 //!
 //! The seven value types have one home here: their [`Value`] impls, their names parsed
 //! ([`DType`]'s `FromStr`, the inverse of [`DType::name`]), and the dispatch from a
-//! [`DType`] known at run time to code generic over the type ([`with_value_type!`]).
+//! [`DType`] known at run time to code generic over the type
+//! ([`with_value_type!`](crate::with_value_type)).
 
 use crate::error::Error;
 use crate::wire::DType;
