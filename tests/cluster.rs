@@ -301,38 +301,20 @@ fn a_dead_worker_is_named_by_the_server_and_scheduler() {
         &["bench", "--len", "1024", "--seconds", "60"],
     );
     // The scheduler's stderr, read as it comes; the worker is killed once it registered.
-    let log = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
-    let reader = {
-        use std::io::BufRead;
-        let (log, err) = (log.clone(), sched.stderr.take().expect("stderr"));
-        std::thread::spawn(move || {
-            for line in std::io::BufReader::new(err).lines().map_while(Result::ok) {
-                let mut l = log.lock().unwrap_or_else(|p| p.into_inner());
-                l.push_str(&line);
-                l.push('\n');
-            }
-        })
-    };
-    let sched_log = || log.lock().unwrap_or_else(|p| p.into_inner()).clone();
-    let t0 = Instant::now();
-    while !sched_log().contains("all 2 nodes registered") {
-        assert!(t0.elapsed() < Duration::from_secs(60), "{}", sched_log());
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let log = common::procs::StderrLog::of(&mut sched);
+    log.wait_for("all 2 nodes registered", Duration::from_secs(60));
     worker.kill().expect("kill worker");
     let _ = worker.wait();
     let t0 = Instant::now();
     let s = server.wait_with_output().expect("server ends");
     let c = sched.wait().expect("scheduler ends");
-    reader
-        .join()
-        .expect("the log reader ends with the scheduler");
+    let c_err = log.finish();
     assert!(
         t0.elapsed() < Duration::from_secs(20),
         "took {:?}",
         t0.elapsed()
     );
-    let (s_err, c_err) = (String::from_utf8_lossy(&s.stderr), sched_log());
+    let s_err = String::from_utf8_lossy(&s.stderr);
     assert_eq!(s.status.code(), Some(1), "{s_err}");
     assert_eq!(c.code(), Some(1), "{c_err}");
     assert!(

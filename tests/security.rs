@@ -402,24 +402,8 @@ fn forged_heartbeats_do_not_keep_a_killed_worker_alive() {
         others.push(start(env!("CARGO_BIN_EXE_pslite-worker"), &kv_app, rank));
     }
     // The scheduler's log, read as it comes; worker 1 is killed once everyone registered.
-    let log = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
-    let reader = {
-        use std::io::BufRead;
-        let (log, err) = (log.clone(), scheduler.stderr.take().expect("stderr"));
-        std::thread::spawn(move || {
-            for line in std::io::BufReader::new(err).lines().map_while(Result::ok) {
-                let mut l = log.lock().unwrap_or_else(|p| p.into_inner());
-                l.push_str(&line);
-                l.push('\n');
-            }
-        })
-    };
-    let text = || log.lock().unwrap_or_else(|p| p.into_inner()).clone();
-    let t0 = std::time::Instant::now();
-    while !text().contains("all 3 nodes registered") {
-        assert!(t0.elapsed() < Duration::from_secs(60), "{}", text());
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let log = common::procs::StderrLog::of(&mut scheduler);
+    log.wait_for("all 3 nodes registered", Duration::from_secs(60));
     std::thread::sleep(Duration::from_millis(500));
     others[2].kill().expect("kill worker rank 1");
     let t0 = std::time::Instant::now();
@@ -454,12 +438,11 @@ fn forged_heartbeats_do_not_keep_a_killed_worker_alive() {
     let took = t0.elapsed();
     let _ = scheduler.kill();
     let status = scheduler.wait().expect("the scheduler ends");
-    let _ = reader.join();
+    let err = log.finish();
     for mut o in others {
         let _ = o.kill();
         let _ = o.wait();
     }
-    let err = text();
     assert!(!status.success(), "{err}");
     assert!(
         err.contains("worker rank 1 (id 11)") && err.contains("no heartbeat for"),

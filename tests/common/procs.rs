@@ -72,3 +72,54 @@ pub fn kv_app_ok_env(s: usize, w: usize, env: &[(&str, &str)], args: &[&str]) ->
     }
     out
 }
+
+/// A child's stderr, read as it comes into a shared text (to wait for a log line while the
+/// child runs).
+pub struct StderrLog {
+    text: std::sync::Arc<std::sync::Mutex<String>>,
+    reader: std::thread::JoinHandle<()>,
+}
+
+impl StderrLog {
+    /// Starts reading `child`'s stderr (it must be piped).
+    pub fn of(child: &mut std::process::Child) -> StderrLog {
+        use std::io::BufRead;
+        let text = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        let err = child.stderr.take().expect("stderr");
+        let shared = text.clone();
+        let reader = std::thread::spawn(move || {
+            for line in std::io::BufReader::new(err).lines().map_while(Result::ok) {
+                let mut l = shared.lock().unwrap_or_else(|p| p.into_inner());
+                l.push_str(&line);
+                l.push('\n');
+            }
+        });
+        StderrLog { text, reader }
+    }
+
+    /// What was read so far.
+    pub fn text(&self) -> String {
+        self.text.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Waits until the text contains `line` (at most `within`; panics with the text after).
+    pub fn wait_for(&self, line: &str, within: std::time::Duration) {
+        let t0 = std::time::Instant::now();
+        while !self.text().contains(line) {
+            assert!(
+                t0.elapsed() < within,
+                "no {line:?} within {within:?}: {}",
+                self.text()
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+
+    /// Waits for the child's stderr to close (the child ended); returns the whole text.
+    pub fn finish(self) -> String {
+        let StderrLog { text, reader } = self;
+        reader.join().expect("the log reader ends with the child");
+        let text = text.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        text
+    }
+}
