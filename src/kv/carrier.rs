@@ -39,7 +39,7 @@ pub(super) enum Arrival {
     /// A peer is gone (see [`CustomerEvent::PeerLost`]): what waits on it fails with `error`.
     PeerLost { peer: NodeId, error: crate::Error },
     /// A lost peer's id is now held by a replacement (see [`CustomerEvent::PeerReplaced`]).
-    PeerReplaced { peer: NodeId },
+    PeerReplaced { peer: NodeId, incarnation: u32 },
     /// At a replacement server: worker `from` saw the replaced server answer, per customer,
     /// the state-changing requests up to this timestamp (`Command::Answered`).
     Answered {
@@ -55,7 +55,9 @@ pub(super) fn arrival(ev: CustomerEvent) -> Option<Arrival> {
     let msg = match ev {
         CustomerEvent::RemoteWrite(w) => return Some(Arrival::Written(w)),
         CustomerEvent::PeerLost { peer, error } => return Some(Arrival::PeerLost { peer, error }),
-        CustomerEvent::PeerReplaced { peer } => return Some(Arrival::PeerReplaced { peer }),
+        CustomerEvent::PeerReplaced { peer, incarnation } => {
+            return Some(Arrival::PeerReplaced { peer, incarnation })
+        }
         CustomerEvent::Message(msg) => msg,
     };
     if let Some(control) = &msg.meta.control {

@@ -33,10 +33,11 @@
 //!   a push or an application command waits on it before it changes values.
 //!
 //! ## Lock order
-//! - Worker: a server's key-cache mirror, then `pending` (the tracker). A request's part is
-//!   prepared and sent under its server's mirror, so each server sees requests in the order
-//!   its mirror recorded them; `pending` is taken inside that, and alone elsewhere (waiters
-//!   sleep on its condvar). The rendezvous pulls' lock (`zpulls`) is taken alone, never with
+//! - Worker: a server's key-cache mirror, then `pending` (the tracker), then the highest
+//!   answered timestamps (`worker/tracker/replaced.rs`). A request's part is prepared and sent
+//!   under its server's mirror, so each server sees requests in the order its mirror recorded
+//!   them (a replaced server's ANSWERED and resends too); `pending` is taken inside that, and
+//!   alone elsewhere (waiters sleep on its condvar). The rendezvous pulls' lock (`zpulls`) is taken alone, never with
 //!   the other two; content is copied into a destination only under it, and a pull ends only
 //!   under it.
 //! - Server: the in-flight count's lock, alone.

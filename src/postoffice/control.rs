@@ -1,7 +1,8 @@
 //! The `ps-receive` thread: takes every van event, handles control commands (ADD_NODE, BARRIER,
 //! HEARTBEAT, TERMINATE) and hands data messages and remote writes to customers (ps-lite's
-//! `Van::Receiving` and its `Process*Command` functions). On the scheduler it drives the
-//! [`Scheduler`](super::scheduler::Scheduler) and sends what it decides.
+//! `Van::Receiving` and its `Process*Command` functions). On the scheduler it hands what only
+//! the scheduler obeys to its IO (`scheduler/driver.rs`), which drives the sans-IO
+//! [`Scheduler`](super::scheduler::Scheduler).
 
 use super::{reply_meta, Postoffice, SCHEDULER};
 use crate::error::{Error, Result};
@@ -108,7 +109,7 @@ impl Postoffice {
             return;
         }
         let Some(control) = msg.meta.control.clone() else {
-            return;
+            return; // `cmd` came from it: never taken
         };
         let obeyed = match control {
             ControlMsg::Ack { seqs } => {

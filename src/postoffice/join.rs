@@ -50,7 +50,7 @@ impl Postoffice {
         let secs = self.cfg.timeout.as_secs_f64();
         match &self.scheduler {
             Some(s) => {
-                let Some((joined, why)) = s.lock().give_up(self.cfg.timeout) else {
+                let Some((joined, why)) = s.scheduler().give_up(self.cfg.timeout) else {
                     return Ok(());
                 };
                 self.refuse_all(&joined, &why);

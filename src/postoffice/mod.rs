@@ -11,13 +11,15 @@
 //! the final barrier of [`Postoffice::finalize`], which waits as long as every missing node is
 //! alive (heartbeats, `PS_HEARTBEAT_TIMEOUT`).
 //!
-//! Files: this one is the facade (start, send, barrier, finalize); `join` registers a node and
-//! sends its heartbeats; `control` is the receiving thread (commands in, answers out) and drives
-//! the [`scheduler::Scheduler`] on the scheduler node; `routes` hands data messages to
-//! customers; `memory` holds the registered pool and immediate slots; `resender` stamps,
-//! acknowledges, de-duplicates and resends data messages (`PS_RESEND`); `failure` handles lost
-//! peers and `recovery` replaced servers (`PS_CHECKPOINT_DIR`); `barrier`, `liveness`,
-//! `scheduler` and `resend` are sans-IO state.
+//! Files: this one is the facade (start, finalize, shutdown, accessors) over parts that own
+//! their state. `pipeline` orders every message's steps (`send`, and what a received message
+//! passes); `node` is membership and the barrier; `join` registers a node and sends its
+//! heartbeats; `control` is the receiving thread (commands in, answers out); `scheduler` is
+//! the sans-IO [`scheduler::Scheduler`] with its IO in `scheduler/driver.rs`; `routes` hands
+//! data messages to customers; `memory` holds the registered pool and immediate slots;
+//! `resender` stamps, acknowledges, de-duplicates and resends data messages (`PS_RESEND`);
+//! `failure` handles lost peers and `recovery` replaced ones (`PS_CHECKPOINT_DIR`); `barrier`,
+//! `liveness`, `scheduler` and `resend` are sans-IO state.
 
 #[doc(hidden)]
 pub mod barrier;
@@ -76,7 +78,8 @@ pub const ALL_GROUP: i32 = 7;
 ///
 /// Each part owns its locks and says their order. Between parts, one line:
 /// `node.barrier_lock` (held by a thread waiting in a barrier) → the scheduler's →
-/// `node.state` → `failures` → `recovery`; every other lock is taken alone.
+/// `node.state` → `failures` → `recovery`. The van's locks (and the resend book's) are taken
+/// inside `recovery.replacing`, which every send holds; the other parts' locks are taken alone.
 pub struct Postoffice {
     cfg: Config,
     van: Arc<dyn Van>,
@@ -94,8 +97,8 @@ pub struct Postoffice {
     resender: resender::Resender,
     /// The peers known to be gone, and those whose replacement is awaited ([`failure`]).
     failures: failure::Failures,
-    /// Recovery's state: incarnations, replaced peers, the node table's word on replacements
-    /// and the requests kept for a replacement ([`recovery`]).
+    /// Recovery's state: incarnations, replaced peers and the path generations, the node
+    /// table's word on replacements ([`recovery`]).
     recovery: recovery::Recovery,
     /// This node's metrics ([`crate::metrics`]).
     metrics: Arc<Metrics>,

@@ -65,7 +65,9 @@ impl Postoffice {
     /// (Scheduler) Counts the heartbeats the nodes missed since the last tick.
     pub(super) fn count_missed_heartbeats(&self, now: Instant) {
         let Some(s) = &self.scheduler else { return };
-        let missed = s.lock().missed_heartbeats(now, self.cfg.heartbeat_interval);
+        let missed = s
+            .scheduler()
+            .missed_heartbeats(now, self.cfg.heartbeat_interval);
         for (id, n) in missed {
             self.metrics.heartbeats_missed(id, n);
         }
@@ -102,7 +104,7 @@ impl Waits for Postoffice {
             }
         }
         if let Some(s) = &self.scheduler {
-            lines.extend(s.lock().waits(now));
+            lines.extend(s.scheduler().waits(now));
         }
         let heard: Vec<String> = self
             .metrics

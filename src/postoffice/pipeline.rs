@@ -5,7 +5,8 @@
 //! Outgoing ([`Postoffice::send`]): refused after a loss (`Failures::refusal`) → stamped with
 //! this node's id and incarnation → numbered for resend (`Resender::stamp`) → the van. The
 //! numbering and the van's send happen under `Recovery`'s `replacing` lock (shared), so that no
-//! message is numbered for a replaced peer and sent to its replacement.
+//! message is numbered for a replaced peer and sent to its replacement, and the path's
+//! generation a send reports ([`Postoffice::send_on_path`]) is the path it took.
 //!
 //! Incoming ([`Postoffice::admit_incoming`]): from an earlier holder of a replaced id → dropped;
 //! from the scheduler → heard of; then, for data only: from a lost peer → dropped; resend's
@@ -29,7 +30,16 @@ impl Postoffice {
     /// As [`crate::van::Van::send`]; [`Error::Stopped`] after shutdown; once a peer is lost,
     /// the loss ([`Error::PeerLost`], [`Error::DeclaredLost`]) for data to that peer and for
     /// every data request.
-    pub fn send(&self, mut msg: Message) -> Result<usize> {
+    pub fn send(&self, msg: Message) -> Result<usize> {
+        self.send_on_path(msg).map(|(n, _)| n)
+    }
+
+    /// As [`send`](Self::send); also returns the generation of the path to the receiver it
+    /// went out on: how many times the receiver's id was replaced (0 for its first holder), as
+    /// [`CustomerEvent::PeerReplaced`](super::CustomerEvent::PeerReplaced) counts them. A
+    /// message sent on an older generation's path than a replacement's went to the replaced
+    /// node.
+    pub(crate) fn send_on_path(&self, mut msg: Message) -> Result<(usize, u32)> {
         if self.life.stopped.load(Ordering::Acquire) {
             return Err(Error::Stopped);
         }
@@ -42,6 +52,7 @@ impl Postoffice {
         let _numbered = self.recovery.numbering();
         let kept = self.resender.stamp(&mut msg);
         let recver = msg.meta.recver;
+        let path = self.recovery.holder(recver);
         let n = match self.van.send(msg) {
             Ok(n) => n,
             Err(e) => {
@@ -52,7 +63,7 @@ impl Postoffice {
             }
         };
         self.metrics.sent(recver, payload);
-        Ok(n)
+        Ok((n, path))
     }
 
     /// Whether a received message goes on (to the control handlers, or a data message to its

@@ -10,8 +10,10 @@
 //! server's id, rank and key range: the scheduler sends it the node table marked
 //! `replacement` (it restores its state from the checkpoint and skips the start-up barrier)
 //! and NODE_REPLACED with its address to every other node. A worker then connects to it and
-//! sends again every request the lost server had not answered: workers keep each request to
-//! a server until its answer arrives ([`Retained`]), and the replacement answers a request it
+//! sends again every request the lost server had not answered: each `KVWorker` keeps its
+//! requests to servers until answered (`kv/worker/tracker/replaced.rs`, on
+//! [`CustomerEvent::PeerReplaced`](super::CustomerEvent::PeerReplaced)), and the replacement
+//! answers a request it
 //! finds among those applied before the loss without applying it again
 //! (`kv::durable::applied`). Before those requests, each worker tells the replacement what
 //! the lost server answered (ANSWERED: per application, value type and customer, the highest
@@ -23,12 +25,13 @@
 //! On the RDMA van a worker drops the old server's QP and rings (late completions of the old
 //! QP name an older channel generation and are dropped) and sets up a new channel with the
 //! replacement; a failed WC on a server's channel is not a loss while servers are replaced
-//! (the scheduler's verdict is awaited), and a request whose send failed stays kept.
+//! (the scheduler's verdict is awaited), and a request whose send failed stays kept by its
+//! `KVWorker`.
 //!
 //! A lost worker is awaited the same way, and a worker that registers meanwhile (or asks for
 //! the rank of one still counted alive) takes its id and rank. The servers are told first
 //! (they connect to it and forget the old one's resend state), then it gets the table with
-//! what it takes over ([`Inherited`]): the barriers its predecessor completed, which its
+//! what it takes over (`scheduler::Inherited`): the barriers its predecessor completed, which its
 //! [`Postoffice::barrier`] passes at once and which tell an application where to take up the
 //! work ([`Postoffice::inherited_barriers`]), and its incarnation, from which its `KVWorker`
 //! numbers requests apart from its predecessor's (late answers to those match nothing).
@@ -41,7 +44,7 @@
 //! epoch again.
 //!
 //! The scheduler holds a replacement worker's table until every server confirmed the
-//! NODE_REPLACED it sent them (at most [`CONFIRM_WAIT`]): a server has connected to the new
+//! NODE_REPLACED it sent them (at most `CONFIRM_WAIT`, `scheduler/driver.rs`): a server has connected to the new
 //! worker before any request of it can arrive.
 //!
 //! Not covered: the scheduler (its loss ends the job).
@@ -80,8 +83,9 @@ pub(super) struct Takeover {
 }
 
 /// Recovery's state. `replacing` is shared by every send and exclusive while a replaced peer's
-/// path is swapped (the resend book's lock is taken inside it); `holders` and `takeover` are
-/// taken alone.
+/// path is swapped (the resend book's and the van's locks are taken inside it); `holders` is
+/// taken alone or inside `replacing`; `takeover` alone or under the membership state (the
+/// node table's arrival).
 #[derive(Default)]
 pub(super) struct Recovery {
     /// What the node table said ([`Takeover`]).
@@ -131,6 +135,15 @@ impl Recovery {
     pub(super) fn set_holder(&self, peer: NodeId, incarnation: u32) {
         lock(&self.holders).insert(peer, incarnation);
         self.replaced_any.store(true, Ordering::Release);
+    }
+
+    /// How many times `peer`'s id was replaced (0: never); read under `replacing` (shared), it
+    /// is the generation of the path a send takes.
+    pub(super) fn holder(&self, peer: NodeId) -> u32 {
+        if !self.replaced_any.load(Ordering::Acquire) {
+            return 0;
+        }
+        lock(&self.holders).get(&peer).copied().unwrap_or(0)
     }
 
     /// Whether `meta` comes from an earlier holder of a replaced peer's id.
@@ -207,13 +220,18 @@ impl Postoffice {
         self.cfg.role == Role::Worker && self.replaces_lost()
     }
 
+    /// Whether the job failed: a peer is lost for good (no replacement is awaited for it).
+    pub(crate) fn has_failed(&self) -> bool {
+        self.failures.any()
+    }
+
     /// Whether lost servers and workers are replaced (the node table said so).
     pub(super) fn replaces_lost(&self) -> bool {
         self.recovery.takeover().replace_within > 0
     }
 
     /// `peer` was declared lost and a replacement is awaited for `window`: not a failure yet;
-    /// requests to it stay pending (and retained) until the replacement answers them.
+    /// requests to it stay pending (kept by the `KVWorker`s) until the replacement answers them.
     pub(super) fn mark_awaiting(&self, peer: NodeId, why: &str, window: Duration) {
         if !self.failures.await_replacement(peer) {
             return;
@@ -247,16 +265,17 @@ impl Postoffice {
     pub(super) fn on_node_replaced(&self, node: &Node, incarnation: u32) {
         let node = node.clone();
         let id = node.id;
-        self.recovery.set_holder(id, incarnation);
         let connect = Node::is_worker_server_pair(self.my_id(), id);
         self.failures.stop_awaiting(id);
         if let Some(n) = lock(&self.node.state).nodes.iter_mut().find(|n| n.id == id) {
             *n = node.clone();
         }
-        // Nothing is numbered for the old peer and sent to the new one meanwhile: the resend
-        // state is forgotten and the path replaced under the exclusive lock every send shares.
+        // Nothing is numbered for the old peer and sent to the new one meanwhile: the holder
+        // (the path's generation) is set, the resend state forgotten and the path replaced
+        // under the exclusive lock every send shares.
         {
             let _swap = self.recovery.swapping();
+            self.recovery.set_holder(id, incarnation);
             self.resender.forget(id);
             if connect {
                 if let Err(e) = self.van.replace_peer(id, &node.host, node.port) {
@@ -274,7 +293,10 @@ impl Postoffice {
             node.port,
         );
         // A KVWorker sends a replaced server what it has not answered.
-        lock(&self.routes).broadcast(|| super::CustomerEvent::PeerReplaced { peer: id });
+        lock(&self.routes).broadcast(|| super::CustomerEvent::PeerReplaced {
+            peer: id,
+            incarnation,
+        });
     }
 
     /// On a server: NODE_REPLACED (asking for it) is handled; tells the scheduler.

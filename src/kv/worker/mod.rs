@@ -119,7 +119,8 @@ impl<V: Value> KVWorker<V> {
             requests: Tracker::new(
                 po.num_servers(),
                 po.config().key_cache_keys,
-                (po.budget().clone(), po.metrics().clone()),
+                po.budget().clone(),
+                po.metrics().clone(),
                 po.keeps_requests_for_replacements(),
             ),
             zpulls: Mutex::new(ZPulls::new(po.config().data_validation, imm_slot)),
@@ -424,12 +425,14 @@ fn on_event<V: Value>(state: &WorkerState<V>, ev: CustomerEvent) {
             state.requests.fail_all(&error);
             zpull::fail_all(state, &error);
         }
-        Some(Arrival::PeerReplaced { peer })
+        Some(Arrival::PeerReplaced { peer, incarnation })
             if crate::wire::Node::role_of(peer) == Some(crate::wire::Role::Server) =>
         {
             let ids = (state.app_id, state.customer_id);
             let rank = crate::wire::Node::rank_of(peer);
-            state.requests.on_replaced(&state.po, rank, ids);
+            state
+                .requests
+                .on_replaced(&state.po, (rank, incarnation), ids);
         }
         Some(Arrival::PeerReplaced { .. }) => {}
         // Only requests reach a route of answers: the postoffice delivers none here.

@@ -46,6 +46,10 @@ mod replaced;
 struct Asked {
     keys: Bytes,
     resend: Option<Message>,
+    /// The generation of the path it went out on (how many times its server's id had been
+    /// replaced, [`Postoffice::send_on_path`]); 0 until the send returned. Only kept parts
+    /// record it.
+    path: u32,
     /// Its bytes of the in-flight budget, until it is answered (then 0).
     cost: u64,
 }
@@ -136,7 +140,8 @@ impl<V: Value> Tracker<V> {
     pub(super) fn new(
         servers: usize,
         cache_keys: usize,
-        (budget, metrics): (Arc<Budget>, Arc<Metrics>),
+        budget: Arc<Budget>,
+        metrics: Arc<Metrics>,
         keep: bool,
     ) -> Tracker<V> {
         Tracker {
@@ -201,6 +206,7 @@ impl<V: Value> Tracker<V> {
                 .map(|i| Asked {
                     keys: Bytes::new(),
                     resend: None,
+                    path: 0,
                     cost: costs.get(i).copied().unwrap_or(0),
                 })
                 .collect(),
@@ -286,11 +292,19 @@ impl<V: Value> Tracker<V> {
                 (asked.keys, asked.resend) = (p.keys, resend);
             }
         }
-        match po.send(msg) {
-            Ok(_) => Ok(()),
-            // A request to a server whose channel failed: kept for its replacement, or failed
-            // with the server's loss.
-            Err(e) if keep && matches!(e, Error::Van(_) | Error::PeerLost(_)) => {
+        let ts = msg.meta.timestamp;
+        match po.send_on_path(msg) {
+            Ok((_, path)) => {
+                if keep {
+                    self.sent_on(ts, server, path);
+                }
+                Ok(())
+            }
+            // A request to a server whose channel failed: kept for its replacement (the
+            // server's loss is not final), or failed with the server's loss.
+            Err(e)
+                if keep && !po.has_failed() && matches!(e, Error::Van(_) | Error::PeerLost(_)) =>
+            {
                 tracing::warn!(
                     "a request to {} is kept for its replacement: {e}",
                     Node::describe(Node::server_id(server))
@@ -302,6 +316,15 @@ impl<V: Value> Tracker<V> {
                     mirror.forget(d);
                 }
                 Err(e)
+            }
+        }
+    }
+
+    /// Part `server` of request `ts` went out on the path of generation `path`.
+    fn sent_on(&self, ts: Timestamp, server: usize, path: u32) {
+        if let Some(pd) = lock(&self.pending).get_mut(&ts) {
+            if let Some(slot) = pd.servers.iter().position(|&s| s == server) {
+                pd.asked[slot].path = path;
             }
         }
     }
@@ -337,6 +360,10 @@ impl<V: Value> Tracker<V> {
             let asked = lock(&self.pending).get_mut(&ts).and_then(|p| {
                 let slot = p.servers.iter().position(|&s| s == server)?;
                 let a = &mut p.asked[slot];
+                let keys = a.resend.as_ref().and_then(|m| m.meta.keys.as_ref());
+                if !matches!(keys, Some(KeyRef::Cached { .. })) {
+                    return None; // it named no cached list (a copy kept for a replacement)
+                }
                 a.resend.take().map(|req| (a.keys.clone(), req))
             });
             let outcome = match asked {

@@ -44,7 +44,7 @@ impl SchedulerIo {
     }
 
     /// The sans-IO scheduler.
-    pub(in crate::postoffice) fn lock(&self) -> MutexGuard<'_, Scheduler> {
+    pub(in crate::postoffice) fn scheduler(&self) -> MutexGuard<'_, Scheduler> {
         lock(&self.scheduler)
     }
 }
@@ -77,9 +77,9 @@ impl Postoffice {
         true
     }
 
-    pub(in crate::postoffice) fn on_add_node(&self, node: Node) {
+    fn on_add_node(&self, node: Node) {
         let Some(sched) = &self.scheduler else { return };
-        let admission = sched.lock().add_node(node, Instant::now());
+        let admission = sched.scheduler().add_node(node, Instant::now());
         match admission {
             Admission::Waiting | Admission::Repeat => {}
             Admission::Refused { node, why } => self.refuse_all(&[node], &why),
@@ -95,7 +95,7 @@ impl Postoffice {
     }
 
     /// Every node registered: the scheduler is ready, and every node gets the table.
-    pub(in crate::postoffice) fn send_table(&self, table: Vec<Node>) {
+    fn send_table(&self, table: Vec<Node>) {
         let window = super::super::recovery::window(&self.cfg).map_or(0, |w| w.as_millis() as u64);
         let run_id = {
             let mut t = self.recovery.takeover();
@@ -160,12 +160,12 @@ impl Postoffice {
         }
     }
 
-    pub(in crate::postoffice) fn on_heartbeat(&self, req: &Meta) {
+    fn on_heartbeat(&self, req: &Meta) {
         if self.answer_lost(req.sender) {
             return;
         }
         if let Some(s) = &self.scheduler {
-            s.lock().heartbeat(req.sender, Instant::now());
+            s.scheduler().heartbeat(req.sender, Instant::now());
         }
         let mut meta = reply_meta(req);
         meta.control = req.control.clone();
@@ -181,14 +181,14 @@ impl Postoffice {
     ) {
         let Some(s) = &self.scheduler else { return };
         let outcome = s
-            .lock()
+            .scheduler()
             .barrier_after(from, group, timeout, Instant::now(), failed);
         if let Some(o) = outcome {
             self.release(o);
         }
     }
 
-    pub(in crate::postoffice) fn release(&self, o: Outcome) {
+    fn release(&self, o: Outcome) {
         if let Some(f) = &o.failure {
             tracing::warn!("{}", f.text);
         }
@@ -221,7 +221,7 @@ impl Postoffice {
     pub(in crate::postoffice) fn scheduler_tick(&self) {
         let Some(s) = &self.scheduler else { return };
         let timeout = self.cfg.heartbeat_timeout;
-        let super::Tick { lost, failed } = s.lock().tick(Instant::now(), timeout);
+        let super::Tick { lost, failed } = s.scheduler().tick(Instant::now(), timeout);
         self.count_missed_heartbeats(Instant::now());
         self.release_held_tables(Instant::now());
         let declared = self.announce_lost(lost);
@@ -236,10 +236,7 @@ impl Postoffice {
     /// cause, to be recorded with [`record_declared`](Self::record_declared) once everything
     /// else this tick sends is sent (recording wakes the scheduler's own `finalize`, which
     /// stops it).
-    pub(in crate::postoffice) fn announce_lost(
-        &self,
-        lost: Vec<Declared>,
-    ) -> Vec<(Declared, LossCause)> {
+    fn announce_lost(&self, lost: Vec<Declared>) -> Vec<(Declared, LossCause)> {
         if lost.is_empty() {
             return Vec::new();
         }
@@ -263,7 +260,7 @@ impl Postoffice {
     }
 
     /// On the scheduler: records the losses [`announce_lost`](Self::announce_lost) sent.
-    pub(in crate::postoffice) fn record_declared(&self, declared: Vec<(Declared, LossCause)>) {
+    fn record_declared(&self, declared: Vec<(Declared, LossCause)>) {
         for (d, cause) in declared {
             let why = cause.why().unwrap_or_default();
             if let Some(window) = d.awaiting {
@@ -277,7 +274,7 @@ impl Postoffice {
 
     /// On the scheduler: a heartbeat came from `from`; if it was declared lost, tells it so
     /// again (it may have missed the first NODE_LOST). True when it was lost.
-    pub(in crate::postoffice) fn answer_lost(&self, from: NodeId) -> bool {
+    fn answer_lost(&self, from: NodeId) -> bool {
         let Some(why) = self.failures.why_lost(from) else {
             return false;
         };
@@ -287,13 +284,7 @@ impl Postoffice {
         true
     }
 
-    pub(in crate::postoffice) fn send_node_lost(
-        &self,
-        to: NodeId,
-        lost: &Node,
-        why: &str,
-        window_ms: u64,
-    ) -> Result<usize> {
+    fn send_node_lost(&self, to: NodeId, lost: &Node, why: &str, window_ms: u64) -> Result<usize> {
         let control = ControlMsg::NodeLost {
             node: lost.clone(),
             replace_within_ms: window_ms,
@@ -309,17 +300,15 @@ impl Postoffice {
     /// case it only paused). Tells every other node its address, then sends it the node
     /// `table` marked as a replacement, with whether the start-up barrier is still open
     /// (`started`) and what it takes over from `displaced` (`inherited`).
-    pub(in crate::postoffice) fn admit_replacement(
+    fn admit_replacement(
         &self,
         node: Node,
         displaced: Node,
         table: Vec<Node>,
         (started, inherited): (bool, Inherited),
     ) {
+        lock(&self.node.state).nodes = table.clone();
         let (window, run_id) = {
-            let mut st = lock(&self.node.state);
-            st.nodes = table.clone();
-            drop(st);
             let t = self.recovery.takeover();
             (t.replace_within, t.run_id)
         };
@@ -370,7 +359,7 @@ impl Postoffice {
     }
 
     /// Connects to the replacement `node` and sends it its node `table`.
-    pub(in crate::postoffice) fn send_replacement_table(&self, node: &Node, table: NodeTable) {
+    fn send_replacement_table(&self, node: &Node, table: NodeTable) {
         let control = ControlMsg::NodeTable(table);
         let to_new = self
             .van
@@ -387,7 +376,7 @@ impl Postoffice {
 
     /// On the scheduler: `from` confirmed NODE_REPLACED of node `id`; sends the tables no
     /// server is waited for any more.
-    pub(in crate::postoffice) fn on_replaced_confirmed(&self, from: NodeId, id: NodeId) {
+    fn on_replaced_confirmed(&self, from: NodeId, id: NodeId) {
         let Some(s) = &self.scheduler else { return };
         let ready = {
             let mut held = lock(&s.held);
@@ -404,7 +393,7 @@ impl Postoffice {
 
     /// On the scheduler, every tick: sends the held tables whose servers did not all confirm
     /// within [`CONFIRM_WAIT`] (a server lost meanwhile, say), with a warning.
-    pub(in crate::postoffice) fn release_held_tables(&self, now: Instant) {
+    fn release_held_tables(&self, now: Instant) {
         let Some(s) = &self.scheduler else { return };
         let late = {
             let mut held = lock(&s.held);
@@ -428,7 +417,7 @@ impl Postoffice {
     /// NODE_REPLACED with `node`'s address and `incarnation` to every node of `table` but the
     /// scheduler and it; with `confirm`, the servers are asked to confirm it (a request).
     /// Returns the servers asked.
-    pub(in crate::postoffice) fn tell_replaced(
+    fn tell_replaced(
         &self,
         node: &Node,
         table: &[Node],
@@ -463,7 +452,7 @@ impl Postoffice {
 
     /// Tells a node that may still run at its old address (paused, say) that a new one took
     /// its place (it then fails with `Error::DeclaredLost`), through a temporary connection.
-    pub(in crate::postoffice) fn tell_displaced(&self, old: &Node, place: &str) {
+    fn tell_displaced(&self, old: &Node, place: &str) {
         let tmp = Node::temporary_id(old.id);
         let control = ControlMsg::NodeLost {
             node: old.clone(),

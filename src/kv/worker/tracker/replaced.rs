@@ -62,19 +62,25 @@ fn later(a: i32, b: i32) -> i32 {
 }
 
 impl<V: Value> Tracker<V> {
-    /// Server rank `server` was replaced (this worker's customer is application `app_id`,
-    /// customer `customer_id`): tells the replacement what its predecessor answered, then
-    /// sends it again every part it has not answered, oldest first. Does nothing when parts
+    /// Server rank `server` was replaced, by its `incarnation`-th holder (this worker's
+    /// customer is application `app_id`, customer `customer_id`): tells the replacement what
+    /// its predecessor answered, then sends it again every part that went to the predecessor
+    /// (on an older path) and is not answered, oldest first. Under the server's mirror, so
+    /// that no part of this worker reaches the replacement before them. Does nothing when parts
     /// are not kept.
     pub(in crate::kv::worker) fn on_replaced(
         &self,
         po: &Postoffice,
-        server: usize,
+        (server, incarnation): (usize, u32),
         (app_id, customer_id): (i32, i32),
     ) {
         if !self.replacing.keeps() {
             return;
         }
+        let Some(mirror) = self.mirrors.get(server) else {
+            return;
+        };
+        let _in_order = lock(mirror);
         let id = Node::server_id(server);
         if let Some(ts) = self.replacing.highest(server) {
             let meta = Meta {
@@ -95,7 +101,7 @@ impl<V: Value> Tracker<V> {
                 );
             }
         }
-        let again = self.unanswered_by(server);
+        let again = self.unanswered_by(server, incarnation);
         if !again.is_empty() {
             tracing::warn!(
                 "sending {} again the {} requests of app {app_id}, customer {customer_id} it \
@@ -106,24 +112,29 @@ impl<V: Value> Tracker<V> {
         }
         for mut msg in again {
             msg.meta.seq = None;
-            if let Err(e) = po.send(msg) {
-                tracing::warn!("cannot send a request again to {}: {e}", Node::describe(id));
+            let ts = msg.meta.timestamp;
+            match po.send_on_path(msg) {
+                Ok((_, path)) => self.sent_on(ts, server, path),
+                Err(e) => {
+                    tracing::warn!("cannot send a request again to {}: {e}", Node::describe(id))
+                }
             }
         }
     }
 
-    /// Copies of the parts sent to server rank `server` that it has not answered, oldest
-    /// first.
-    fn unanswered_by(&self, server: usize) -> Vec<Message> {
+    /// Copies of the parts sent to server rank `server` on a path older than generation
+    /// `incarnation` that it has not answered, oldest first.
+    fn unanswered_by(&self, server: usize, incarnation: u32) -> Vec<Message> {
         let pending = lock(&self.pending);
         let mut out: Vec<(i32, Message)> = pending
             .iter()
             .filter_map(|(&ts, p)| {
                 let slot = p.servers.iter().position(|&s| s == server)?;
-                if p.answered[slot] {
+                let asked = &p.asked[slot];
+                if p.answered[slot] || asked.path >= incarnation {
                     return None;
                 }
-                p.asked[slot].resend.clone().map(|m| (ts, m))
+                asked.resend.clone().map(|m| (ts, m))
             })
             .collect();
         out.sort_by_key(|(ts, _)| *ts);
@@ -133,7 +144,108 @@ impl<V: Value> Tracker<V> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::Outcome;
     use super::*;
+    use crate::postoffice::budget::Budget;
+    use std::sync::Arc;
+
+    /// A tracker over 2 servers that keeps parts for replacements.
+    fn tracker() -> Tracker<f32> {
+        let budget = Arc::new(Budget::new(1 << 30));
+        let metrics = Arc::new(crate::metrics::Metrics::new("zmq", budget.gauge(), |_| {}));
+        Tracker::new(2, 1024, budget, metrics, true)
+    }
+
+    /// Opens request `ts` to `servers` (a push when `push`), recording each part as sent on
+    /// the path of generation `path`.
+    fn open(t: &Tracker<f32>, ts: i32, servers: &[usize], push: bool, path: u32) {
+        let kind = if push { "push" } else { "pull" };
+        assert!(t.open(
+            ts,
+            (format!("ts {ts}"), kind),
+            servers.to_vec(),
+            &[0, 0],
+            None
+        ));
+        let mut pending = lock(&t.pending);
+        let p = pending.get_mut(&ts).expect("opened");
+        p.changes = push;
+        for (slot, &s) in servers.iter().enumerate() {
+            let meta = Meta {
+                recver: Node::server_id(s),
+                timestamp: ts,
+                request: true,
+                push,
+                pull: !push,
+                ..Meta::default()
+            };
+            p.asked[slot].resend = Some(Message::new(meta));
+            p.asked[slot].path = path;
+        }
+    }
+
+    fn timestamps(msgs: &[Message]) -> Vec<i32> {
+        msgs.iter().map(|m| m.meta.timestamp).collect()
+    }
+
+    #[test]
+    fn a_replaced_servers_unanswered_parts_come_back_oldest_first_and_only_its_own() {
+        let t = tracker();
+        open(&t, 5, &[0], true, 0);
+        open(&t, 1, &[1], true, 0);
+        open(&t, 2, &[0, 1], true, 0);
+        open(&t, 3, &[0], false, 0);
+        open(&t, 4, &[0], true, 0);
+        open(&t, 6, &[0], true, 1); // sent to the replacement already
+        t.settle(4, 0, Outcome::Pushed);
+        t.settle(2, 1, Outcome::Pushed);
+        assert_eq!(
+            timestamps(&t.unanswered_by(0, 1)),
+            vec![2, 3, 5],
+            "answered ones and those on the new path are not sent again"
+        );
+        assert_eq!(
+            timestamps(&t.unanswered_by(1, 1)),
+            vec![1],
+            "server 1's own"
+        );
+        assert_eq!(
+            timestamps(&t.unanswered_by(0, 2)),
+            vec![2, 3, 5, 6],
+            "a second replacement"
+        );
+    }
+
+    #[test]
+    fn what_a_server_answered_is_its_highest_state_changing_request_without_an_error() {
+        let t = tracker();
+        open(&t, 3, &[0], true, 0);
+        open(&t, 7, &[0], true, 0);
+        open(&t, 9, &[0], false, 0); // a pull changes nothing
+        open(&t, 11, &[0], true, 0); // answered with an error
+        open(&t, 12, &[1], true, 0); // another server
+        open(&t, 13, &[0], true, 0); // not answered yet
+        t.settle(7, 0, Outcome::Pushed);
+        t.settle(3, 0, Outcome::Pushed);
+        let pulled = Outcome::Pulled {
+            keys: None,
+            vals: Default::default(),
+            lens: Default::default(),
+        };
+        t.settle(9, 0, pulled);
+        t.settle(
+            11,
+            0,
+            Outcome::Failed(crate::Error::Remote {
+                node: "server rank 0 (id 8)".into(),
+                message: "refused".into(),
+            }),
+        );
+        t.settle(12, 1, Outcome::Pushed);
+        assert_eq!(t.replacing.highest(0), Some(7));
+        assert_eq!(t.replacing.highest(1), Some(12));
+        assert_eq!(timestamps(&t.unanswered_by(0, 1)), vec![13]);
+    }
 
     #[test]
     fn the_highest_answered_timestamp_is_the_latest_in_serial_number_order() {
