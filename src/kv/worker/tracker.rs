@@ -80,6 +80,23 @@ impl<V> Pending<V> {
     fn complete(&self) -> bool {
         self.answered.iter().all(|&a| a)
     }
+
+    /// Takes server `server`'s `outcome` (its part is `slot`): the first error, or its pulled
+    /// pairs.
+    fn take(&mut self, slot: usize, server: usize, outcome: Outcome) {
+        match outcome {
+            Outcome::Failed(e) => {
+                self.error.get_or_insert(e);
+            }
+            Outcome::Pushed => {}
+            Outcome::Pulled { keys, vals, lens } => self.parts.push(PulledPart {
+                server,
+                keys: keys.unwrap_or_else(|| self.asked[slot].keys.clone()),
+                vals,
+                lens,
+            }),
+        }
+    }
 }
 
 /// What one server's answer to a request brought.
@@ -284,20 +301,11 @@ impl<V: Value> Tracker<V> {
             ],
         };
         let keep = self.replacing.keeps();
-        let resend = (!p.send || keep).then(|| msg.clone());
-        if let Some(pd) = lock(&self.pending).get_mut(&msg.meta.timestamp) {
-            pd.changes = msg.meta.may_change_state();
-            if let Some(slot) = pd.servers.iter().position(|&s| s == server) {
-                let asked = &mut pd.asked[slot];
-                (asked.keys, asked.resend) = (p.keys, resend);
-            }
-        }
+        self.record_asked(server, &msg, p.keys, !p.send || keep);
         let ts = msg.meta.timestamp;
         match po.send_on_path(msg) {
             Ok((_, path)) => {
-                if keep {
-                    self.sent_on(ts, server, path);
-                }
+                self.sent_on(ts, server, path);
                 Ok(())
             }
             // A request to a server whose channel failed: kept for its replacement (the
@@ -320,8 +328,25 @@ impl<V: Value> Tracker<V> {
         }
     }
 
-    /// Part `server` of request `ts` went out on the path of generation `path`.
+    /// Records in request `msg`'s pending entry what its part for `server` asked: `keys`, and
+    /// a copy of `msg` when `copy` (to send it again).
+    fn record_asked(&self, server: usize, msg: &Message, keys: Bytes, copy: bool) {
+        let resend = copy.then(|| msg.clone());
+        if let Some(pd) = lock(&self.pending).get_mut(&msg.meta.timestamp) {
+            pd.changes = msg.meta.may_change_state();
+            if let Some(slot) = pd.servers.iter().position(|&s| s == server) {
+                let asked = &mut pd.asked[slot];
+                (asked.keys, asked.resend) = (keys, resend);
+            }
+        }
+    }
+
+    /// Part `server` of request `ts` went out on the path of generation `path` (recorded when
+    /// parts are kept for replacements).
     fn sent_on(&self, ts: Timestamp, server: usize, path: u32) {
+        if !self.replacing.keeps() {
+            return;
+        }
         if let Some(pd) = lock(&self.pending).get_mut(&ts) {
             if let Some(slot) = pd.servers.iter().position(|&s| s == server) {
                 pd.asked[slot].path = path;
@@ -439,18 +464,7 @@ impl<V: Value> Tracker<V> {
             if p.changes && !matches!(outcome, Outcome::Failed(_)) {
                 self.replacing.answered(server, ts);
             }
-            match outcome {
-                Outcome::Failed(e) => {
-                    p.error.get_or_insert(e);
-                }
-                Outcome::Pushed => {}
-                Outcome::Pulled { keys, vals, lens } => p.parts.push(PulledPart {
-                    server,
-                    keys: keys.unwrap_or_else(|| p.asked[slot].keys.clone()),
-                    vals,
-                    lens,
-                }),
-            }
+            p.take(slot, server, outcome);
             if !p.complete() {
                 return;
             }
