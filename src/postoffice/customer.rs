@@ -50,8 +50,7 @@ pub enum CustomerEvent {
         /// The id the replacement took over.
         peer: NodeId,
         /// How many times the id was replaced: what this node sent on an older generation's
-        /// path ([`Postoffice::send_on_path`](super::Postoffice::send_on_path)) went to a
-        /// replaced node.
+        /// path (the generation a send reports) went to a replaced node.
         incarnation: u32,
     },
 }
