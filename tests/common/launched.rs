@@ -14,7 +14,6 @@ pub struct Launched {
 impl Launched {
     /// `pslite-launch local ARGS` with `env`, its stdout and stderr gathered.
     pub fn start(args: &[&str], env: &[(&str, &str)]) -> Launched {
-        use std::io::{BufRead, BufReader, Read};
         let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_pslite-launch"))
             .arg("local")
             .args(args)
@@ -25,19 +24,10 @@ impl Launched {
             .spawn()
             .expect("the launcher starts");
         let output = Arc::new(Mutex::new(String::new()));
-        let gather = |s: Box<dyn Read + Send>| {
-            let out = output.clone();
-            std::thread::spawn(move || {
-                for line in BufReader::new(s).lines().map_while(Result::ok) {
-                    let mut o = out.lock().unwrap_or_else(|p| p.into_inner());
-                    o.push_str(&line);
-                    o.push('\n');
-                }
-            })
-        };
+        use super::procs::gather_lines;
         let readers = vec![
-            gather(Box::new(child.stdout.take().expect("stdout"))),
-            gather(Box::new(child.stderr.take().expect("stderr"))),
+            gather_lines(child.stdout.take().expect("stdout"), output.clone()),
+            gather_lines(child.stderr.take().expect("stderr"), output.clone()),
         ];
         Launched {
             child,

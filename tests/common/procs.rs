@@ -73,6 +73,22 @@ pub fn kv_app_ok_env(s: usize, w: usize, env: &[(&str, &str)], args: &[&str]) ->
     out
 }
 
+/// A thread that appends each line read from `s` to `out` (a child's output gathered as it
+/// comes; several streams may share one `out`).
+pub fn gather_lines(
+    s: impl std::io::Read + Send + 'static,
+    out: std::sync::Arc<std::sync::Mutex<String>>,
+) -> std::thread::JoinHandle<()> {
+    use std::io::BufRead;
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(s).lines().map_while(Result::ok) {
+            let mut o = out.lock().unwrap_or_else(|p| p.into_inner());
+            o.push_str(&line);
+            o.push('\n');
+        }
+    })
+}
+
 /// A child's stderr, read as it comes into a shared text (to wait for a log line while the
 /// child runs).
 pub struct StderrLog {
@@ -83,17 +99,8 @@ pub struct StderrLog {
 impl StderrLog {
     /// Starts reading `child`'s stderr (it must be piped).
     pub fn of(child: &mut std::process::Child) -> StderrLog {
-        use std::io::BufRead;
         let text = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
-        let err = child.stderr.take().expect("stderr");
-        let shared = text.clone();
-        let reader = std::thread::spawn(move || {
-            for line in std::io::BufReader::new(err).lines().map_while(Result::ok) {
-                let mut l = shared.lock().unwrap_or_else(|p| p.into_inner());
-                l.push_str(&line);
-                l.push('\n');
-            }
-        });
+        let reader = gather_lines(child.stderr.take().expect("stderr"), text.clone());
         StderrLog { text, reader }
     }
 

@@ -1,7 +1,7 @@
 //! Helpers: a cluster whose roles are started one by one (`pslite-scheduler`, `pslite-server`,
 //! `pslite-worker`), so that a test can signal one process and see how each of them ends.
 
-use std::io::{BufRead, BufReader, Read};
+use super::procs::gather_lines;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -34,16 +34,6 @@ pub struct Cluster {
     procs: Vec<Proc>,
     /// Every process's variables (the cluster's, then the test's).
     env: Vec<(String, String)>,
-}
-
-fn reader(s: impl Read + Send + 'static, out: Arc<Mutex<String>>) -> JoinHandle<()> {
-    std::thread::spawn(move || {
-        for line in BufReader::new(s).lines().map_while(Result::ok) {
-            let mut o = out.lock().unwrap_or_else(|p| p.into_inner());
-            o.push_str(&line);
-            o.push('\n');
-        }
-    })
 }
 
 impl Cluster {
@@ -156,8 +146,8 @@ impl Cluster {
         let mut child = cmd.spawn().expect("the role starts");
         let output = Arc::new(Mutex::new(String::new()));
         let readers = vec![
-            reader(child.stdout.take().expect("stdout"), output.clone()),
-            reader(child.stderr.take().expect("stderr"), output.clone()),
+            gather_lines(child.stdout.take().expect("stdout"), output.clone()),
+            gather_lines(child.stderr.take().expect("stderr"), output.clone()),
         ];
         self.procs.push(Proc {
             name: name.to_string(),
