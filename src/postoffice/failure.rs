@@ -211,6 +211,11 @@ impl Postoffice {
         });
     }
 
+    /// Whether the job failed: a peer is lost for good (no replacement is awaited for it).
+    pub(crate) fn has_failed(&self) -> bool {
+        self.failures.any()
+    }
+
     /// The scheduler refused this node's connection (issue 14: the tokens differ, or one side
     /// has none): the start fails with `error`, which says so.
     pub(super) fn on_refused(&self, error: Error) {

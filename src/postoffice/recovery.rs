@@ -220,11 +220,6 @@ impl Postoffice {
         self.cfg.role == Role::Worker && self.replaces_lost()
     }
 
-    /// Whether the job failed: a peer is lost for good (no replacement is awaited for it).
-    pub(crate) fn has_failed(&self) -> bool {
-        self.failures.any()
-    }
-
     /// Whether lost servers and workers are replaced (the node table said so).
     pub(super) fn replaces_lost(&self) -> bool {
         self.recovery.takeover().replace_within > 0
