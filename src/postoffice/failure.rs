@@ -17,7 +17,7 @@
 //! `finalize` returns the error, so no process exits with status 0.
 //!
 //! [`Failures`] is the state (its locks are taken alone, or under the membership state's lock
-//! by a wait); the `impl Postoffice` below is what a loss sets off.
+//! by a wait); the functions below, over the postoffice, are what a loss sets off.
 
 use super::scheduler::{Declared, Why};
 use super::CustomerEvent;
@@ -188,104 +188,97 @@ impl Failures {
     }
 }
 
-impl Postoffice {
-    /// Records that `peer` is gone (once per peer): wakes every wait, stops resends to it, and
-    /// tells every customer.
-    pub(super) fn mark_lost(&self, peer: NodeId, cause: LossCause, error: Error) {
-        let loss = Loss {
-            peer,
-            cause,
-            error: error.clone(),
-        };
-        if !self.failures.record(loss) {
-            return;
-        }
-        self.node.wake();
-        tracing::error!("{error}");
-        let whose = (peer != self.my_id()).then_some(peer);
-        self.van.peer_lost(whose, &error.to_string());
-        self.resender.forget(peer);
-        lock(&self.routes).broadcast(|| CustomerEvent::PeerLost {
-            peer,
-            error: error.clone(),
-        });
+/// Records that `peer` is gone (once per peer): wakes every wait, stops resends to it, and
+/// tells every customer.
+pub(super) fn mark_lost(po: &Postoffice, peer: NodeId, cause: LossCause, error: Error) {
+    let loss = Loss {
+        peer,
+        cause,
+        error: error.clone(),
+    };
+    if !po.failures.record(loss) {
+        return;
     }
+    po.node.wake();
+    tracing::error!("{error}");
+    let whose = (peer != po.my_id()).then_some(peer);
+    po.van.peer_lost(whose, &error.to_string());
+    po.resender.forget(peer);
+    lock(&po.routes).broadcast(|| CustomerEvent::PeerLost {
+        peer,
+        error: error.clone(),
+    });
+}
 
-    /// Whether the job failed: a peer is lost for good (no replacement is awaited for it).
-    pub(crate) fn has_failed(&self) -> bool {
-        self.failures.any()
+/// The scheduler refused this node's connection (issue 14: the tokens differ, or one side
+/// has none): the start fails with `error`, which says so.
+pub(super) fn on_refused(po: &Postoffice, error: Error) {
+    tracing::error!("{error}");
+    let mut st = lock(&po.node.state);
+    if st.fatal.is_none() {
+        st.fatal = Some(error);
     }
+    po.node.cv.notify_all();
+}
 
-    /// The scheduler refused this node's connection (issue 14: the tokens differ, or one side
-    /// has none): the start fails with `error`, which says so.
-    pub(super) fn on_refused(&self, error: Error) {
-        tracing::error!("{error}");
-        let mut st = lock(&self.node.state);
-        if st.fatal.is_none() {
-            st.fatal = Some(error);
-        }
-        self.node.cv.notify_all();
+/// A peer gone (from the RDMA van: its channel failed): recorded as a loss, unless the
+/// cluster replaces lost servers and workers (the scheduler's NODE_LOST or NODE_REPLACED
+/// decides).
+pub(super) fn on_peer_lost(po: &Postoffice, peer: NodeId, error: Error) {
+    let replaced = super::recovery::replaces_lost(po);
+    if replaced && Node::role_of(peer) != Some(crate::wire::Role::Scheduler) {
+        tracing::warn!("{error}; awaiting the scheduler's word (lost nodes are replaced)");
+        return;
     }
+    mark_lost(po, peer, LossCause::ChannelFailed, error);
+}
 
-    /// A peer gone (from the RDMA van: its channel failed): recorded as a loss, unless the
-    /// cluster replaces lost servers and workers (the scheduler's NODE_LOST or NODE_REPLACED
-    /// decides).
-    pub(super) fn on_peer_lost(&self, peer: NodeId, error: Error) {
-        let replaced = self.replaces_lost();
-        if replaced && Node::role_of(peer) != Some(crate::wire::Role::Scheduler) {
-            tracing::warn!("{error}; awaiting the scheduler's word (lost nodes are replaced)");
-            return;
-        }
-        self.mark_lost(peer, LossCause::ChannelFailed, error);
+/// On a server or worker (its heartbeat thread, at every look, `last_look` the previous):
+/// the scheduler has not answered for `PS_HEARTBEAT_TIMEOUT` — it is a single point of
+/// failure, so its loss ends the job on this node, naming it. A gap of more than
+/// [`PAUSED`](super::scheduler::PAUSED) between looks means this process was paused: the
+/// scheduler gets a whole timeout again.
+pub(super) fn check_scheduler(po: &Postoffice, last_look: &mut Option<Instant>) {
+    let timeout = po.cfg.heartbeat_timeout;
+    let silent = {
+        let mut st = lock(&po.node.state);
+        scheduler_silent(
+            &mut st.last_from_scheduler,
+            last_look,
+            Instant::now(),
+            timeout,
+        )
+    };
+    if silent {
+        let e = Error::PeerLost(format!(
+            "scheduler (id 1): no answer to heartbeats for {:.0} s (PS_HEARTBEAT_TIMEOUT); \
+             the scheduler is a single point of failure: the job ends",
+            timeout.as_secs_f64()
+        ));
+        mark_lost(po, SCHEDULER, LossCause::SchedulerSilent, e);
     }
+}
 
-    /// On a server or worker (its heartbeat thread, at every look, `last_look` the previous):
-    /// the scheduler has not answered for `PS_HEARTBEAT_TIMEOUT` — it is a single point of
-    /// failure, so its loss ends the job on this node, naming it. A gap of more than
-    /// [`PAUSED`](super::scheduler::PAUSED) between looks means this process was paused: the
-    /// scheduler gets a whole timeout again.
-    pub(super) fn check_scheduler(&self, last_look: &mut Option<Instant>) {
-        let timeout = self.cfg.heartbeat_timeout;
-        let silent = {
-            let mut st = lock(&self.node.state);
-            scheduler_silent(
-                &mut st.last_from_scheduler,
-                last_look,
-                Instant::now(),
-                timeout,
-            )
-        };
-        if silent {
-            let e = Error::PeerLost(format!(
-                "scheduler (id 1): no answer to heartbeats for {:.0} s (PS_HEARTBEAT_TIMEOUT); \
-                 the scheduler is a single point of failure: the job ends",
-                timeout.as_secs_f64()
-            ));
-            self.mark_lost(SCHEDULER, LossCause::SchedulerSilent, e);
-        }
+/// NODE_LOST from the scheduler: `node` was declared lost, `meta.error` says why; its
+/// replacement is awaited for `replace_within_ms` (0: none is).
+pub(super) fn on_node_lost(po: &Postoffice, meta: &Meta, node: &Node, replace_within_ms: u64) {
+    let why = meta.error.clone().unwrap_or_default();
+    if replace_within_ms > 0 && node.id != po.my_id() {
+        let window = Duration::from_millis(replace_within_ms);
+        super::recovery::mark_awaiting(po, node.id, &why, window);
+        return;
     }
-
-    /// NODE_LOST from the scheduler: `node` was declared lost, `meta.error` says why; its
-    /// replacement is awaited for `replace_within_ms` (0: none is).
-    pub(super) fn on_node_lost(&self, meta: &Meta, node: &Node, replace_within_ms: u64) {
-        let why = meta.error.clone().unwrap_or_default();
-        if replace_within_ms > 0 && node.id != self.my_id() {
-            let window = Duration::from_millis(replace_within_ms);
-            self.mark_awaiting(node.id, &why, window);
-            return;
-        }
-        let error = if node.id == self.my_id() {
-            Error::DeclaredLost(format!(
-                "the scheduler declared this node ({}) lost: {why}; it was paused (SIGSTOP, \
-                 swapping, a debugger) or cut off for that long — see PS_HEARTBEAT_TIMEOUT in \
-                 the README",
-                Node::describe(node.id)
-            ))
-        } else {
-            Error::PeerLost(lost_text(node.id, &why))
-        };
-        self.mark_lost(node.id, LossCause::Declared(why), error);
-    }
+    let error = if node.id == po.my_id() {
+        Error::DeclaredLost(format!(
+            "the scheduler declared this node ({}) lost: {why}; it was paused (SIGSTOP, \
+             swapping, a debugger) or cut off for that long — see PS_HEARTBEAT_TIMEOUT in \
+             the README",
+            Node::describe(node.id)
+        ))
+    } else {
+        Error::PeerLost(lost_text(node.id, &why))
+    };
+    mark_lost(po, node.id, LossCause::Declared(why), error);
 }
 
 /// Whether the scheduler, last heard of at `last_from`, has been silent for longer than

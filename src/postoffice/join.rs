@@ -2,175 +2,237 @@
 //! id from the node table the scheduler sends, and connects to its peers; afterwards it sends
 //! heartbeats (ps-lite's `Van::Start` and `Van::Heartbeat`).
 
-use super::{Postoffice, SCHEDULER};
+use super::{Postoffice, ALL_GROUP, SCHEDULER};
+use crate::config::Config;
 use crate::error::{Error, Result};
+use crate::van::Van;
 use crate::wire::{ControlMsg, Message, Meta, Node, NodeId, NodeTable, Role};
 use std::sync::atomic::Ordering;
-use std::sync::Weak;
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
-impl Postoffice {
-    /// Registers this node `me` with the scheduler and waits for the node table (on the
-    /// scheduler: waits until every node registered).
-    ///
-    /// # Errors
-    /// The scheduler's refusal ([`Error::Remote`]); a failed connection; [`Error::Timeout`]
-    /// after `PS_TIMEOUT`, naming the scheduler's address (or, on the scheduler, how many nodes
-    /// of each role registered — those are told so).
-    pub(super) fn join_cluster(&self, me: &Node) -> Result<()> {
-        let deadline = Instant::now() + self.cfg.timeout;
-        if me.role != Role::Scheduler {
-            self.van
-                .connect(SCHEDULER, &self.cfg.root_uri, self.cfg.root_port)?;
-            let meta = Meta {
-                request: true,
-                ..Meta::for_control(SCHEDULER, ControlMsg::AddNode { node: me.clone() })
-            };
-            self.send(Message::new(meta))?;
-        }
-        let ready = self.node.wait(|st, now| {
-            if let Some(e) = st.fatal.clone() {
-                return Some(Err(e));
-            }
-            if st.ready {
-                return Some(Ok(true));
-            }
-            (now >= deadline).then_some(Ok(false))
-        })?;
-        if ready {
-            return Ok(());
-        }
-        self.start_up_timeout()
-            .inspect_err(|e| crate::waits::timed_out(e))
+/// Registers this node `me` with the scheduler and waits for the node table (on the
+/// scheduler: waits until every node registered).
+///
+/// # Errors
+/// The scheduler's refusal ([`Error::Remote`]); a failed connection; [`Error::Timeout`]
+/// after `PS_TIMEOUT`, naming the scheduler's address (or, on the scheduler, how many nodes
+/// of each role registered — those are told so).
+pub(super) fn join_cluster(po: &Postoffice, me: &Node) -> Result<()> {
+    let deadline = Instant::now() + po.cfg.timeout;
+    if me.role != Role::Scheduler {
+        po.van
+            .connect(SCHEDULER, &po.cfg.root_uri, po.cfg.root_port)?;
+        let meta = Meta {
+            request: true,
+            ..Meta::for_control(SCHEDULER, ControlMsg::AddNode { node: me.clone() })
+        };
+        po.send(Message::new(meta))?;
     }
-
-    /// The start-up deadline passed: on the scheduler, tells the nodes that registered, unless
-    /// the last one registered meanwhile (then the start goes on).
-    fn start_up_timeout(&self) -> Result<()> {
-        let secs = self.cfg.timeout.as_secs_f64();
-        match &self.scheduler {
-            Some(s) => {
-                let Some((joined, why)) = s.scheduler().give_up(self.cfg.timeout) else {
-                    return Ok(());
-                };
-                self.refuse_all(&joined, &why);
-                Err(Error::Timeout(why))
-            }
-            None => {
-                let me = self.node.me.read().map(|m| m.clone()).unwrap_or_default();
-                Err(Error::Timeout(format!(
-                    "start-up: no answer from the scheduler at {} within {secs:.0} s \
-                     (PS_TIMEOUT); is it running, are DMLC_PS_ROOT_URI and \
-                     DMLC_PS_ROOT_PORT right, and can it reach this node at {} \
-                     (DMLC_NODE_HOST, DMLC_INTERFACE)?",
-                    crate::wire::place(&self.cfg.root_uri, self.cfg.root_port),
-                    crate::wire::place(&me.host, me.port)
-                )))
-            }
-        }
-    }
-
-    /// The scheduler's node table (or its refusal) arrived: take this node's id from it and
-    /// connect to the peers that carry key-value traffic (workers to servers, servers to
-    /// workers).
-    pub(super) fn update_table(&self, meta: &Meta, table: NodeTable) {
-        let nodes = table.nodes;
-        let mut st = crate::sync::lock(&self.node.state);
-        if let Some(e) = &meta.error {
-            st.fatal = Some(Error::Remote {
-                node: Node::describe(SCHEDULER),
-                message: e.clone(),
-            });
-            self.node.cv.notify_all();
-            return;
+    let ready = po.node.wait(|st, now| {
+        if let Some(e) = st.fatal.clone() {
+            return Some(Err(e));
         }
         if st.ready {
+            return Some(Ok(true));
+        }
+        (now >= deadline).then_some(Ok(false))
+    })?;
+    if ready {
+        return Ok(());
+    }
+    start_up_timeout(po).inspect_err(|e| crate::waits::timed_out(e))
+}
+
+/// The start-up deadline passed: on the scheduler, tells the nodes that registered, unless
+/// the last one registered meanwhile (then the start goes on).
+fn start_up_timeout(po: &Postoffice) -> Result<()> {
+    let secs = po.cfg.timeout.as_secs_f64();
+    match &po.scheduler {
+        Some(s) => {
+            let Some((joined, why)) = s.scheduler().give_up(po.cfg.timeout) else {
+                return Ok(());
+            };
+            super::scheduler::driver::refuse_all(po, &joined, &why);
+            Err(Error::Timeout(why))
+        }
+        None => {
+            let me = po.node.me.read().map(|m| m.clone()).unwrap_or_default();
+            Err(Error::Timeout(format!(
+                "start-up: no answer from the scheduler at {} within {secs:.0} s \
+                 (PS_TIMEOUT); is it running, are DMLC_PS_ROOT_URI and \
+                 DMLC_PS_ROOT_PORT right, and can it reach this node at {} \
+                 (DMLC_NODE_HOST, DMLC_INTERFACE)?",
+                crate::wire::place(&po.cfg.root_uri, po.cfg.root_port),
+                crate::wire::place(&me.host, me.port)
+            )))
+        }
+    }
+}
+
+/// The scheduler's node table (or its refusal) arrived: take this node's id from it and
+/// connect to the peers that carry key-value traffic (workers to servers, servers to
+/// workers).
+pub(super) fn update_table(po: &Postoffice, meta: &Meta, table: NodeTable) {
+    let nodes = table.nodes;
+    let mut st = crate::sync::lock(&po.node.state);
+    if let Some(e) = &meta.error {
+        st.fatal = Some(Error::Remote {
+            node: Node::describe(SCHEDULER),
+            message: e.clone(),
+        });
+        po.node.cv.notify_all();
+        return;
+    }
+    if st.ready {
+        return;
+    }
+    let me = po.node.me.read().map(|m| m.clone()).unwrap_or_default();
+    let Some(mine) = nodes
+        .iter()
+        .find(|n| n.host == me.host && n.port == me.port && n.role == me.role)
+    else {
+        st.fatal = Some(Error::Van(format!(
+            "the scheduler's node table does not list this node ({}:{})",
+            me.host, me.port
+        )));
+        po.node.cv.notify_all();
+        return;
+    };
+    if let Ok(mut m) = po.node.me.write() {
+        m.id = mine.id;
+    }
+    po.van.set_reach(table.reach);
+    po.van.set_node_id(mine.id);
+    let peers = nodes
+        .iter()
+        .filter(|n| Node::is_worker_server_pair(mine.id, n.id));
+    for n in peers {
+        if let Err(e) = po.van.connect(n.id, &n.host, n.port) {
+            st.fatal = Some(e);
+            po.node.cv.notify_all();
             return;
         }
-        let me = self.node.me.read().map(|m| m.clone()).unwrap_or_default();
-        let Some(mine) = nodes
-            .iter()
-            .find(|n| n.host == me.host && n.port == me.port && n.role == me.role)
-        else {
-            st.fatal = Some(Error::Van(format!(
-                "the scheduler's node table does not list this node ({}:{})",
-                me.host, me.port
-            )));
-            self.node.cv.notify_all();
+    }
+    {
+        let mut t = po.recovery.takeover();
+        t.replacement = table.replacement.is_some();
+        t.replace_within = table.replace_within_ms;
+        t.run_id = table.run_id;
+        if let Some(r) = &table.replacement {
+            t.must_meet = r.start_open;
+            t.inherited = r.barriers_done.iter().copied().collect();
+            po.recovery.set_incarnation(r.incarnation);
+        }
+    }
+    st.nodes = nodes;
+    st.ready = true;
+    po.node.cv.notify_all();
+}
+
+/// The `ps-heartbeat` thread of a server or worker: a heartbeat to the scheduler every
+/// `PS_HEARTBEAT_INTERVAL` until the node stops; a scheduler silent for longer than
+/// `PS_HEARTBEAT_TIMEOUT` ends the job ([`check_scheduler`](failure::check_scheduler)).
+pub(super) fn heartbeat_loop(weak: &Weak<Postoffice>) {
+    let mut next = Instant::now();
+    let mut last_look = None;
+    loop {
+        let Some(held) = weak.upgrade() else { return };
+        let po = held.as_ref();
+        if po.life.stopped.load(Ordering::Acquire) {
             return;
-        };
-        if let Ok(mut m) = self.node.me.write() {
-            m.id = mine.id;
         }
-        self.van.set_reach(table.reach);
-        self.van.set_node_id(mine.id);
-        let peers = nodes
-            .iter()
-            .filter(|n| Node::is_worker_server_pair(mine.id, n.id));
-        for n in peers {
-            if let Err(e) = self.van.connect(n.id, &n.host, n.port) {
-                st.fatal = Some(e);
-                self.node.cv.notify_all();
-                return;
+        super::failure::check_scheduler(po, &mut last_look);
+        if Instant::now() >= next {
+            next = Instant::now() + po.cfg.heartbeat_interval;
+            let meta = Meta {
+                request: true,
+                ..Meta::for_control(SCHEDULER, ControlMsg::Heartbeat)
+            };
+            if let Err(e) = po.send(Message::new(meta)) {
+                tracing::debug!("heartbeat not sent: {e}");
             }
         }
-        {
-            let mut t = self.recovery.takeover();
-            t.replacement = table.replacement.is_some();
-            t.replace_within = table.replace_within_ms;
-            t.run_id = table.run_id;
-            if let Some(r) = &table.replacement {
-                t.must_meet = r.start_open;
-                t.inherited = r.barriers_done.iter().copied().collect();
-                self.recovery.set_incarnation(r.incarnation);
-            }
-        }
-        st.nodes = nodes;
-        st.ready = true;
-        self.node.cv.notify_all();
+        drop(held);
+        // Woken early by `shutdown`.
+        std::thread::park_timeout(Duration::from_millis(50));
     }
+}
 
-    /// The `ps-heartbeat` thread of a server or worker: a heartbeat to the scheduler every
-    /// `PS_HEARTBEAT_INTERVAL` until the node stops; a scheduler silent for longer than
-    /// `PS_HEARTBEAT_TIMEOUT` ends the job ([`check_scheduler`](Self::check_scheduler)).
-    pub(super) fn heartbeat_loop(weak: &Weak<Postoffice>) {
-        let mut next = Instant::now();
-        let mut last_look = None;
-        loop {
-            let Some(po) = weak.upgrade() else { return };
-            if po.life.stopped.load(Ordering::Acquire) {
-                return;
-            }
-            po.check_scheduler(&mut last_look);
-            if Instant::now() >= next {
-                next = Instant::now() + po.cfg.heartbeat_interval;
-                let meta = Meta {
-                    request: true,
-                    ..Meta::for_control(SCHEDULER, ControlMsg::Heartbeat)
-                };
-                if let Err(e) = po.send(Message::new(meta)) {
-                    tracing::debug!("heartbeat not sent: {e}");
-                }
-            }
-            drop(po);
-            // Woken early by `shutdown`.
-            std::thread::park_timeout(Duration::from_millis(50));
-        }
-    }
+/// (Scheduler) The credentials node `id` presents to the peers it connects to in `nodes`
+/// (servers to workers and back), for the node table it is sent: a node holding only its
+/// key cannot compute them ([`crate::auth`]). Empty without the token.
+pub(super) fn reach_for(po: &Postoffice, id: NodeId, nodes: &[Node]) -> Vec<(NodeId, String)> {
+    let Some(crate::auth::Secret::Token(t)) = &po.cfg.auth else {
+        return Vec::new();
+    };
+    nodes
+        .iter()
+        .filter(|n| Node::is_worker_server_pair(id, n.id))
+        .map(|n| (n.id, t.node_key(n.id).password_from(id)))
+        .collect()
+}
 
-    /// (Scheduler) The credentials node `id` presents to the peers it connects to in `nodes`
-    /// (servers to workers and back), for the node table it is sent: a node holding only its
-    /// key cannot compute them ([`crate::auth`]). Empty without the token.
-    pub(super) fn reach_for(&self, id: NodeId, nodes: &[Node]) -> Vec<(NodeId, String)> {
-        let Some(crate::auth::Secret::Token(t)) = &self.cfg.auth else {
-            return Vec::new();
-        };
-        nodes
-            .iter()
-            .filter(|n| Node::is_worker_server_pair(id, n.id))
-            .map(|n| (n.id, t.node_key(n.id).password_from(id)))
-            .collect()
+/// Binds `van` where this node listens (the scheduler at `DMLC_PS_ROOT_URI`/`_PORT`, any
+/// other node at its host, any port); returns this node as it will register.
+pub(super) fn bind(cfg: &Config, van: &dyn Van) -> Result<Node> {
+    let is_scheduler = cfg.role == Role::Scheduler;
+    let (host, port) = if is_scheduler {
+        (cfg.root_uri.clone(), cfg.root_port)
+    } else {
+        (cfg.node_host.clone(), 0)
+    };
+    if is_scheduler {
+        // Before the first connection can arrive: the ZAP handler checks credentials as
+        // the scheduler's.
+        van.set_node_id(SCHEDULER);
     }
+    let port = van.bind(&host, port).map_err(|e| {
+        let var = if is_scheduler {
+            "DMLC_PS_ROOT_URI and DMLC_PS_ROOT_PORT (the scheduler listens there)"
+        } else {
+            "DMLC_NODE_HOST or DMLC_INTERFACE (this node listens there)"
+        };
+        Error::Config(format!("cannot listen at {host}: check {var}: {e}"))
+    })?;
+    Ok(Node {
+        role: cfg.role,
+        id: if is_scheduler { SCHEDULER } else { -1 },
+        host,
+        port,
+        requested_rank: if is_scheduler { None } else { cfg.rank_hint },
+    })
+}
+
+/// Registers (or, on the scheduler, admits everyone), starts heartbeats and passes the
+/// start-up barrier; on failure stops this node.
+pub(super) fn join_and_meet(po: &Arc<Postoffice>, me: &Node) -> Result<()> {
+    let is_scheduler = me.role == Role::Scheduler;
+    if let Err(e) = join_cluster(po, me) {
+        if !is_scheduler {
+            // Nothing queued is worth waiting for; the scheduler's refusals are.
+            po.van.abort();
+        }
+        po.shutdown();
+        return Err(e);
+    }
+    if !is_scheduler {
+        po.spawn("ps-heartbeat", heartbeat_loop)?;
+    }
+    let skip_start = {
+        let t = po.recovery.takeover();
+        t.replacement && !t.must_meet
+    };
+    if skip_start {
+        // The others passed the start-up barrier long ago.
+        return Ok(());
+    }
+    if let Err(e) = super::node::barrier_with(po, ALL_GROUP, Some(po.cfg.timeout), None) {
+        po.van.abort();
+        po.shutdown();
+        return Err(e);
+    }
+    Ok(())
 }
 
 /// Says once per process, at a node's start, when the node runs without authentication

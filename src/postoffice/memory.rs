@@ -2,39 +2,51 @@
 //! pool (`PS_POOL_BYTES`, the target of peers' remote writes), the immediate slots that route a
 //! remote write to its customer, and the van's registration of write sources.
 
-use super::{Postoffice, Route};
+use super::Route;
 use crate::error::{Error, Result};
 use crate::sync::lock;
 use crate::van::pool::MemoryPool;
-use crate::van::{Registration, WriteSource};
+use crate::van::{Registration, Van};
 use crate::wire::{Imm, NodeId};
 use std::collections::HashMap;
-use std::sync::atomic::Ordering;
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
-/// The pool, made on first use, and the immediate slots.
-#[derive(Default)]
-pub(super) struct Memory {
+/// The pool, made on first use, the immediate slots, and the van's remote-memory capability
+/// ([`crate::van::RemoteMemory`]; none on the ZMQ van). Its locks are taken alone.
+pub(crate) struct Memory {
+    /// Declared before `pool`: dropped first, so the van's registrations end before the pool's
+    /// memory is freed.
+    van: Arc<dyn Van>,
+    /// `PS_POOL_BYTES`.
+    pool_bytes: usize,
     pool: OnceLock<MemoryPool>,
     pool_init: Mutex<()>,
     imm_slots: Mutex<HashMap<u8, Route>>,
 }
 
 impl Memory {
+    /// The memory of a node whose van is `van`, with a pool of `pool_bytes` once used.
+    pub(super) fn new(van: Arc<dyn Van>, pool_bytes: usize) -> Memory {
+        Memory {
+            van,
+            pool_bytes,
+            pool: OnceLock::new(),
+            pool_init: Mutex::new(()),
+            imm_slots: Mutex::new(HashMap::new()),
+        }
+    }
+
     /// The route whose slot `imm` names.
     pub(super) fn route_of_imm(&self, imm: Imm) -> Option<Route> {
         lock(&self.imm_slots).get(&imm.slot()).copied()
     }
-}
-
-impl Postoffice {
     /// This node's registered memory pool (`PS_POOL_BYTES`), reserved — and registered with
     /// the van, which makes it a target of remote writes — on first use.
     ///
     /// # Errors
     /// [`Error::Van`] if the memory cannot be reserved or registered.
-    pub fn pool(&self) -> Result<&MemoryPool> {
-        let m = &self.memory;
+    pub(super) fn pool(&self, my_id: NodeId) -> Result<&MemoryPool> {
+        let m = self;
         if let Some(p) = m.pool.get() {
             return Ok(p);
         }
@@ -42,10 +54,7 @@ impl Postoffice {
         if let Some(p) = m.pool.get() {
             return Ok(p);
         }
-        let p = MemoryPool::new(
-            self.cfg.pool_bytes,
-            0x5053_0000 | (self.my_id() as u32 & 0xffff),
-        )?;
+        let p = MemoryPool::new(self.pool_bytes, 0x5053_0000 | (my_id as u32 & 0xffff))?;
         // SAFETY: the pool lives as long as this postoffice, which drops the van first.
         if let Some(rm) = self.van.remote_memory() {
             // SAFETY: as above.
@@ -60,8 +69,8 @@ impl Postoffice {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] when all 255 slots are taken.
-    pub fn register_imm_slot(&self, route: Route) -> Result<u8> {
-        let mut slots = lock(&self.memory.imm_slots);
+    pub(super) fn register_imm_slot(&self, route: Route) -> Result<u8> {
+        let mut slots = lock(&self.imm_slots);
         let slot = (0..=Imm::MAX_SLOT)
             .find(|s| !slots.contains_key(s))
             .ok_or_else(|| {
@@ -72,36 +81,14 @@ impl Postoffice {
     }
 
     /// Frees an immediate slot.
-    pub fn release_imm_slot(&self, slot: u8) {
-        lock(&self.memory.imm_slots).remove(&slot);
+    pub(super) fn release_imm_slot(&self, slot: u8) {
+        lock(&self.imm_slots).remove(&slot);
     }
 
     /// Whether the van can write into `to`'s registered memory (see
     /// [`crate::van::RemoteMemory::can_write`]).
     pub(crate) fn can_write(&self, to: NodeId) -> bool {
         self.van.remote_memory().is_some_and(|rm| rm.can_write(to))
-    }
-
-    /// RDMA WRITE WITH IMMEDIATE through the van (see [`crate::van::RemoteMemory::write_imm`]);
-    /// `Ok(false)` when the van cannot write to `to`.
-    ///
-    /// # Errors
-    /// As [`crate::van::RemoteMemory::write_imm`]; [`Error::Stopped`] after shutdown.
-    pub(crate) fn write_imm(
-        &self,
-        to: NodeId,
-        src: WriteSource,
-        addr: u64,
-        rkey: u32,
-        imm: u32,
-    ) -> Result<bool> {
-        if self.life.stopped.load(Ordering::Acquire) {
-            return Err(Error::Stopped);
-        }
-        match self.van.remote_memory() {
-            Some(rm) => rm.write_imm(to, src, addr, rkey, imm),
-            None => Ok(false),
-        }
     }
 
     /// Registers `[addr, addr + len)` with the van as an RDMA write source (local reads only;

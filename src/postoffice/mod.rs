@@ -12,14 +12,17 @@
 //! alive (heartbeats, `PS_HEARTBEAT_TIMEOUT`).
 //!
 //! Files: this one is the facade (start, finalize, shutdown, accessors) over parts that own
-//! their state. `pipeline` orders every message's steps (`send`, and what a received message
-//! passes); `node` is membership and the barrier; `join` registers a node and sends its
-//! heartbeats; `control` is the receiving thread (commands in, answers out); `scheduler` is
-//! the sans-IO [`scheduler::Scheduler`] with its IO in `scheduler/driver.rs`; `routes` hands
-//! data messages to customers; `memory` holds the registered pool and immediate slots;
-//! `resender` stamps, acknowledges, de-duplicates and resends data messages (`PS_RESEND`);
-//! `failure` handles lost peers and `recovery` replaced ones (`PS_CHECKPOINT_DIR`); `barrier`,
-//! `liveness`, `scheduler` and `resend` are sans-IO state.
+//! their state, and `pipeline` orders every message's steps (`send`, and what a received
+//! message passes): only these two files hold `Postoffice`'s methods. Every other file is a
+//! part — its state type, and the procedures it runs for the postoffice as functions taking
+//! `po: &Postoffice`. `node` is membership and the barrier; `join` registers a node and sends
+//! its heartbeats; `control` is the receiving thread (commands in, answers out); `scheduler`
+//! is the sans-IO [`scheduler::Scheduler`] with its IO in `scheduler/driver.rs`; `routes`
+//! hands data messages to customers; `memory` holds the registered pool, immediate slots and
+//! the van's remote writes; `resender` stamps, acknowledges, de-duplicates and resends data
+//! messages (`PS_RESEND`); `failure` handles lost peers and `recovery` replaced ones
+//! (`PS_CHECKPOINT_DIR`); `observe` serves metrics and the "who waits on whom" lines;
+//! `barrier`, `liveness`, `scheduler` and `resend` are sans-IO state.
 
 #[doc(hidden)]
 pub mod barrier;
@@ -152,52 +155,21 @@ impl Postoffice {
         join::warn_if_loopback_name(&cfg.root_uri);
         join::warn_if_unauthenticated(&cfg);
         join::warn_if_timeout_short(&cfg);
-        let me = Postoffice::bind(&cfg, van.as_ref())?;
+        let me = join::bind(&cfg, van.as_ref())?;
         let po = Arc::new(Postoffice::new(cfg, van, me.clone()));
         if po.scheduler.is_some() {
             po.recovery.takeover().run_id = resender::drop_seed();
         }
-        po.serve_metrics()?;
+        observe::serve_metrics(&po)?;
         crate::waits::register(Arc::downgrade(&po) as Weak<dyn crate::waits::Waits>);
-        po.spawn("ps-receive", Postoffice::receive_loop)?;
-        po.join_and_meet(&me)?;
+        po.spawn("ps-receive", control::receive_loop)?;
+        join::join_and_meet(&po, &me)?;
         tracing::info!(
             "{} started: {}",
             Node::describe(po.my_id()),
             crate::wire::place(&me.host, me.port)
         );
         Ok(po)
-    }
-
-    /// Binds `van` where this node listens (the scheduler at `DMLC_PS_ROOT_URI`/`_PORT`, any
-    /// other node at its host, any port); returns this node as it will register.
-    fn bind(cfg: &Config, van: &dyn Van) -> Result<Node> {
-        let is_scheduler = cfg.role == Role::Scheduler;
-        let (host, port) = if is_scheduler {
-            (cfg.root_uri.clone(), cfg.root_port)
-        } else {
-            (cfg.node_host.clone(), 0)
-        };
-        if is_scheduler {
-            // Before the first connection can arrive: the ZAP handler checks credentials as
-            // the scheduler's.
-            van.set_node_id(SCHEDULER);
-        }
-        let port = van.bind(&host, port).map_err(|e| {
-            let var = if is_scheduler {
-                "DMLC_PS_ROOT_URI and DMLC_PS_ROOT_PORT (the scheduler listens there)"
-            } else {
-                "DMLC_NODE_HOST or DMLC_INTERFACE (this node listens there)"
-            };
-            Error::Config(format!("cannot listen at {host}: check {var}: {e}"))
-        })?;
-        Ok(Node {
-            role: cfg.role,
-            id: if is_scheduler { SCHEDULER } else { -1 },
-            host,
-            port,
-            requested_rank: if is_scheduler { None } else { cfg.rank_hint },
-        })
     }
 
     /// The parts of node `me` (bound), none started yet.
@@ -217,6 +189,7 @@ impl Postoffice {
         let metrics = Arc::new(Metrics::new(van.name(), budget.gauge(), |r| {
             van.register_metrics(r)
         }));
+        let memory = Memory::new(van.clone(), cfg.pool_bytes);
         Postoffice {
             resender: resender::Resender::new(&cfg),
             recovery: recovery::Recovery::default(),
@@ -227,41 +200,10 @@ impl Postoffice {
             routes: Mutex::new(Routes::new(parked)),
             budget,
             life: Lifecycle::default(),
-            memory: Memory::default(),
+            memory,
             failures: failure::Failures::default(),
             metrics,
         }
-    }
-
-    /// Registers (or, on the scheduler, admits everyone), starts heartbeats and passes the
-    /// start-up barrier; on failure stops this node.
-    fn join_and_meet(self: &Arc<Self>, me: &Node) -> Result<()> {
-        let is_scheduler = me.role == Role::Scheduler;
-        if let Err(e) = self.join_cluster(me) {
-            if !is_scheduler {
-                // Nothing queued is worth waiting for; the scheduler's refusals are.
-                self.van.abort();
-            }
-            self.shutdown();
-            return Err(e);
-        }
-        if !is_scheduler {
-            self.spawn("ps-heartbeat", Postoffice::heartbeat_loop)?;
-        }
-        let skip_start = {
-            let t = self.recovery.takeover();
-            t.replacement && !t.must_meet
-        };
-        if skip_start {
-            // The others passed the start-up barrier long ago.
-            return Ok(());
-        }
-        if let Err(e) = self.barrier_with(ALL_GROUP, Some(self.cfg.timeout), None) {
-            self.van.abort();
-            self.shutdown();
-            return Err(e);
-        }
-        Ok(())
     }
 
     fn spawn(self: &Arc<Self>, name: &str, f: fn(&Weak<Postoffice>)) -> Result<()> {
@@ -373,7 +315,7 @@ impl Postoffice {
             st.finalizing
         };
         if finalizing {
-            if let Err(e) = self.arrive(ALL_GROUP, None, Some(error.to_string())) {
+            if let Err(e) = node::arrive(self, ALL_GROUP, None, Some(error.to_string())) {
                 tracing::warn!("cannot tell the scheduler this node failed: {e}");
             }
         }
@@ -387,7 +329,7 @@ impl Postoffice {
             st.finalizing = true;
             failed.or_else(|| st.app_failure.clone())
         };
-        let r = self.barrier_with(ALL_GROUP, None, failed);
+        let r = node::barrier_with(self, ALL_GROUP, None, failed);
         self.shutdown();
         r
     }
@@ -423,6 +365,99 @@ impl Postoffice {
         } else {
             self.van.stop();
         }
+    }
+
+    /// Whether this node replaces a lost one (the scheduler said so in its node table).
+    pub fn is_replacement(&self) -> bool {
+        self.recovery.takeover().replacement
+    }
+
+    /// How many barriers of `group` the node this one replaces completed after the start-up
+    /// barrier (0 on a node that replaces none): an application skips the work it did before
+    /// them, and [`barrier`](Self::barrier) passes them at once.
+    pub fn inherited_barriers(&self, group: i32) -> u64 {
+        let t = self.recovery.takeover();
+        t.inherited.get(&group).copied().unwrap_or(0)
+    }
+
+    /// This run's id (drawn by the scheduler, sent in the node table): a replacement restores
+    /// only a checkpoint written in the same run.
+    pub fn run_id(&self) -> u64 {
+        self.recovery.takeover().run_id
+    }
+
+    /// Whether a `KVWorker` of this node keeps every request until it is answered, to send it
+    /// again to a lost server's replacement: on a worker whose cluster replaces lost servers.
+    pub(crate) fn keeps_requests_for_replacements(&self) -> bool {
+        self.cfg.role == Role::Worker && recovery::replaces_lost(self)
+    }
+
+    /// Whether the job failed: a peer is lost for good (no replacement is awaited for it).
+    pub(crate) fn has_failed(&self) -> bool {
+        self.failures.any()
+    }
+
+    /// Where this node serves its metrics (`PS_METRICS_PORT`), if it does.
+    pub fn metrics_addr(&self) -> Option<std::net::SocketAddr> {
+        lock(&self.life.metrics_server).as_ref().map(|s| s.addr())
+    }
+
+    /// This node's metrics.
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
+    /// Blocks until every node of `group` (sum of [`super::SCHEDULER_GROUP`],
+    /// [`super::SERVER_GROUP`], [`super::WORKER_GROUP`]) called `barrier` with the same group.
+    ///
+    /// # Errors
+    /// [`Error::Timeout`] naming the nodes that did not arrive within `PS_TIMEOUT`;
+    /// [`Error::PeerLost`] once any node was lost (a member or not: the job cannot complete),
+    /// or if the scheduler stops answering; [`Error::DeclaredLost`] if this node was.
+    ///
+    /// A replacement (issue 13) passes at once as many barriers of each group as the node it
+    /// replaces completed ([`inherited_barriers`](Self::inherited_barriers)).
+    pub fn barrier(&self, group: i32) -> Result<()> {
+        if recovery::pass_inherited(self, group) {
+            return Ok(());
+        }
+        node::barrier_with(self, group, Some(self.cfg.timeout), None)
+    }
+
+    /// This node's registered memory pool (`PS_POOL_BYTES`), reserved — and registered with
+    /// the van, which makes it a target of remote writes — on first use.
+    ///
+    /// # Errors
+    /// [`Error::Van`] if the memory cannot be reserved or registered.
+    pub fn pool(&self) -> Result<&crate::van::pool::MemoryPool> {
+        self.memory.pool(self.my_id())
+    }
+
+    /// Reserves an immediate slot for `route`: remote writes whose immediate has this slot
+    /// as its [`crate::wire::Imm::slot`] are delivered to `route` as
+    /// [`CustomerEvent::RemoteWrite`]s. Slots 0–[`crate::wire::Imm::MAX_SLOT`].
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when all 255 slots are taken.
+    pub fn register_imm_slot(&self, route: Route) -> Result<u8> {
+        self.memory.register_imm_slot(route)
+    }
+
+    /// Frees an immediate slot.
+    pub fn release_imm_slot(&self, slot: u8) {
+        self.memory.release_imm_slot(slot)
+    }
+
+    /// This node's registered memory and the van's remote writes ([`memory`]).
+    pub(crate) fn memory(&self) -> &Memory {
+        &self.memory
+    }
+
+    /// How many nodes held this node's id before it: 0, or the n-th replacement of a lost node
+    /// (the scheduler's count). A `KVWorker` numbers its requests from `incarnation × 2^27`
+    /// on, so that late answers to its predecessor's requests match none of its own.
+    pub fn incarnation(&self) -> u32 {
+        self.recovery.incarnation()
     }
 }
 

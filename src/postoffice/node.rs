@@ -83,123 +83,114 @@ impl Membership {
     }
 }
 
-impl Postoffice {
-    /// Blocks until every node of `group` (sum of [`super::SCHEDULER_GROUP`],
-    /// [`super::SERVER_GROUP`], [`super::WORKER_GROUP`]) called `barrier` with the same group.
-    ///
-    /// # Errors
-    /// [`Error::Timeout`] naming the nodes that did not arrive within `PS_TIMEOUT`;
-    /// [`Error::PeerLost`] once any node was lost (a member or not: the job cannot complete),
-    /// or if the scheduler stops answering; [`Error::DeclaredLost`] if this node was.
-    ///
-    /// A replacement (issue 13) passes at once as many barriers of each group as the node it
-    /// replaces completed ([`inherited_barriers`](Self::inherited_barriers)).
-    pub fn barrier(&self, group: i32) -> Result<()> {
-        if self.pass_inherited(group) {
-            return Ok(());
-        }
-        self.barrier_with(group, Some(self.cfg.timeout), None)
+/// A barrier of `group` (`failed`: this node's application failed with that error, which
+/// fails the barrier for every member once it completes).
+pub(super) fn barrier_with(
+    po: &Postoffice,
+    group: i32,
+    timeout: Option<Duration>,
+    failed: Option<String>,
+) -> Result<()> {
+    let _one = lock(&po.node.barrier_lock);
+    {
+        let mut st = lock(&po.node.state);
+        st.barrier_result = None;
+        st.barrier_group = Some(group);
+        st.barrier_since = Some(Instant::now());
+        st.last_check = None;
     }
-
-    /// A barrier of `group` (`failed`: this node's application failed with that error, which
-    /// fails the barrier for every member once it completes).
-    pub(super) fn barrier_with(
-        &self,
-        group: i32,
-        timeout: Option<Duration>,
-        failed: Option<String>,
-    ) -> Result<()> {
-        let _one = lock(&self.node.barrier_lock);
-        {
-            let mut st = lock(&self.node.state);
-            st.barrier_result = None;
-            st.barrier_group = Some(group);
-            st.barrier_since = Some(Instant::now());
-            st.last_check = None;
+    arrive(po, group, timeout, failed)?;
+    // The scheduler answers a timed barrier itself; this grace covers a scheduler that died.
+    let deadline = timeout.map(|t| Instant::now() + t + Duration::from_secs(5));
+    let mut scheduler_gone = false;
+    let r = po.node.wait(|st, now| {
+        // A loss fails the job: a barrier fails with it, even one the scheduler released
+        // (a server waiting in `finalize` counts as arrived there until its loss is
+        // declared, while this node may have learnt it from a failed channel).
+        if let Some(e) = po.failures.first() {
+            return Some(Err(e));
         }
-        self.arrive(group, timeout, failed)?;
-        // The scheduler answers a timed barrier itself; this grace covers a scheduler that died.
-        let deadline = timeout.map(|t| Instant::now() + t + Duration::from_secs(5));
-        let mut scheduler_gone = false;
-        let r = self.node.wait(|st, now| {
-            // A loss fails the job: a barrier fails with it, even one the scheduler released
-            // (a server waiting in `finalize` counts as arrived there until its loss is
-            // declared, while this node may have learnt it from a failed channel).
-            if let Some(e) = self.failures.first() {
-                return Some(Err(e));
-            }
-            if let Some(r) = st.barrier_result.take() {
-                return Some(r);
-            }
-            if self.life.stopped.load(Ordering::Acquire) {
-                return Some(Err(Error::Stopped));
-            }
-            if deadline.is_some_and(|d| now >= d) {
-                return Some(Err(Error::Timeout(format!(
-                    "barrier of group {group}: no answer from the scheduler (id 1)"
-                ))));
-            }
-            let silent = self.scheduler_silent(st, now, group);
-            scheduler_gone = silent.is_some();
-            silent
-        });
-        if let Err(e @ Error::Timeout(_)) = &r {
-            // While this node still counts as waiting in the barrier: the block says so.
-            crate::waits::timed_out(e);
+        if let Some(r) = st.barrier_result.take() {
+            return Some(r);
         }
-        lock(&self.node.state).barrier_since = None;
-        if let (true, Err(e)) = (scheduler_gone, &r) {
-            // Recorded like any loss: this node's sockets are aborted at shutdown.
-            self.mark_lost(SCHEDULER, failure::LossCause::SchedulerSilent, e.clone());
+        if po.life.stopped.load(Ordering::Acquire) {
+            return Some(Err(Error::Stopped));
         }
-        r
+        if deadline.is_some_and(|d| now >= d) {
+            return Some(Err(Error::Timeout(format!(
+                "barrier of group {group}: no answer from the scheduler (id 1)"
+            ))));
+        }
+        let silent = scheduler_silent(po, st, now, group);
+        scheduler_gone = silent.is_some();
+        silent
+    });
+    if let Err(e @ Error::Timeout(_)) = &r {
+        // While this node still counts as waiting in the barrier: the block says so.
+        crate::waits::timed_out(e);
     }
-
-    /// An error when the scheduler has not been heard of for `PS_HEARTBEAT_TIMEOUT` while this
-    /// node waits in a barrier of `group`. Waits look at least every [`TICK`]: a gap longer
-    /// than [`scheduler::PAUSED`] means this process was paused, and the scheduler gets a whole timeout again (its answer,
-    /// maybe NODE_LOST for this node, may be waiting unread).
-    fn scheduler_silent(&self, st: &mut State, now: Instant, group: i32) -> Option<Result<()>> {
-        let timeout = self.cfg.heartbeat_timeout;
-        let silent = failure::scheduler_silent(
-            &mut st.last_from_scheduler,
-            &mut st.last_check,
-            now,
-            timeout,
+    lock(&po.node.state).barrier_since = None;
+    if let (true, Err(e)) = (scheduler_gone, &r) {
+        // Recorded like any loss: this node's sockets are aborted at shutdown.
+        super::failure::mark_lost(
+            po,
+            SCHEDULER,
+            failure::LossCause::SchedulerSilent,
+            e.clone(),
         );
-        (silent && self.my_id() != SCHEDULER).then(|| {
-            Err(Error::PeerLost(format!(
-                "scheduler (id 1): no answer to heartbeats for {:.0} s \
-                 (PS_HEARTBEAT_TIMEOUT) while waiting in a barrier of group {group}",
-                timeout.as_secs_f64()
-            )))
-        })
     }
+    r
+}
 
-    /// Tells the scheduler this node arrived at a barrier of `group` (with `failed`: its
-    /// application's error).
-    pub(super) fn arrive(
-        &self,
-        group: i32,
-        timeout: Option<Duration>,
-        failed: Option<String>,
-    ) -> Result<()> {
-        if self.my_id() == SCHEDULER {
-            self.scheduler_barrier(SCHEDULER, group, timeout, failed);
-            return Ok(());
-        }
-        let meta = Meta {
-            request: true,
-            error: failed.clone(),
-            ..Meta::for_control(
-                SCHEDULER,
-                ControlMsg::Barrier {
-                    group,
-                    timeout_ms: timeout.map_or(0, |t| t.as_millis() as u64),
-                    failed: failed.is_some(),
-                },
-            )
-        };
-        self.send(Message::new(meta)).map(|_| ())
+/// An error when the scheduler has not been heard of for `PS_HEARTBEAT_TIMEOUT` while this
+/// node waits in a barrier of `group`. Waits look at least every [`TICK`]: a gap longer
+/// than [`scheduler::PAUSED`] means this process was paused, and the scheduler gets a whole timeout again (its answer,
+/// maybe NODE_LOST for this node, may be waiting unread).
+fn scheduler_silent(
+    po: &Postoffice,
+    st: &mut State,
+    now: Instant,
+    group: i32,
+) -> Option<Result<()>> {
+    let timeout = po.cfg.heartbeat_timeout;
+    let silent = super::failure::scheduler_silent(
+        &mut st.last_from_scheduler,
+        &mut st.last_check,
+        now,
+        timeout,
+    );
+    (silent && po.my_id() != SCHEDULER).then(|| {
+        Err(Error::PeerLost(format!(
+            "scheduler (id 1): no answer to heartbeats for {:.0} s \
+             (PS_HEARTBEAT_TIMEOUT) while waiting in a barrier of group {group}",
+            timeout.as_secs_f64()
+        )))
+    })
+}
+
+/// Tells the scheduler this node arrived at a barrier of `group` (with `failed`: its
+/// application's error).
+pub(super) fn arrive(
+    po: &Postoffice,
+    group: i32,
+    timeout: Option<Duration>,
+    failed: Option<String>,
+) -> Result<()> {
+    if po.my_id() == SCHEDULER {
+        super::scheduler::driver::scheduler_barrier(po, SCHEDULER, group, timeout, failed);
+        return Ok(());
     }
+    let meta = Meta {
+        request: true,
+        error: failed.clone(),
+        ..Meta::for_control(
+            SCHEDULER,
+            ControlMsg::Barrier {
+                group,
+                timeout_ms: timeout.map_or(0, |t| t.as_millis() as u64),
+                failed: failed.is_some(),
+            },
+        )
+    };
+    po.send(Message::new(meta)).map(|_| ())
 }

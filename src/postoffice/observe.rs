@@ -5,72 +5,59 @@
 
 use super::{Postoffice, SCHEDULER};
 use crate::error::Result;
-use crate::metrics::{Metrics, Peer};
+use crate::metrics::Peer;
 use crate::sync::lock;
 use crate::waits::{age, Waits};
 use crate::wire::Node;
-use std::sync::Arc;
 use std::time::Instant;
 
-impl Postoffice {
-    /// Starts the metrics server on `PS_METRICS_PORT` (when set) at `PS_METRICS_HOST`: loopback
-    /// by default (`::1` for a node listening on IPv6), this node's listening address with
-    /// `node`, or the address given; with port 0 the port chosen is printed on standard
-    /// error.
-    ///
-    /// # Errors
-    /// [`crate::Error::Config`] when the port cannot be bound.
-    pub(super) fn serve_metrics(&self) -> Result<()> {
-        let Some(port) = self.cfg.metrics_port else {
-            return Ok(());
-        };
-        let node = self
-            .node
-            .me
-            .read()
-            .map(|m| m.host.clone())
-            .unwrap_or_default();
-        let host = match self.cfg.metrics_host.as_str() {
-            "" if node.contains(':') => "::1".to_string(),
-            "" => "127.0.0.1".to_string(),
-            "node" => node,
-            h => h.to_string(),
-        };
-        let server = crate::metrics::serve(&self.metrics, &host, port)?;
-        let url = format!(
-            "http://{}/metrics",
-            crate::wire::place(&server.addr().ip().to_string(), server.addr().port())
-        );
-        if port == 0 {
-            // Nobody else knows where: say it whatever the log level (pslite-launch shows it
-            // under the node's name).
-            eprintln!("pslite: {} metrics at {url}", self.cfg.role);
-        } else {
-            tracing::info!("{} metrics at {url}", self.cfg.role);
-        }
-        *lock(&self.life.metrics_server) = Some(server);
-        Ok(())
+/// Starts the metrics server on `PS_METRICS_PORT` (when set) at `PS_METRICS_HOST`: loopback
+/// by default (`::1` for a node listening on IPv6), this node's listening address with
+/// `node`, or the address given; with port 0 the port chosen is printed on standard
+/// error.
+///
+/// # Errors
+/// [`crate::Error::Config`] when the port cannot be bound.
+pub(super) fn serve_metrics(po: &Postoffice) -> Result<()> {
+    let Some(port) = po.cfg.metrics_port else {
+        return Ok(());
+    };
+    let node = po
+        .node
+        .me
+        .read()
+        .map(|m| m.host.clone())
+        .unwrap_or_default();
+    let host = match po.cfg.metrics_host.as_str() {
+        "" if node.contains(':') => "::1".to_string(),
+        "" => "127.0.0.1".to_string(),
+        "node" => node,
+        h => h.to_string(),
+    };
+    let server = crate::metrics::serve(&po.metrics, &host, port)?;
+    let url = format!(
+        "http://{}/metrics",
+        crate::wire::place(&server.addr().ip().to_string(), server.addr().port())
+    );
+    if port == 0 {
+        // Nobody else knows where: say it whatever the log level (pslite-launch shows it
+        // under the node's name).
+        eprintln!("pslite: {} metrics at {url}", po.cfg.role);
+    } else {
+        tracing::info!("{} metrics at {url}", po.cfg.role);
     }
+    *lock(&po.life.metrics_server) = Some(server);
+    Ok(())
+}
 
-    /// Where this node serves its metrics (`PS_METRICS_PORT`), if it does.
-    pub fn metrics_addr(&self) -> Option<std::net::SocketAddr> {
-        lock(&self.life.metrics_server).as_ref().map(|s| s.addr())
-    }
-
-    /// This node's metrics.
-    pub fn metrics(&self) -> &Arc<Metrics> {
-        &self.metrics
-    }
-
-    /// (Scheduler) Counts the heartbeats the nodes missed since the last tick.
-    pub(super) fn count_missed_heartbeats(&self, now: Instant) {
-        let Some(s) = &self.scheduler else { return };
-        let missed = s
-            .scheduler()
-            .missed_heartbeats(now, self.cfg.heartbeat_interval);
-        for (id, n) in missed {
-            self.metrics.heartbeats_missed(id, n);
-        }
+/// (Scheduler) Counts the heartbeats the nodes missed since the last tick.
+pub(super) fn count_missed_heartbeats(po: &Postoffice, now: Instant) {
+    let Some(s) = &po.scheduler else { return };
+    let missed = s
+        .scheduler()
+        .missed_heartbeats(now, po.cfg.heartbeat_interval);
+    for (id, n) in missed {
+        po.metrics.heartbeats_missed(id, n);
     }
 }
 

@@ -19,7 +19,8 @@
 use super::Postoffice;
 use crate::error::{Error, Result};
 use crate::sync::lock;
-use crate::wire::{ControlMsg, Message, Meta, Node, SCHEDULER};
+use crate::van::WriteSource;
+use crate::wire::{ControlMsg, Message, Meta, Node, NodeId, SCHEDULER};
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
@@ -69,7 +70,7 @@ impl Postoffice {
     /// Whether a received message goes on (to the control handlers, or a data message to its
     /// customer); see the module docs for the order.
     pub(super) fn admit_incoming(&self, meta: &Meta) -> bool {
-        if self.sent_by_replaced(meta) {
+        if super::recovery::sent_by_replaced(self, meta) {
             return false;
         }
         if meta.sender == SCHEDULER {
@@ -130,5 +131,27 @@ impl Postoffice {
     /// A message from the scheduler arrived (it is alive).
     fn heard_from_scheduler(&self) {
         lock(&self.node.state).last_from_scheduler = Some(Instant::now());
+    }
+
+    /// RDMA WRITE WITH IMMEDIATE through the van (see [`crate::van::RemoteMemory::write_imm`]);
+    /// `Ok(false)` when the van cannot write to `to`.
+    ///
+    /// # Errors
+    /// As [`crate::van::RemoteMemory::write_imm`]; [`Error::Stopped`] after shutdown.
+    pub(crate) fn write_imm(
+        &self,
+        to: NodeId,
+        src: WriteSource,
+        addr: u64,
+        rkey: u32,
+        imm: u32,
+    ) -> Result<bool> {
+        if self.life.stopped.load(Ordering::Acquire) {
+            return Err(Error::Stopped);
+        }
+        match self.van.remote_memory() {
+            Some(rm) => rm.write_imm(to, src, addr, rkey, imm),
+            None => Ok(false),
+        }
     }
 }

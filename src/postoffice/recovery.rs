@@ -52,7 +52,7 @@
 use super::{Postoffice, SCHEDULER};
 use crate::config::Config;
 use crate::sync::lock;
-use crate::wire::{Command, ControlMsg, Message, Meta, Node, NodeId, Role};
+use crate::wire::{Command, ControlMsg, Message, Meta, Node, NodeId};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
@@ -110,11 +110,6 @@ impl Recovery {
         lock(&self.takeover)
     }
 
-    /// This node's incarnation (see [`Postoffice::incarnation`]).
-    pub(super) fn incarnation(&self) -> u32 {
-        self.incarnation.load(Ordering::Relaxed)
-    }
-
     /// This node is the `n`-th holder of its id.
     pub(super) fn set_incarnation(&self, n: u32) {
         self.incarnation.store(n, Ordering::Relaxed);
@@ -154,151 +149,122 @@ impl Recovery {
         let holder = lock(&self.holders).get(&meta.sender).copied();
         holder.is_some_and(|h| meta.incarnation < h)
     }
+
+    /// This node's incarnation (see [`Postoffice::incarnation`]).
+    pub(super) fn incarnation(&self) -> u32 {
+        self.incarnation.load(Ordering::Relaxed)
+    }
 }
 
-impl Postoffice {
-    /// Whether this node replaces a lost one (the scheduler said so in its node table).
-    pub fn is_replacement(&self) -> bool {
-        self.recovery.takeover().replacement
-    }
-
-    /// How many barriers of `group` the node this one replaces completed after the start-up
-    /// barrier (0 on a node that replaces none): an application skips the work it did before
-    /// them, and [`barrier`](Self::barrier) passes them at once.
-    pub fn inherited_barriers(&self, group: i32) -> u64 {
-        let t = self.recovery.takeover();
-        t.inherited.get(&group).copied().unwrap_or(0)
-    }
-
-    /// How many nodes held this node's id before it: 0, or the n-th replacement of a lost node
-    /// (the scheduler's count). A `KVWorker` numbers its requests from `incarnation × 2^27`
-    /// on, so that late answers to its predecessor's requests match none of its own.
-    pub fn incarnation(&self) -> u32 {
-        self.recovery.incarnation()
-    }
-
-    /// This run's id (drawn by the scheduler, sent in the node table): a replacement restores
-    /// only a checkpoint written in the same run.
-    pub fn run_id(&self) -> u64 {
-        self.recovery.takeover().run_id
-    }
-
-    /// Whether `meta` comes from an earlier holder of a replaced peer's id (a worker that was
-    /// killed with requests still in flight, a server that was only paused): dropped, so that
-    /// nothing of it is applied after its replacement took over.
-    pub(super) fn sent_by_replaced(&self, meta: &Meta) -> bool {
-        let stale = self.recovery.stale(meta);
-        if stale {
-            tracing::warn!(
-                "dropped a message from an earlier holder of {}'s id (it was replaced)",
-                Node::describe(meta.sender)
-            );
-        }
-        stale
-    }
-
-    /// A replacement's barrier of `group` that its predecessor completed: counted and passed
-    /// (true) without asking the scheduler.
-    pub(super) fn pass_inherited(&self, group: i32) -> bool {
-        let mut t = self.recovery.takeover();
-        let inherited = t.inherited.get(&group).copied().unwrap_or(0);
-        let calls = t.barriers_called.entry(group).or_default();
-        *calls += 1;
-        let (n, passed) = (*calls, *calls <= inherited);
-        if passed {
-            tracing::info!(
-                "barrier {n} of group {group}: passed at once (the node this one replaces \
-                 completed it)"
-            );
-        }
-        passed
-    }
-
-    /// Whether a `KVWorker` of this node keeps every request until it is answered, to send it
-    /// again to a lost server's replacement: on a worker whose cluster replaces lost servers.
-    pub(crate) fn keeps_requests_for_replacements(&self) -> bool {
-        self.cfg.role == Role::Worker && self.replaces_lost()
-    }
-
-    /// Whether lost servers and workers are replaced (the node table said so).
-    pub(super) fn replaces_lost(&self) -> bool {
-        self.recovery.takeover().replace_within > 0
-    }
-
-    /// `peer` was declared lost and a replacement is awaited for `window`: not a failure yet;
-    /// requests to it stay pending (kept by the `KVWorker`s) until the replacement answers them.
-    pub(super) fn mark_awaiting(&self, peer: NodeId, why: &str, window: Duration) {
-        if !self.failures.await_replacement(peer) {
-            return;
-        }
+/// Whether `meta` comes from an earlier holder of a replaced peer's id (a worker that was
+/// killed with requests still in flight, a server that was only paused): dropped, so that
+/// nothing of it is applied after its replacement took over.
+pub(super) fn sent_by_replaced(po: &Postoffice, meta: &Meta) -> bool {
+    let stale = po.recovery.stale(meta);
+    if stale {
         tracing::warn!(
-            "{} was declared lost by the scheduler: {why}; awaiting a replacement for up to \
-             {:.0} s (PS_RECOVERY_TIMEOUT)",
-            Node::describe(peer),
-            window.as_secs_f64()
+            "dropped a message from an earlier holder of {}'s id (it was replaced)",
+            Node::describe(meta.sender)
         );
     }
+    stale
+}
 
-    /// Why NODE_REPLACED naming `node` is not taken, `None` when it is: the cluster replaces
-    /// no node (no `PS_CHECKPOINT_DIR`). With replacements on, the node need not have been
-    /// declared lost here first: a replacement that registers before its predecessor's loss is
-    /// declared takes over at once.
-    pub(super) fn replacement_refusal(&self, node: &Node) -> Option<String> {
-        let id = node.id;
-        (!self.replaces_lost()).then(|| {
-            format!(
-                "it names {}, but this cluster replaces no node (no PS_CHECKPOINT_DIR)",
-                Node::describe(id)
-            )
-        })
+/// A replacement's barrier of `group` that its predecessor completed: counted and passed
+/// (true) without asking the scheduler.
+pub(super) fn pass_inherited(po: &Postoffice, group: i32) -> bool {
+    let mut t = po.recovery.takeover();
+    let inherited = t.inherited.get(&group).copied().unwrap_or(0);
+    let calls = t.barriers_called.entry(group).or_default();
+    *calls += 1;
+    let (n, passed) = (*calls, *calls <= inherited);
+    if passed {
+        tracing::info!(
+            "barrier {n} of group {group}: passed at once (the node this one replaces \
+             completed it)"
+        );
     }
+    passed
+}
 
-    /// NODE_REPLACED: `node` now holds a lost server's or worker's id, its `incarnation`-th
-    /// holder. Connects to it (a worker to a server, a server to a worker), forgets the resend
-    /// state of the old one, and tells the customers ([`super::CustomerEvent::PeerReplaced`]:
-    /// a `KVWorker` sends a replaced server the requests it did not answer).
-    pub(super) fn on_node_replaced(&self, node: &Node, incarnation: u32) {
-        let node = node.clone();
-        let id = node.id;
-        let connect = Node::is_worker_server_pair(self.my_id(), id);
-        self.failures.stop_awaiting(id);
-        if let Some(n) = lock(&self.node.state).nodes.iter_mut().find(|n| n.id == id) {
-            *n = node.clone();
-        }
-        // Nothing is numbered for the old peer and sent to the new one meanwhile: the holder
-        // (the path's generation) is set, the resend state forgotten and the path replaced
-        // under the exclusive lock every send shares.
-        {
-            let _swap = self.recovery.swapping();
-            self.recovery.set_holder(id, incarnation);
-            self.resender.forget(id);
-            if connect {
-                if let Err(e) = self.van.replace_peer(id, &node.host, node.port) {
-                    drop(_swap);
-                    self.mark_lost(id, super::failure::LossCause::ChannelFailed, e);
-                    return;
-                }
+/// Whether lost servers and workers are replaced (the node table said so).
+pub(super) fn replaces_lost(po: &Postoffice) -> bool {
+    po.recovery.takeover().replace_within > 0
+}
+
+/// `peer` was declared lost and a replacement is awaited for `window`: not a failure yet;
+/// requests to it stay pending (kept by the `KVWorker`s) until the replacement answers them.
+pub(super) fn mark_awaiting(po: &Postoffice, peer: NodeId, why: &str, window: Duration) {
+    if !po.failures.await_replacement(peer) {
+        return;
+    }
+    tracing::warn!(
+        "{} was declared lost by the scheduler: {why}; awaiting a replacement for up to \
+         {:.0} s (PS_RECOVERY_TIMEOUT)",
+        Node::describe(peer),
+        window.as_secs_f64()
+    );
+}
+
+/// Why NODE_REPLACED naming `node` is not taken, `None` when it is: the cluster replaces
+/// no node (no `PS_CHECKPOINT_DIR`). With replacements on, the node need not have been
+/// declared lost here first: a replacement that registers before its predecessor's loss is
+/// declared takes over at once.
+pub(super) fn replacement_refusal(po: &Postoffice, node: &Node) -> Option<String> {
+    let id = node.id;
+    (!replaces_lost(po)).then(|| {
+        format!(
+            "it names {}, but this cluster replaces no node (no PS_CHECKPOINT_DIR)",
+            Node::describe(id)
+        )
+    })
+}
+
+/// NODE_REPLACED: `node` now holds a lost server's or worker's id, its `incarnation`-th
+/// holder. Connects to it (a worker to a server, a server to a worker), forgets the resend
+/// state of the old one, and tells the customers ([`super::CustomerEvent::PeerReplaced`]:
+/// a `KVWorker` sends a replaced server the requests it did not answer).
+pub(super) fn on_node_replaced(po: &Postoffice, node: &Node, incarnation: u32) {
+    let node = node.clone();
+    let id = node.id;
+    let connect = Node::is_worker_server_pair(po.my_id(), id);
+    po.failures.stop_awaiting(id);
+    if let Some(n) = lock(&po.node.state).nodes.iter_mut().find(|n| n.id == id) {
+        *n = node.clone();
+    }
+    // Nothing is numbered for the old peer and sent to the new one meanwhile: the holder
+    // (the path's generation) is set, the resend state forgotten and the path replaced
+    // under the exclusive lock every send shares.
+    {
+        let _swap = po.recovery.swapping();
+        po.recovery.set_holder(id, incarnation);
+        po.resender.forget(id);
+        if connect {
+            if let Err(e) = po.van.replace_peer(id, &node.host, node.port) {
+                drop(_swap);
+                super::failure::mark_lost(po, id, super::failure::LossCause::ChannelFailed, e);
+                return;
             }
         }
-        tracing::warn!(
-            "{} was replaced by a new {} at {}:{}",
-            Node::describe(id),
-            node.role,
-            node.host,
-            node.port,
-        );
-        // A KVWorker sends a replaced server what it has not answered.
-        lock(&self.routes).broadcast(|| super::CustomerEvent::PeerReplaced {
-            peer: id,
-            incarnation,
-        });
     }
+    tracing::warn!(
+        "{} was replaced by a new {} at {}:{}",
+        Node::describe(id),
+        node.role,
+        node.host,
+        node.port,
+    );
+    // A KVWorker sends a replaced server what it has not answered.
+    lock(&po.routes).broadcast(|| super::CustomerEvent::PeerReplaced {
+        peer: id,
+        incarnation,
+    });
+}
 
-    /// On a server: NODE_REPLACED (asking for it) is handled; tells the scheduler.
-    pub(super) fn confirm_replaced(&self, node: Node, incarnation: u32) {
-        let confirm = ControlMsg::NodeReplaced { node, incarnation };
-        if let Err(e) = self.send(Message::new(Meta::for_control(SCHEDULER, confirm))) {
-            tracing::warn!("cannot confirm a replacement to the scheduler: {e}");
-        }
+/// On a server: NODE_REPLACED (asking for it) is handled; tells the scheduler.
+pub(super) fn confirm_replaced(po: &Postoffice, node: Node, incarnation: u32) {
+    let confirm = ControlMsg::NodeReplaced { node, incarnation };
+    if let Err(e) = po.send(Message::new(Meta::for_control(SCHEDULER, confirm))) {
+        tracing::warn!("cannot confirm a replacement to the scheduler: {e}");
     }
 }

@@ -114,7 +114,7 @@ impl ServerRv {
     /// Ends the registrations of the handler's regions (no write from them may be in flight).
     pub(super) fn deregister(&mut self, po: &Postoffice) {
         for (a, _, _) in self.regions.drain(..) {
-            po.deregister_memory(a);
+            po.memory().deregister_memory(a);
         }
     }
 
@@ -186,7 +186,7 @@ impl ServerRv {
             }
             // SAFETY: the handler keeps its regions allocated while it lives (the trait's
             // contract), and `Served` deregisters them before it drops the handler.
-            match unsafe { po.register_source(a, n) } {
+            match unsafe { po.memory().register_source(a, n) } {
                 Ok(Some(keys)) => {
                     tracing::debug!("registered {n} bytes of stored values for zero-copy writes");
                     self.regions.push((a, n, keys.lkey));
@@ -211,7 +211,7 @@ impl ServerRv {
         content: &[u8],
         w: WriteTo,
     ) -> bool {
-        if !po.can_write(w.to) || content.is_empty() {
+        if !po.memory().can_write(w.to) || content.is_empty() {
             return false;
         }
         let at = content.as_ptr() as usize;
@@ -280,7 +280,7 @@ impl ServerRv {
                         rkey,
                         imm,
                     };
-                    if po.can_write(to) && carrier::write_copy(po, &data, w) {
+                    if po.memory().can_write(to) && carrier::write_copy(po, &data, w) {
                         continue;
                     }
                     meta.recver = to;

@@ -49,428 +49,434 @@ impl SchedulerIo {
     }
 }
 
-impl Postoffice {
-    /// The scheduler obeys `control` (under header `meta`); false when it is not one the
-    /// scheduler takes.
-    pub(in crate::postoffice) fn scheduler_obeys(&self, control: ControlMsg, meta: &Meta) -> bool {
-        let from = meta.sender;
-        match (control, meta.request) {
-            (ControlMsg::AddNode { node }, true) => self.on_add_node(node),
-            (
-                ControlMsg::Barrier {
-                    group,
-                    timeout_ms,
-                    failed,
-                },
-                true,
-            ) => {
-                let timeout = (timeout_ms > 0).then(|| Duration::from_millis(timeout_ms));
-                let failed = failed.then(|| meta.error.clone().unwrap_or_default());
-                self.scheduler_barrier(from, group, timeout, failed);
-            }
-            (ControlMsg::Heartbeat, true) => self.on_heartbeat(meta),
-            (ControlMsg::NodeReplaced { node, .. }, false) => {
-                self.on_replaced_confirmed(from, node.id)
-            }
-            _ => return false,
+/// The scheduler obeys `control` (under header `meta`); false when it is not one the
+/// scheduler takes.
+pub(in crate::postoffice) fn scheduler_obeys(
+    po: &Postoffice,
+    control: ControlMsg,
+    meta: &Meta,
+) -> bool {
+    let from = meta.sender;
+    match (control, meta.request) {
+        (ControlMsg::AddNode { node }, true) => on_add_node(po, node),
+        (
+            ControlMsg::Barrier {
+                group,
+                timeout_ms,
+                failed,
+            },
+            true,
+        ) => {
+            let timeout = (timeout_ms > 0).then(|| Duration::from_millis(timeout_ms));
+            let failed = failed.then(|| meta.error.clone().unwrap_or_default());
+            scheduler_barrier(po, from, group, timeout, failed);
         }
-        true
+        (ControlMsg::Heartbeat, true) => on_heartbeat(po, meta),
+        (ControlMsg::NodeReplaced { node, .. }, false) => on_replaced_confirmed(po, from, node.id),
+        _ => return false,
     }
+    true
+}
 
-    fn on_add_node(&self, node: Node) {
-        let Some(sched) = &self.scheduler else { return };
-        let admission = sched.scheduler().add_node(node, Instant::now());
-        match admission {
-            Admission::Waiting | Admission::Repeat => {}
-            Admission::Refused { node, why } => self.refuse_all(&[node], &why),
-            Admission::Complete(table) => self.send_table(table),
-            Admission::Replaced {
-                node,
-                displaced,
-                table,
-                started,
-                inherited,
-            } => self.admit_replacement(node, displaced, table, (started, inherited)),
-        }
-    }
-
-    /// Every node registered: the scheduler is ready, and every node gets the table.
-    fn send_table(&self, table: Vec<Node>) {
-        let window = super::super::recovery::window(&self.cfg).map_or(0, |w| w.as_millis() as u64);
-        let run_id = {
-            let mut t = self.recovery.takeover();
-            t.replace_within = window;
-            t.run_id
-        };
-        {
-            let mut st = lock(&self.node.state);
-            st.nodes = table.clone();
-            st.ready = true;
-        }
-        self.node.cv.notify_all();
-        for n in &table[1..] {
-            let sent = self.van.connect(n.id, &n.host, n.port).and_then(|_| {
-                let control = ControlMsg::NodeTable(NodeTable {
-                    nodes: table.clone(),
-                    replace_within_ms: window,
-                    run_id,
-                    reach: self.reach_for(n.id, &table),
-                    replacement: None,
-                });
-                self.send(Message::new(Meta::for_control(n.id, control)))
-            });
-            if let Err(e) = sent {
-                tracing::error!(
-                    "cannot send the node table to {}: {e}",
-                    Node::describe(n.id)
-                );
-            }
-        }
-        let at: Vec<String> = table[1..]
-            .iter()
-            .map(|n| {
-                format!(
-                    "{} at {}",
-                    Node::describe(n.id),
-                    crate::wire::place(&n.host, n.port)
-                )
-            })
-            .collect();
-        tracing::info!(
-            "all {} nodes registered: {}",
-            table.len() - 1,
-            at.join(", ")
-        );
-    }
-
-    /// Tells nodes that are not (or no longer) admitted why, over the connection each one
-    /// registered on: the scheduler never connects to an address a refused node named (issue
-    /// 14).
-    pub(in crate::postoffice) fn refuse_all(&self, nodes: &[Node], why: &str) {
-        for n in nodes {
-            let control = ControlMsg::NodeTable(NodeTable::default());
-            let mut meta = Meta {
-                error: Some(why.to_string()),
-                ..Meta::for_control(-1, control)
-            };
-            meta.sender = self.my_id();
-            if let Err(e) = self.van.answer_joiner(&n.host, n.port, Message::new(meta)) {
-                tracing::warn!("cannot tell {}:{} it was refused: {e}", n.host, n.port);
-            }
-        }
-    }
-
-    fn on_heartbeat(&self, req: &Meta) {
-        if self.answer_lost(req.sender) {
-            return;
-        }
-        if let Some(s) = &self.scheduler {
-            s.scheduler().heartbeat(req.sender, Instant::now());
-        }
-        let mut meta = reply_meta(req);
-        meta.control = req.control.clone();
-        let _ = self.send(Message::new(meta));
-    }
-
-    pub(in crate::postoffice) fn scheduler_barrier(
-        &self,
-        from: NodeId,
-        group: i32,
-        timeout: Option<Duration>,
-        failed: Option<String>,
-    ) {
-        let Some(s) = &self.scheduler else { return };
-        let outcome = s
-            .scheduler()
-            .barrier_after(from, group, timeout, Instant::now(), failed);
-        if let Some(o) = outcome {
-            self.release(o);
-        }
-    }
-
-    fn release(&self, o: Outcome) {
-        if let Some(f) = &o.failure {
-            tracing::warn!("{}", f.text);
-        }
-        // Peers first: once the scheduler itself is released it may shut down.
-        let mut ids = o.release;
-        ids.sort_by_key(|&id| id == SCHEDULER);
-        let (kind, text) = match o.failure {
-            Some(f) => (Some(f.kind), Some(f.text)),
-            None => (None, None),
-        };
-        for id in ids {
-            if id == SCHEDULER {
-                self.barrier_done(o.group, barrier_result(kind, text.clone()));
-                continue;
-            }
-            let control = ControlMsg::Released {
-                group: o.group,
-                failure: kind,
-            };
-            let meta = Meta {
-                error: text.clone(),
-                ..Meta::for_control(id, control)
-            };
-            if let Err(e) = self.send(Message::new(meta)) {
-                tracing::warn!("cannot release {} from a barrier: {e}", Node::describe(id));
-            }
-        }
-    }
-
-    pub(in crate::postoffice) fn scheduler_tick(&self) {
-        let Some(s) = &self.scheduler else { return };
-        let timeout = self.cfg.heartbeat_timeout;
-        let super::Tick { lost, failed } = s.scheduler().tick(Instant::now(), timeout);
-        self.count_missed_heartbeats(Instant::now());
-        self.release_held_tables(Instant::now());
-        let declared = self.announce_lost(lost);
-        for o in failed {
-            self.release(o);
-        }
-        self.record_declared(declared);
-    }
-
-    /// On the scheduler: `lost` nodes were just declared lost (each with why, and whether a
-    /// replacement is awaited). Tells every node (the lost ones too); returns each loss's
-    /// cause, to be recorded with [`record_declared`](Self::record_declared) once everything
-    /// else this tick sends is sent (recording wakes the scheduler's own `finalize`, which
-    /// stops it).
-    fn announce_lost(&self, lost: Vec<Declared>) -> Vec<(Declared, LossCause)> {
-        if lost.is_empty() {
-            return Vec::new();
-        }
-        let nodes = self.nodes();
-        let mut declared = Vec::new();
-        for d in lost {
-            let cause = LossCause::of(&d, self.cfg.heartbeat_timeout);
-            let why = cause.why().unwrap_or_default();
-            let Some(node) = nodes.iter().find(|n| n.id == d.id).cloned() else {
-                continue;
-            };
-            let window = d.awaiting.map_or(0, |w| w.as_millis() as u64);
-            for n in nodes.iter().filter(|n| n.id != SCHEDULER) {
-                if let Err(e) = self.send_node_lost(n.id, &node, &why, window) {
-                    tracing::warn!("cannot tell {} of the loss: {e}", Node::describe(n.id));
-                }
-            }
-            declared.push((d, cause));
-        }
-        declared
-    }
-
-    /// On the scheduler: records the losses [`announce_lost`](Self::announce_lost) sent.
-    fn record_declared(&self, declared: Vec<(Declared, LossCause)>) {
-        for (d, cause) in declared {
-            let why = cause.why().unwrap_or_default();
-            if let Some(window) = d.awaiting {
-                self.mark_awaiting(d.id, &why, window);
-                continue;
-            }
-            let error = Error::PeerLost(lost_text(d.id, &why));
-            self.mark_lost(d.id, cause, error);
-        }
-    }
-
-    /// On the scheduler: a heartbeat came from `from`; if it was declared lost, tells it so
-    /// again (it may have missed the first NODE_LOST). True when it was lost.
-    fn answer_lost(&self, from: NodeId) -> bool {
-        let Some(why) = self.failures.why_lost(from) else {
-            return false;
-        };
-        if let Some(node) = self.nodes().into_iter().find(|n| n.id == from) {
-            let _ = self.send_node_lost(from, &node, &why, 0);
-        }
-        true
-    }
-
-    fn send_node_lost(&self, to: NodeId, lost: &Node, why: &str, window_ms: u64) -> Result<usize> {
-        let control = ControlMsg::NodeLost {
-            node: lost.clone(),
-            replace_within_ms: window_ms,
-        };
-        let meta = Meta {
-            error: Some(why.to_string()),
-            ..Meta::for_control(to, control)
-        };
-        self.send(Message::new(meta))
-    }
-
-    /// On the scheduler: `node` replaces a lost server or worker, `displaced` (told so, in
-    /// case it only paused). Tells every other node its address, then sends it the node
-    /// `table` marked as a replacement, with whether the start-up barrier is still open
-    /// (`started`) and what it takes over from `displaced` (`inherited`).
-    fn admit_replacement(
-        &self,
-        node: Node,
-        displaced: Node,
-        table: Vec<Node>,
-        (started, inherited): (bool, Inherited),
-    ) {
-        lock(&self.node.state).nodes = table.clone();
-        let (window, run_id) = {
-            let t = self.recovery.takeover();
-            (t.replace_within, t.run_id)
-        };
-        self.failures.stop_awaiting(node.id);
-        self.recovery.set_holder(node.id, inherited.incarnation);
-        let place = crate::wire::place(&node.host, node.port);
-        tracing::warn!(
-            "{} is taken over by a new {} at {place}",
-            Node::describe(node.id),
-            node.role
-        );
-        // (Not when the replacement got the old address: the notice would reach it.)
-        if (displaced.host.as_str(), displaced.port) != (node.host.as_str(), node.port) {
-            self.tell_displaced(&displaced, &place);
-        }
-        let control = NodeTable {
-            nodes: table.clone(),
-            replace_within_ms: window,
-            run_id,
-            reach: self.reach_for(node.id, &table),
-            replacement: Some(Takeover {
-                start_open: !started,
-                barriers_done: inherited.barriers,
-                incarnation: inherited.incarnation,
-            }),
-        };
-        if node.role != Role::Worker {
-            // The replacement server gets its table before the workers send it their
-            // unanswered requests.
-            self.send_replacement_table(&node, control);
-            self.tell_replaced(&node, &table, inherited.incarnation, false);
-            return;
-        }
-        // A replacement worker gets its table once every server confirmed it was told (its
-        // requests then find their answers' way back), or after CONFIRM_WAIT.
-        let waiting = self.tell_replaced(&node, &table, inherited.incarnation, true);
-        if waiting.is_empty() {
-            self.send_replacement_table(&node, control);
-            return;
-        }
-        let Some(s) = &self.scheduler else { return };
-        lock(&s.held).push(HeldTable {
+fn on_add_node(po: &Postoffice, node: Node) {
+    let Some(sched) = &po.scheduler else { return };
+    let admission = sched.scheduler().add_node(node, Instant::now());
+    match admission {
+        Admission::Waiting | Admission::Repeat => {}
+        Admission::Refused { node, why } => refuse_all(po, &[node], &why),
+        Admission::Complete(table) => send_table(po, table),
+        Admission::Replaced {
             node,
-            table: control,
-            waiting,
-            until: Instant::now() + CONFIRM_WAIT,
+            displaced,
+            table,
+            started,
+            inherited,
+        } => admit_replacement(po, node, displaced, table, (started, inherited)),
+    }
+}
+
+/// Every node registered: the scheduler is ready, and every node gets the table.
+fn send_table(po: &Postoffice, table: Vec<Node>) {
+    let window = super::super::recovery::window(&po.cfg).map_or(0, |w| w.as_millis() as u64);
+    let run_id = {
+        let mut t = po.recovery.takeover();
+        t.replace_within = window;
+        t.run_id
+    };
+    {
+        let mut st = lock(&po.node.state);
+        st.nodes = table.clone();
+        st.ready = true;
+    }
+    po.node.cv.notify_all();
+    for n in &table[1..] {
+        let sent = po.van.connect(n.id, &n.host, n.port).and_then(|_| {
+            let control = ControlMsg::NodeTable(NodeTable {
+                nodes: table.clone(),
+                replace_within_ms: window,
+                run_id,
+                reach: super::super::join::reach_for(po, n.id, &table),
+                replacement: None,
+            });
+            po.send(Message::new(Meta::for_control(n.id, control)))
         });
-    }
-
-    /// Connects to the replacement `node` and sends it its node `table`.
-    fn send_replacement_table(&self, node: &Node, table: NodeTable) {
-        let control = ControlMsg::NodeTable(table);
-        let to_new = self
-            .van
-            .connect(node.id, &node.host, node.port)
-            .and_then(|_| self.send(Message::new(Meta::for_control(node.id, control))));
-        if let Err(e) = to_new {
+        if let Err(e) = sent {
             tracing::error!(
-                "cannot send the node table to the replacement at {}:{}: {e}",
-                node.host,
-                node.port
+                "cannot send the node table to {}: {e}",
+                Node::describe(n.id)
             );
         }
     }
+    let at: Vec<String> = table[1..]
+        .iter()
+        .map(|n| {
+            format!(
+                "{} at {}",
+                Node::describe(n.id),
+                crate::wire::place(&n.host, n.port)
+            )
+        })
+        .collect();
+    tracing::info!(
+        "all {} nodes registered: {}",
+        table.len() - 1,
+        at.join(", ")
+    );
+}
 
-    /// On the scheduler: `from` confirmed NODE_REPLACED of node `id`; sends the tables no
-    /// server is waited for any more.
-    fn on_replaced_confirmed(&self, from: NodeId, id: NodeId) {
-        let Some(s) = &self.scheduler else { return };
-        let ready = {
-            let mut held = lock(&s.held);
-            for h in held.iter_mut().filter(|h| h.node.id == id) {
-                h.waiting.retain(|&w| w != from);
-            }
-            held.extract_if(.., |h| h.waiting.is_empty())
-                .collect::<Vec<_>>()
+/// Tells nodes that are not (or no longer) admitted why, over the connection each one
+/// registered on: the scheduler never connects to an address a refused node named (issue
+/// 14).
+pub(in crate::postoffice) fn refuse_all(po: &Postoffice, nodes: &[Node], why: &str) {
+    for n in nodes {
+        let control = ControlMsg::NodeTable(NodeTable::default());
+        let mut meta = Meta {
+            error: Some(why.to_string()),
+            ..Meta::for_control(-1, control)
         };
-        for h in ready {
-            self.send_replacement_table(&h.node, h.table);
+        meta.sender = po.my_id();
+        if let Err(e) = po.van.answer_joiner(&n.host, n.port, Message::new(meta)) {
+            tracing::warn!("cannot tell {}:{} it was refused: {e}", n.host, n.port);
         }
     }
+}
 
-    /// On the scheduler, every tick: sends the held tables whose servers did not all confirm
-    /// within [`CONFIRM_WAIT`] (a server lost meanwhile, say), with a warning.
-    fn release_held_tables(&self, now: Instant) {
-        let Some(s) = &self.scheduler else { return };
-        let late = {
-            let mut held = lock(&s.held);
-            if held.is_empty() {
-                return;
-            }
-            held.extract_if(.., |h| now >= h.until).collect::<Vec<_>>()
-        };
-        for h in late {
-            let silent: Vec<String> = h.waiting.iter().map(|&w| Node::describe(w)).collect();
-            tracing::warn!(
-                "{} did not confirm the replacement of {} within {:.0} s; sending its table",
-                silent.join(", "),
-                Node::describe(h.node.id),
-                CONFIRM_WAIT.as_secs_f64()
-            );
-            self.send_replacement_table(&h.node, h.table);
-        }
+fn on_heartbeat(po: &Postoffice, req: &Meta) {
+    if answer_lost(po, req.sender) {
+        return;
     }
-
-    /// NODE_REPLACED with `node`'s address and `incarnation` to every node of `table` but the
-    /// scheduler and it; with `confirm`, the servers are asked to confirm it (a request).
-    /// Returns the servers asked.
-    fn tell_replaced(
-        &self,
-        node: &Node,
-        table: &[Node],
-        incarnation: u32,
-        confirm: bool,
-    ) -> Vec<NodeId> {
-        let mut asked = Vec::new();
-        for n in table
-            .iter()
-            .filter(|n| n.id != SCHEDULER && n.id != node.id)
-        {
-            let control = ControlMsg::NodeReplaced {
-                node: node.clone(),
-                incarnation,
-            };
-            let request = confirm && n.role == Role::Server;
-            let meta = Meta {
-                request,
-                ..Meta::for_control(n.id, control)
-            };
-            match self.send(Message::new(meta)) {
-                Ok(_) if request => asked.push(n.id),
-                Ok(_) => {}
-                Err(e) => tracing::warn!(
-                    "cannot tell {} of the replacement: {e}",
-                    Node::describe(n.id)
-                ),
-            }
-        }
-        asked
+    if let Some(s) = &po.scheduler {
+        s.scheduler().heartbeat(req.sender, Instant::now());
     }
+    let mut meta = reply_meta(req);
+    meta.control = req.control.clone();
+    let _ = po.send(Message::new(meta));
+}
 
-    /// Tells a node that may still run at its old address (paused, say) that a new one took
-    /// its place (it then fails with `Error::DeclaredLost`), through a temporary connection.
-    fn tell_displaced(&self, old: &Node, place: &str) {
-        let tmp = Node::temporary_id(old.id);
-        let control = ControlMsg::NodeLost {
-            node: old.clone(),
-            replace_within_ms: 0,
+pub(in crate::postoffice) fn scheduler_barrier(
+    po: &Postoffice,
+    from: NodeId,
+    group: i32,
+    timeout: Option<Duration>,
+    failed: Option<String>,
+) {
+    let Some(s) = &po.scheduler else { return };
+    let outcome = s
+        .scheduler()
+        .barrier_after(from, group, timeout, Instant::now(), failed);
+    if let Some(o) = outcome {
+        release(po, o);
+    }
+}
+
+fn release(po: &Postoffice, o: Outcome) {
+    if let Some(f) = &o.failure {
+        tracing::warn!("{}", f.text);
+    }
+    // Peers first: once the scheduler itself is released it may shut down.
+    let mut ids = o.release;
+    ids.sort_by_key(|&id| id == SCHEDULER);
+    let (kind, text) = match o.failure {
+        Some(f) => (Some(f.kind), Some(f.text)),
+        None => (None, None),
+    };
+    for id in ids {
+        if id == SCHEDULER {
+            super::super::control::barrier_done(po, o.group, barrier_result(kind, text.clone()));
+            continue;
+        }
+        let control = ControlMsg::Released {
+            group: o.group,
+            failure: kind,
         };
         let meta = Meta {
-            error: Some(format!("a new {} at {place} took its place", old.role)),
-            ..Meta::for_control(tmp, control)
+            error: text.clone(),
+            ..Meta::for_control(id, control)
         };
-        if let Err(e) = self
-            .van
-            .connect(tmp, &old.host, old.port)
-            .and_then(|_| self.send(Message::new(meta)))
-        {
-            tracing::debug!(
-                "cannot tell the displaced {} it was replaced: {e}",
-                old.role
-            );
+        if let Err(e) = po.send(Message::new(meta)) {
+            tracing::warn!("cannot release {} from a barrier: {e}", Node::describe(id));
         }
+    }
+}
+
+pub(in crate::postoffice) fn scheduler_tick(po: &Postoffice) {
+    let Some(s) = &po.scheduler else { return };
+    let timeout = po.cfg.heartbeat_timeout;
+    let super::Tick { lost, failed } = s.scheduler().tick(Instant::now(), timeout);
+    super::super::observe::count_missed_heartbeats(po, Instant::now());
+    release_held_tables(po, Instant::now());
+    let declared = announce_lost(po, lost);
+    for o in failed {
+        release(po, o);
+    }
+    record_declared(po, declared);
+}
+
+/// On the scheduler: `lost` nodes were just declared lost (each with why, and whether a
+/// replacement is awaited). Tells every node (the lost ones too); returns each loss's
+/// cause, to be recorded with [`record_declared`](record_declared) once everything
+/// else this tick sends is sent (recording wakes the scheduler's own `finalize`, which
+/// stops it).
+fn announce_lost(po: &Postoffice, lost: Vec<Declared>) -> Vec<(Declared, LossCause)> {
+    if lost.is_empty() {
+        return Vec::new();
+    }
+    let nodes = po.nodes();
+    let mut declared = Vec::new();
+    for d in lost {
+        let cause = LossCause::of(&d, po.cfg.heartbeat_timeout);
+        let why = cause.why().unwrap_or_default();
+        let Some(node) = nodes.iter().find(|n| n.id == d.id).cloned() else {
+            continue;
+        };
+        let window = d.awaiting.map_or(0, |w| w.as_millis() as u64);
+        for n in nodes.iter().filter(|n| n.id != SCHEDULER) {
+            if let Err(e) = send_node_lost(po, n.id, &node, &why, window) {
+                tracing::warn!("cannot tell {} of the loss: {e}", Node::describe(n.id));
+            }
+        }
+        declared.push((d, cause));
+    }
+    declared
+}
+
+/// On the scheduler: records the losses [`announce_lost`](announce_lost) sent.
+fn record_declared(po: &Postoffice, declared: Vec<(Declared, LossCause)>) {
+    for (d, cause) in declared {
+        let why = cause.why().unwrap_or_default();
+        if let Some(window) = d.awaiting {
+            super::super::recovery::mark_awaiting(po, d.id, &why, window);
+            continue;
+        }
+        let error = Error::PeerLost(lost_text(d.id, &why));
+        super::super::failure::mark_lost(po, d.id, cause, error);
+    }
+}
+
+/// On the scheduler: a heartbeat came from `from`; if it was declared lost, tells it so
+/// again (it may have missed the first NODE_LOST). True when it was lost.
+fn answer_lost(po: &Postoffice, from: NodeId) -> bool {
+    let Some(why) = po.failures.why_lost(from) else {
+        return false;
+    };
+    if let Some(node) = po.nodes().into_iter().find(|n| n.id == from) {
+        let _ = send_node_lost(po, from, &node, &why, 0);
+    }
+    true
+}
+
+fn send_node_lost(
+    po: &Postoffice,
+    to: NodeId,
+    lost: &Node,
+    why: &str,
+    window_ms: u64,
+) -> Result<usize> {
+    let control = ControlMsg::NodeLost {
+        node: lost.clone(),
+        replace_within_ms: window_ms,
+    };
+    let meta = Meta {
+        error: Some(why.to_string()),
+        ..Meta::for_control(to, control)
+    };
+    po.send(Message::new(meta))
+}
+
+/// On the scheduler: `node` replaces a lost server or worker, `displaced` (told so, in
+/// case it only paused). Tells every other node its address, then sends it the node
+/// `table` marked as a replacement, with whether the start-up barrier is still open
+/// (`started`) and what it takes over from `displaced` (`inherited`).
+fn admit_replacement(
+    po: &Postoffice,
+    node: Node,
+    displaced: Node,
+    table: Vec<Node>,
+    (started, inherited): (bool, Inherited),
+) {
+    lock(&po.node.state).nodes = table.clone();
+    let (window, run_id) = {
+        let t = po.recovery.takeover();
+        (t.replace_within, t.run_id)
+    };
+    po.failures.stop_awaiting(node.id);
+    po.recovery.set_holder(node.id, inherited.incarnation);
+    let place = crate::wire::place(&node.host, node.port);
+    tracing::warn!(
+        "{} is taken over by a new {} at {place}",
+        Node::describe(node.id),
+        node.role
+    );
+    // (Not when the replacement got the old address: the notice would reach it.)
+    if (displaced.host.as_str(), displaced.port) != (node.host.as_str(), node.port) {
+        tell_displaced(po, &displaced, &place);
+    }
+    let control = NodeTable {
+        nodes: table.clone(),
+        replace_within_ms: window,
+        run_id,
+        reach: super::super::join::reach_for(po, node.id, &table),
+        replacement: Some(Takeover {
+            start_open: !started,
+            barriers_done: inherited.barriers,
+            incarnation: inherited.incarnation,
+        }),
+    };
+    if node.role != Role::Worker {
+        // The replacement server gets its table before the workers send it their
+        // unanswered requests.
+        send_replacement_table(po, &node, control);
+        tell_replaced(po, &node, &table, inherited.incarnation, false);
+        return;
+    }
+    // A replacement worker gets its table once every server confirmed it was told (its
+    // requests then find their answers' way back), or after CONFIRM_WAIT.
+    let waiting = tell_replaced(po, &node, &table, inherited.incarnation, true);
+    if waiting.is_empty() {
+        send_replacement_table(po, &node, control);
+        return;
+    }
+    let Some(s) = &po.scheduler else { return };
+    lock(&s.held).push(HeldTable {
+        node,
+        table: control,
+        waiting,
+        until: Instant::now() + CONFIRM_WAIT,
+    });
+}
+
+/// Connects to the replacement `node` and sends it its node `table`.
+fn send_replacement_table(po: &Postoffice, node: &Node, table: NodeTable) {
+    let control = ControlMsg::NodeTable(table);
+    let to_new = po
+        .van
+        .connect(node.id, &node.host, node.port)
+        .and_then(|_| po.send(Message::new(Meta::for_control(node.id, control))));
+    if let Err(e) = to_new {
+        tracing::error!(
+            "cannot send the node table to the replacement at {}:{}: {e}",
+            node.host,
+            node.port
+        );
+    }
+}
+
+/// On the scheduler: `from` confirmed NODE_REPLACED of node `id`; sends the tables no
+/// server is waited for any more.
+fn on_replaced_confirmed(po: &Postoffice, from: NodeId, id: NodeId) {
+    let Some(s) = &po.scheduler else { return };
+    let ready = {
+        let mut held = lock(&s.held);
+        for h in held.iter_mut().filter(|h| h.node.id == id) {
+            h.waiting.retain(|&w| w != from);
+        }
+        held.extract_if(.., |h| h.waiting.is_empty())
+            .collect::<Vec<_>>()
+    };
+    for h in ready {
+        send_replacement_table(po, &h.node, h.table);
+    }
+}
+
+/// On the scheduler, every tick: sends the held tables whose servers did not all confirm
+/// within [`CONFIRM_WAIT`] (a server lost meanwhile, say), with a warning.
+fn release_held_tables(po: &Postoffice, now: Instant) {
+    let Some(s) = &po.scheduler else { return };
+    let late = {
+        let mut held = lock(&s.held);
+        if held.is_empty() {
+            return;
+        }
+        held.extract_if(.., |h| now >= h.until).collect::<Vec<_>>()
+    };
+    for h in late {
+        let silent: Vec<String> = h.waiting.iter().map(|&w| Node::describe(w)).collect();
+        tracing::warn!(
+            "{} did not confirm the replacement of {} within {:.0} s; sending its table",
+            silent.join(", "),
+            Node::describe(h.node.id),
+            CONFIRM_WAIT.as_secs_f64()
+        );
+        send_replacement_table(po, &h.node, h.table);
+    }
+}
+
+/// NODE_REPLACED with `node`'s address and `incarnation` to every node of `table` but the
+/// scheduler and it; with `confirm`, the servers are asked to confirm it (a request).
+/// Returns the servers asked.
+fn tell_replaced(
+    po: &Postoffice,
+    node: &Node,
+    table: &[Node],
+    incarnation: u32,
+    confirm: bool,
+) -> Vec<NodeId> {
+    let mut asked = Vec::new();
+    for n in table
+        .iter()
+        .filter(|n| n.id != SCHEDULER && n.id != node.id)
+    {
+        let control = ControlMsg::NodeReplaced {
+            node: node.clone(),
+            incarnation,
+        };
+        let request = confirm && n.role == Role::Server;
+        let meta = Meta {
+            request,
+            ..Meta::for_control(n.id, control)
+        };
+        match po.send(Message::new(meta)) {
+            Ok(_) if request => asked.push(n.id),
+            Ok(_) => {}
+            Err(e) => tracing::warn!(
+                "cannot tell {} of the replacement: {e}",
+                Node::describe(n.id)
+            ),
+        }
+    }
+    asked
+}
+
+/// Tells a node that may still run at its old address (paused, say) that a new one took
+/// its place (it then fails with `Error::DeclaredLost`), through a temporary connection.
+fn tell_displaced(po: &Postoffice, old: &Node, place: &str) {
+    let tmp = Node::temporary_id(old.id);
+    let control = ControlMsg::NodeLost {
+        node: old.clone(),
+        replace_within_ms: 0,
+    };
+    let meta = Meta {
+        error: Some(format!("a new {} at {place} took its place", old.role)),
+        ..Meta::for_control(tmp, control)
+    };
+    if let Err(e) = po
+        .van
+        .connect(tmp, &old.host, old.port)
+        .and_then(|_| po.send(Message::new(meta)))
+    {
+        tracing::debug!(
+            "cannot tell the displaced {} it was replaced: {e}",
+            old.role
+        );
     }
 }

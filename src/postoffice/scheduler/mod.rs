@@ -102,15 +102,10 @@ pub struct Scheduler {
     ready: bool,
     book: BarrierBook,
     liveness: Liveness,
-    /// `PS_RECOVERY_TIMEOUT` when lost servers and workers may be replaced
-    /// (`PS_CHECKPOINT_DIR`); `None`: any loss fails the job.
-    recovery: Option<Duration>,
-    /// Lost nodes awaiting a replacement, with the deadline for it.
-    awaiting: std::collections::BTreeMap<NodeId, Instant>,
+    /// Lost nodes awaiting a replacement, and the replacements so far.
+    replacements: Replacements,
     /// Barriers completed per group, the start-up barrier not counted.
     barriers: std::collections::BTreeMap<i32, u64>,
-    /// Replacements so far per id.
-    replaced: std::collections::BTreeMap<NodeId, u32>,
     /// A barrier of all nodes has completed (the start-up barrier is behind everyone).
     started: bool,
     /// When the clock last ticked (a much longer gap than the receiving thread's tick: this
@@ -130,10 +125,8 @@ impl Scheduler {
     /// fails.
     pub fn new(me: Node, servers: usize, workers: usize, recovery: Option<Duration>) -> Scheduler {
         Scheduler {
-            recovery,
-            awaiting: std::collections::BTreeMap::new(),
+            replacements: Replacements::new(recovery),
             barriers: std::collections::BTreeMap::new(),
-            replaced: std::collections::BTreeMap::new(),
             started: false,
             servers,
             workers,
@@ -170,7 +163,7 @@ impl Scheduler {
         if let Some(why) = self.proven_conflict(&node) {
             return Admission::Refused { node, why };
         }
-        if self.ready && node.role != Role::Scheduler && self.recovery.is_some() {
+        if self.ready && node.role != Role::Scheduler && self.replacements.on() {
             if let Some(a) = self.replace(&node, now) {
                 return a;
             }
@@ -257,14 +250,8 @@ impl Scheduler {
             .map(|r| r as usize)
             .filter(|&r| r < self.wanted(role))
             .map(|rank| id_of(role, rank));
-        let first_awaited = || {
-            self.awaiting
-                .keys()
-                .copied()
-                .find(|&id| Node::role_of(id) == Some(role))
-        };
-        let id = asked.or_else(first_awaited)?;
-        let holders = self.replaced.get(&id).copied().unwrap_or(0);
+        let id = asked.or_else(|| self.replacements.first_awaited(role))?;
+        let holders = self.replacements.holders(id);
         if role == Role::Worker && holders >= MAX_WORKER_REPLACEMENTS {
             return Some(Admission::Refused {
                 node: node.clone(),
@@ -275,21 +262,19 @@ impl Scheduler {
                 ),
             });
         }
-        if self.liveness.lost().contains(&id) && !self.awaiting.contains_key(&id) {
+        if self.liveness.lost().contains(&id) && !self.replacements.awaits(id) {
             // Declared lost for good: the job is failing already.
             return None;
         }
         let slot = self.table.iter_mut().find(|n| n.id == id)?;
         let old = std::mem::replace(slot, Node { id, ..node.clone() });
         let displaced = old;
-        self.awaiting.remove(&id);
+        let incarnation = self.replacements.take_over(id);
         self.liveness.revive(id, now);
         self.book.leave(id);
-        let incarnation = self.replaced.entry(id).or_default();
-        *incarnation += 1;
         let inherited = Inherited {
             barriers: self.barriers.iter().map(|(&g, &n)| (g, n)).collect(),
-            incarnation: *incarnation,
+            incarnation,
         };
         Some(Admission::Replaced {
             node: Node { id, ..node.clone() },
@@ -441,11 +426,8 @@ impl Scheduler {
         }
         let mut declared = Vec::new();
         for (id, silent) in self.liveness.check(now, heartbeat_timeout) {
-            let awaiting = self
-                .recovery
-                .filter(|_| Node::role_of(id) != Some(Role::Scheduler));
-            if let Some(window) = awaiting {
-                self.awaiting.insert(id, now + window);
+            let awaiting = self.replacements.await_replacement(id, now);
+            if awaiting.is_some() {
                 self.book.leave(id);
             }
             declared.push(Declared {
@@ -454,17 +436,10 @@ impl Scheduler {
                 awaiting,
             });
         }
-        let late: Vec<NodeId> = self
-            .awaiting
-            .iter()
-            .filter(|&(_, &deadline)| now >= deadline)
-            .map(|(&id, _)| id)
-            .collect();
-        for id in late {
-            self.awaiting.remove(&id);
+        for id in self.replacements.late(now) {
             declared.push(Declared {
                 id,
-                why: Why::NotReplaced(self.recovery.unwrap_or_default()),
+                why: Why::NotReplaced(self.replacements.window()),
                 awaiting: None,
             });
         }
@@ -472,7 +447,7 @@ impl Scheduler {
             .liveness
             .lost()
             .iter()
-            .filter(|id| !self.awaiting.contains_key(id))
+            .filter(|&&id| !self.replacements.awaits(id))
             .copied()
             .collect();
         let failed = self.book.check(now, &for_good);
@@ -483,57 +458,13 @@ impl Scheduler {
     }
 }
 
-/// The id of the server or worker of `rank`.
-fn id_of(role: Role, rank: usize) -> NodeId {
-    match role {
-        Role::Server => Node::server_id(rank),
-        _ => Node::worker_id(rank),
-    }
-}
-
-/// Ranks for the nodes of one role, in registration order. A node proven as an id (`id >= 0`,
-/// distinct ranks below `n`: [`Scheduler::add_node`] refuses the rest) keeps that id's rank;
-/// the others get the requested ranks when these are a permutation of the ranks left, else
-/// the ranks left in order.
-pub fn assign_ranks(nodes: &[&Node]) -> Vec<usize> {
-    let n = nodes.len();
-    let fixed: Vec<Option<usize>> = nodes
-        .iter()
-        .map(|x| (x.id >= 0).then(|| Node::rank_of(x.id)).filter(|&r| r < n))
-        .collect();
-    let mut free = vec![true; n];
-    for &r in fixed.iter().flatten() {
-        free[r] = false;
-    }
-    let left: Vec<usize> = (0..n).filter(|&r| free[r]).collect();
-    let rest = nodes.iter().zip(&fixed).filter(|(_, f)| f.is_none());
-    let asked: Vec<usize> = rest
-        .clone()
-        .filter_map(|(x, _)| x.requested_rank)
-        .map(|r| r as usize)
-        .collect();
-    let mut sorted = asked.clone();
-    sorted.sort_unstable();
-    let order = if asked.len() == rest.count() && sorted == left {
-        asked
-    } else {
-        if !asked.is_empty() {
-            tracing::warn!(
-                "requested ranks {asked:?} are not a permutation of the ranks left {left:?}; \
-                 using registration order"
-            );
-        }
-        left
-    };
-    let mut order = order.into_iter();
-    fixed
-        .iter()
-        .map(|f| f.or_else(|| order.next()).unwrap_or(0))
-        .collect()
-}
-
-mod driver;
+pub(super) mod driver;
+mod ranks;
+mod replacements;
 pub(super) use driver::SchedulerIo;
+pub use ranks::assign_ranks;
+use ranks::id_of;
+use replacements::Replacements;
 
 #[cfg(test)]
 mod tests;
