@@ -7,6 +7,7 @@
 //! from its place (`where`): the first place in the input solid, the others dashed.
 
 use crate::data::{Cdf, SeriesKey, SizePoint};
+use plotters::chart::MeshStyle;
 use plotters::coord::Shift;
 use plotters::element::DashedPathElement;
 use plotters::prelude::*;
@@ -228,6 +229,107 @@ fn legend(
     Ok(())
 }
 
+/// The range of the positive `values`, widened 1.5× each side for a log axis; (0.001, 1) when
+/// none is positive (every value 0: an empty-looking but valid plot).
+fn padded_log_range(values: impl Iterator<Item = f64>) -> (f64, f64) {
+    let (lo, hi) = values
+        .filter(|&v| v > 0.0)
+        .fold((f64::INFINITY, 0f64), |(lo, hi), v| (lo.min(v), hi.max(v)));
+    if lo.is_finite() && hi > 0.0 {
+        (lo / 1.5, hi * 1.5)
+    } else {
+        (0.001, 1.0)
+    }
+}
+
+type Area<'a> = DrawingArea<SVGBackend<'a>, Shift>;
+
+/// A white SVG canvas at `path` for a legend of `labels` and `rows` legend rows: the whole
+/// canvas, the plot's area and the legend's.
+fn canvas<'a>(
+    path: &'a Path,
+    labels: &[String],
+    rows: usize,
+) -> Result<(Area<'a>, Area<'a>, Area<'a>), Box<dyn Error>> {
+    let h = canvas_height(rows);
+    let w = PLOT_W + legend_width(labels);
+    let root = SVGBackend::new(path, (w, h)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let (plot, side) = root.split_horizontally(PLOT_W);
+    Ok((root, plot, side))
+}
+
+/// A chart on `plot` titled `title`, with the margins and label areas both plots use.
+fn chart_builder<'a, 'b>(plot: &'a Area<'b>, title: &str) -> ChartBuilder<'a, 'b, SVGBackend<'b>> {
+    let mut b = ChartBuilder::on(plot);
+    b.caption(title, (FONT, 26).into_font())
+        .margin(16)
+        .x_label_area_size(56)
+        .y_label_area_size(72);
+    b
+}
+
+/// The mesh style both plots share: fonts and grid lines.
+fn mesh<'m, 'a, 'b, X: Ranged, Y: Ranged, DB: DrawingBackend>(
+    m: &'m mut MeshStyle<'a, 'b, X, Y, DB>,
+) -> &'m mut MeshStyle<'a, 'b, X, Y, DB> {
+    m.axis_desc_style((FONT, 18))
+        .label_style((FONT, 15))
+        .bold_line_style(BLACK.mix(0.15))
+        .light_line_style(BLACK.mix(0.05))
+}
+
+/// One series of the goodput plot: a line through the medians, a small dot per run and a large
+/// one per median; goodputs below `floor` (the axis' bottom) drawn at it.
+fn draw_goodput_series<DB: DrawingBackend, CT: CoordTranslate<From = (f64, f64)>>(
+    chart: &mut ChartContext<'_, DB, CT>,
+    points: &[SizePoint],
+    look: Look,
+    floor: f64,
+) -> DrawResult
+where
+    DB::ErrorType: 'static,
+{
+    let color = look.color;
+    let at = |g: f64| g.max(floor);
+    draw_line(
+        chart,
+        points
+            .iter()
+            .map(|p| (p.len as f64, at(p.median_gbps)))
+            .collect(),
+        look,
+        2,
+    )?;
+    chart.draw_series(points.iter().flat_map(|p| {
+        p.runs_gbps
+            .iter()
+            .map(move |&g| Circle::new((p.len as f64, at(g)), 2, color.mix(0.5).filled()))
+    }))?;
+    chart.draw_series(
+        points
+            .iter()
+            .map(|p| Circle::new((p.len as f64, at(p.median_gbps)), 4, color.filled())),
+    )?;
+    Ok(())
+}
+
+/// How much to darken CDF `c` (−0.4 … 0.4 for [`shade`]): by its size's rank among its
+/// series' sizes, ascending, so the smallest is light and the largest dark.
+fn size_shade(cdfs: &[Cdf], c: &Cdf) -> f64 {
+    let sizes: Vec<u64> = cdfs
+        .iter()
+        .filter(|o| o.key == c.key)
+        .map(|o| o.len)
+        .collect();
+    let rank = sizes.iter().position(|&l| l == c.len).unwrap_or(0);
+    if sizes.len() > 1 {
+        -0.4 + 0.8 * rank as f64 / (sizes.len() - 1) as f64
+    } else {
+        0.0
+    }
+}
+
 /// `goodput-vs-len.svg`: per series a line through the median goodput at each size and a dot
 /// per run; both axes log scale (a goodput of 0 is drawn at the axis' bottom).
 pub fn goodput_vs_len(
@@ -245,32 +347,16 @@ pub fn goodput_vs_len(
     let (lo, hi) = lens
         .iter()
         .fold((f64::INFINITY, 0f64), |(lo, hi), &l| (lo.min(l), hi.max(l)));
-    let (ylo, yhi) = series
-        .iter()
-        .flat_map(|(_, p)| p.iter().flat_map(|p| p.runs_gbps.iter().copied()))
-        .filter(|&g| g > 0.0)
-        .fold((f64::INFINITY, 0f64), |(lo, hi), g| (lo.min(g), hi.max(g)));
-    let (ylo, yhi) = if ylo.is_finite() && yhi > 0.0 {
-        (ylo / 1.5, yhi * 1.5)
-    } else {
-        (0.001, 1.0) // every goodput is 0: an empty-looking but valid plot
-    };
+    let (ylo, yhi) = padded_log_range(
+        series
+            .iter()
+            .flat_map(|(_, p)| p.iter().flat_map(|p| p.runs_gbps.iter().copied())),
+    );
     let keys: Vec<SeriesKey> = series.iter().map(|(k, _)| k.clone()).collect();
 
     let labels: Vec<String> = series.iter().map(|(k, _)| k.to_string()).collect();
-    let h = canvas_height(series.len());
-    let w = PLOT_W + legend_width(&labels);
-    let root = SVGBackend::new(path, (w, h)).into_drawing_area();
-    root.fill(&WHITE)?;
-    let (plot, side) = root.split_horizontally(PLOT_W);
-    let mut chart = ChartBuilder::on(&plot)
-        .caption(
-            "pslite-rs bench: goodput vs value size",
-            (FONT, 26).into_font(),
-        )
-        .margin(16)
-        .x_label_area_size(56)
-        .y_label_area_size(72)
+    let (root, plot, side) = canvas(path, &labels, series.len())?;
+    let mut chart = chart_builder(&plot, "pslite-rs bench: goodput vs value size")
         .build_cartesian_2d(
             (lo / 1.6..hi * 1.6)
                 .log_scale()
@@ -281,14 +367,9 @@ pub fn goodput_vs_len(
                 .with_key_points(log_points(ylo, yhi, &LABELLED))
                 .with_light_points(log_points(ylo, yhi, &GRID)),
         )?;
-    chart
-        .configure_mesh()
+    mesh(&mut chart.configure_mesh())
         .x_desc("value size (bytes per value, log scale)")
         .y_desc("goodput (Gbit/s, log scale)")
-        .axis_desc_style((FONT, 18))
-        .label_style((FONT, 15))
-        .bold_line_style(BLACK.mix(0.15))
-        .light_line_style(BLACK.mix(0.05))
         .x_label_formatter(&|v| fmt_bytes(*v))
         .y_label_formatter(&|v| trim(*v))
         .draw()?;
@@ -296,27 +377,7 @@ pub fn goodput_vs_len(
     let mut rows = Vec::new();
     for ((key, points), label) in series.iter().zip(labels) {
         let look = Look::of(key, &keys, places);
-        let color = look.color;
-        let at = |g: f64| g.max(ylo);
-        draw_line(
-            &mut chart,
-            points
-                .iter()
-                .map(|p| (p.len as f64, at(p.median_gbps)))
-                .collect(),
-            look,
-            2,
-        )?;
-        chart.draw_series(points.iter().flat_map(|p| {
-            p.runs_gbps
-                .iter()
-                .map(move |&g| Circle::new((p.len as f64, at(g)), 2, color.mix(0.5).filled()))
-        }))?;
-        chart.draw_series(
-            points
-                .iter()
-                .map(|p| Circle::new((p.len as f64, at(p.median_gbps)), 4, color.filled())),
-        )?;
+        draw_goodput_series(&mut chart, points, look, ylo)?;
         rows.push((look, label));
     }
     legend(
@@ -340,18 +401,7 @@ pub fn latency_cdf(
     series: &[SeriesKey],
     places: &[Option<String>],
 ) -> DrawResult {
-    let positive = cdfs
-        .iter()
-        .flat_map(|c| c.points.iter().map(|p| p.0))
-        .filter(|&ms| ms > 0.0);
-    let (lo, hi) = positive.fold((f64::INFINITY, 0f64), |(lo, hi), ms| {
-        (lo.min(ms), hi.max(ms))
-    });
-    let (lo, hi) = if lo.is_finite() && hi > 0.0 {
-        (lo / 1.5, hi * 1.5)
-    } else {
-        (0.001, 1.0) // every latency is 0 ms: an empty-looking but valid plot
-    };
+    let (lo, hi) = padded_log_range(cdfs.iter().flat_map(|c| c.points.iter().map(|p| p.0)));
 
     let labels: Vec<String> = cdfs
         .iter()
@@ -364,19 +414,8 @@ pub fn latency_cdf(
             c.key.label(&format!(" {} B{runs}", c.len))
         })
         .collect();
-    let h = canvas_height(cdfs.len() + 1);
-    let w = PLOT_W + legend_width(&labels);
-    let root = SVGBackend::new(path, (w, h)).into_drawing_area();
-    root.fill(&WHITE)?;
-    let (plot, side) = root.split_horizontally(PLOT_W);
-    let mut chart = ChartBuilder::on(&plot)
-        .caption(
-            "pslite-rs bench: request latency CDF",
-            (FONT, 26).into_font(),
-        )
-        .margin(16)
-        .x_label_area_size(56)
-        .y_label_area_size(72)
+    let (root, plot, side) = canvas(path, &labels, cdfs.len() + 1)?;
+    let mut chart = chart_builder(&plot, "pslite-rs bench: request latency CDF")
         .build_cartesian_2d(
             (lo..hi)
                 .log_scale()
@@ -384,15 +423,10 @@ pub fn latency_cdf(
                 .with_light_points(log_points(lo, hi, &GRID)),
             0f64..1f64,
         )?;
-    chart
-        .configure_mesh()
+    mesh(&mut chart.configure_mesh())
         .x_desc("request latency (ms, log scale)")
         .y_desc("fraction of requests")
-        .axis_desc_style((FONT, 18))
-        .label_style((FONT, 15))
         .y_labels(11)
-        .bold_line_style(BLACK.mix(0.15))
-        .light_line_style(BLACK.mix(0.05))
         .x_label_formatter(&|v| trim(*v))
         .y_label_formatter(&|v| format!("{v:.1}"))
         .draw()?;
@@ -400,19 +434,7 @@ pub fn latency_cdf(
     let mut rows = Vec::new();
     for (c, label) in cdfs.iter().zip(labels) {
         let look = Look::of(&c.key, series, places);
-        // Sizes of this series, ascending: the smallest light, the largest dark.
-        let sizes: Vec<u64> = cdfs
-            .iter()
-            .filter(|o| o.key == c.key)
-            .map(|o| o.len)
-            .collect();
-        let rank = sizes.iter().position(|&l| l == c.len).unwrap_or(0);
-        let t = if sizes.len() > 1 {
-            -0.4 + 0.8 * rank as f64 / (sizes.len() - 1) as f64
-        } else {
-            0.0
-        };
-        let look = look.with_color(shade(look.color, t));
+        let look = look.with_color(shade(look.color, size_shade(cdfs, c)));
         draw_line(
             &mut chart,
             c.points.iter().map(|&(ms, q)| (ms.max(lo), q)).collect(),
