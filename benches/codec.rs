@@ -20,13 +20,19 @@ fn rate(label: &str, iters: u32, bytes_per_iter: usize, f: impl FnMut()) {
 
 fn main() {
     let meta = Meta {
-        app_id: 0,
-        timestamp: 12345,
+        tag: pslite::wire::RequestTag {
+            app_id: 0,
+            timestamp: 12345,
+            ..Default::default()
+        },
         sender: 9,
         recver: 8,
         request: true,
-        push: true,
-        dtype: DType::F32,
+        kv: pslite::wire::KvHeader {
+            push: true,
+            dtype: DType::F32,
+            ..Default::default()
+        },
         ..Meta::default()
     };
     for &n in &[1usize, 1000, 256_000] {

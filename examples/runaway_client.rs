@@ -36,11 +36,17 @@ fn main() -> Result<(), Box<dyn Error>> {
             meta: Meta {
                 sender: 9,
                 recver: 8,
-                app_id: APP,
+                tag: pslite::wire::RequestTag {
+                    app_id: APP,
+                    timestamp: i as i32,
+                    ..Default::default()
+                },
                 request: true,
-                push: true,
-                dtype: DType::U8,
-                timestamp: i as i32,
+                kv: pslite::wire::KvHeader {
+                    push: true,
+                    dtype: DType::U8,
+                    ..Default::default()
+                },
                 ..Meta::default()
             },
             data: vec![

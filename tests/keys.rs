@@ -276,9 +276,9 @@ const CASES: u32 = 256;
 /// its own, customer 99).
 fn ask(c: &Cluster, catcher: &crossbeam_channel::Receiver<Message>, mut msg: Message) -> Message {
     msg.meta.recver = pslite::wire::Node::server_id(0);
-    msg.meta.customer_id = 99;
+    msg.meta.tag.customer_id = 99;
     msg.meta.request = true;
-    msg.meta.dtype = pslite::DType::F32;
+    msg.meta.kv.dtype = pslite::DType::F32;
     c.workers[0].send(msg).expect("send");
     catcher
         .recv_timeout(std::time::Duration::from_secs(10))
@@ -306,8 +306,11 @@ fn catcher(c: &Cluster) -> (Customer, crossbeam_channel::Receiver<Message>) {
 fn push(keys: Option<KeyRef>, data: Vec<bytes::Bytes>) -> Message {
     Message {
         meta: Meta {
-            push: true,
-            keys,
+            kv: pslite::wire::KvHeader {
+                push: true,
+                keys,
+                ..Default::default()
+            },
             ..Meta::default()
         },
         data,
@@ -335,7 +338,7 @@ fn a_server_answers_unknown_and_malformed_key_references_and_keeps_no_bad_list()
         &rx,
         push(Some(KeyRef::Cached { digest: 42 }), encode(&[], &vals, &[])),
     );
-    assert_eq!(a.meta.keys, Some(KeyRef::Unknown { digest: 42 }));
+    assert_eq!(a.meta.kv.keys, Some(KeyRef::Unknown { digest: 42 }));
     assert_eq!(a.meta.error, None);
 
     a_bad_registration_is_not_kept(&c, &rx, &keys, &vals);
@@ -382,7 +385,7 @@ fn a_bad_registration_is_not_kept(
         rx,
         push(Some(KeyRef::Cached { digest: 7 }), encode(&[], vals, &[])),
     );
-    assert_eq!(a.meta.keys, Some(KeyRef::Unknown { digest: 7 }));
+    assert_eq!(a.meta.kv.keys, Some(KeyRef::Unknown { digest: 7 }));
 }
 
 /// Answers every pull with nothing at all.

@@ -230,8 +230,8 @@ fn expire_parked(po: &Postoffice) {
                 "dropped an ANSWERED from {} for app {} with values of type {}: not served \
                  here within {:.0} s, so what it answered is not checked",
                 Node::describe(e.msg.meta.sender),
-                e.msg.meta.app_id,
-                e.msg.meta.dtype,
+                e.msg.meta.tag.app_id,
+                e.msg.meta.kv.dtype,
                 park.as_secs_f64()
             );
             continue;
@@ -255,8 +255,8 @@ fn expire_parked(po: &Postoffice) {
 fn refuse_request(po: &Postoffice, m: &Meta, why: String, also: Vec<i32>) {
     let what = format!(
         "no KVServer for app {} with values of type {} on {}",
-        m.app_id,
-        m.dtype,
+        m.tag.app_id,
+        m.kv.dtype,
         Node::describe(po.my_id())
     );
     if m.rendezvous.is_some() {

@@ -121,15 +121,16 @@ struct Lifecycle {
 pub fn reply_meta(req: &Meta) -> Meta {
     Meta {
         head: req.head,
-        app_id: req.app_id,
-        customer_id: req.customer_id,
-        timestamp: req.timestamp,
+        tag: req.tag,
         sender: req.recver,
         recver: req.sender,
         request: false,
-        push: req.push,
-        pull: req.pull,
-        dtype: req.dtype,
+        kv: crate::wire::KvHeader {
+            push: req.kv.push,
+            pull: req.kv.pull,
+            dtype: req.kv.dtype,
+            ..Default::default()
+        },
         ..Meta::default()
     }
 }

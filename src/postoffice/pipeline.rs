@@ -48,7 +48,7 @@ impl Postoffice {
             return Err(e);
         }
         msg.meta.sender = self.my_id();
-        msg.meta.incarnation = self.incarnation();
+        msg.meta.stamp.incarnation = self.incarnation();
         let payload = msg.data_bytes() as u64;
         let _numbered = self.recovery.numbering();
         let kept = self.resender.stamp(&mut msg);

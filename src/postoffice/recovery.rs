@@ -147,7 +147,7 @@ impl Recovery {
             return false;
         }
         let holder = lock(&self.holders).get(&meta.sender).copied();
-        holder.is_some_and(|h| meta.incarnation < h)
+        holder.is_some_and(|h| meta.stamp.incarnation < h)
     }
 
     /// This node's incarnation (see [`Postoffice::incarnation`]).

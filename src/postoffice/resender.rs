@@ -72,13 +72,13 @@ impl Resender {
     /// acknowledged. Returns the (receiver, sequence) kept, `None` when nothing was.
     pub(super) fn stamp(&self, msg: &mut Message) -> Option<(NodeId, u64)> {
         let book = self.book.as_ref()?;
-        if msg.meta.control.is_some() || msg.meta.seq.is_some() {
+        if msg.meta.control.is_some() || msg.meta.stamp.seq.is_some() {
             return None;
         }
         let to = msg.meta.recver;
         let mut book = lock(book);
         let seq = book.next_seq(to);
-        msg.meta.seq = Some(seq);
+        msg.meta.stamp.seq = Some(seq);
         book.sent(to, seq, msg.clone(), Instant::now());
         Some((to, seq))
     }
@@ -138,7 +138,7 @@ impl Resender {
             );
             return out;
         }
-        let (Some(book), Some(seq)) = (&self.book, meta.seq) else {
+        let (Some(book), Some(seq)) = (&self.book, meta.stamp.seq) else {
             out.deliver = true;
             return out;
         };

@@ -133,13 +133,13 @@ impl Routes {
         let m = &msg.meta;
         let route = if m.request {
             Route::Server {
-                app_id: m.app_id,
-                dtype: m.dtype,
+                app_id: m.tag.app_id,
+                dtype: m.kv.dtype,
             }
         } else {
             Route::Worker {
-                app_id: m.app_id,
-                customer_id: m.customer_id,
+                app_id: m.tag.app_id,
+                customer_id: m.tag.customer_id,
             }
         };
         match self.open.get(&route) {
@@ -208,9 +208,9 @@ impl Routes {
             let m = &msg.meta;
             let key = (
                 m.sender,
-                m.customer_id,
-                m.app_id,
-                m.dtype,
+                m.tag.customer_id,
+                m.tag.app_id,
+                m.kv.dtype,
                 m.rendezvous.is_some(),
             );
             let found = match m.control {
@@ -221,12 +221,12 @@ impl Routes {
                 Some(_) => None,
             };
             match found {
-                Some(i) => groups[i].also.push(m.timestamp),
+                Some(i) => groups[i].also.push(m.tag.timestamp),
                 None => {
                     if m.control.is_none() {
                         index.insert(key, groups.len());
                     }
-                    let served = self.served(m.app_id);
+                    let served = self.served(m.tag.app_id);
                     groups.push(Expired {
                         msg,
                         also: Vec::new(),
@@ -257,8 +257,14 @@ mod tests {
 
     fn request(app_id: i32, dtype: DType) -> Message {
         Message::new(Meta {
-            app_id,
-            dtype,
+            tag: crate::wire::RequestTag {
+                app_id,
+                ..Default::default()
+            },
+            kv: crate::wire::KvHeader {
+                dtype,
+                ..Default::default()
+            },
             request: true,
             ..Meta::default()
         })
@@ -277,7 +283,7 @@ mod tests {
         };
         r.open(f32s, tx.clone()).expect("opens");
         assert!(r.open(f32s, tx).is_err(), "a route opens once");
-        assert!(matches!(rx.try_recv(), Ok(CustomerEvent::Message(m)) if m.meta.app_id == 1));
+        assert!(matches!(rx.try_recv(), Ok(CustomerEvent::Message(m)) if m.meta.tag.app_id == 1));
         assert!(r.expire(t0 + PARK / 2, PARK).is_empty());
         let (tx2, _rx2) = crossbeam_channel::unbounded();
         let app2_u8 = Route::Server {
@@ -287,7 +293,7 @@ mod tests {
         r.open(app2_u8, tx2).expect("opens");
         let expired = r.expire(t0 + PARK, PARK);
         assert_eq!(expired.len(), 1);
-        assert_eq!(expired[0].msg.meta.app_id, 2);
+        assert_eq!(expired[0].msg.meta.tag.app_id, 2);
         assert_eq!(expired[0].served, vec!["u8".to_string()]);
     }
 
@@ -302,8 +308,8 @@ mod tests {
             ts += 1;
             let mut msg = request(app, dtype);
             msg.meta.sender = sender;
-            msg.meta.customer_id = customer;
-            msg.meta.timestamp = ts;
+            msg.meta.tag.customer_id = customer;
+            msg.meta.tag.timestamp = ts;
             msg.meta.rendezvous = rendezvous.then_some(crate::wire::Rendezvous::Control);
             msg.meta.control =
                 control.then(|| crate::wire::ControlMsg::Answered { highest: vec![] });
@@ -325,7 +331,7 @@ mod tests {
         let got: Vec<(i32, i32, Vec<i32>)> = r
             .expire(t0 + PARK, PARK)
             .into_iter()
-            .map(|e| (e.msg.meta.sender, e.msg.meta.timestamp, e.also))
+            .map(|e| (e.msg.meta.sender, e.msg.meta.tag.timestamp, e.also))
             .collect();
         assert_eq!(
             got,
@@ -348,13 +354,13 @@ mod tests {
         let n = 2 * (MAX_ALSO + 1) + 5;
         for ts in 0..n {
             let mut msg = request(7, DType::F32);
-            msg.meta.timestamp = ts as i32;
+            msg.meta.tag.timestamp = ts as i32;
             assert!(r.deliver(msg, t0).is_none());
         }
         let sizes: Vec<(i32, usize)> = r
             .expire(t0 + PARK, PARK)
             .iter()
-            .map(|e| (e.msg.meta.timestamp, e.also.len()))
+            .map(|e| (e.msg.meta.tag.timestamp, e.also.len()))
             .collect();
         let second = MAX_ALSO as i32 + 1;
         assert_eq!(

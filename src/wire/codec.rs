@@ -78,9 +78,10 @@ fn config() -> impl bincode::config::Config {
 /// [`WireError::MetaTooLarge`] if the header exceeds [`MAX_META_BYTES`];
 /// [`WireError::FrameTooLarge`] if a payload frame exceeds [`MAX_FRAME_BYTES`].
 pub fn encode_meta(msg: &mut Message) -> Result<Vec<u8>, WireError> {
-    msg.meta.frame_lens = msg.data.iter().map(|d| d.len() as u64).collect();
+    msg.meta.stamp.frame_lens = msg.data.iter().map(|d| d.len() as u64).collect();
     if let Some((index, &len)) = msg
         .meta
+        .stamp
         .frame_lens
         .iter()
         .enumerate()
@@ -122,13 +123,13 @@ pub fn decode_frames(mut frames: Vec<Bytes>) -> Result<Message, WireError> {
     }
     let data = frames.split_off(1);
     let meta = decode_meta(&frames[0])?;
-    if meta.frame_lens.len() != data.len() {
+    if meta.stamp.frame_lens.len() != data.len() {
         return Err(WireError::FrameCount {
-            announced: meta.frame_lens.len(),
+            announced: meta.stamp.frame_lens.len(),
             got: data.len(),
         });
     }
-    for (index, (&announced, frame)) in meta.frame_lens.iter().zip(&data).enumerate() {
+    for (index, (&announced, frame)) in meta.stamp.frame_lens.iter().zip(&data).enumerate() {
         if announced > MAX_FRAME_BYTES {
             return Err(WireError::FrameTooLarge {
                 index,
@@ -155,23 +156,31 @@ mod tests {
         Message {
             meta: Meta {
                 head: 3,
-                app_id: 1,
-                customer_id: 2,
-                timestamp: 77,
+                tag: crate::wire::RequestTag {
+                    app_id: 1,
+                    customer_id: 2,
+                    timestamp: 77,
+                },
                 sender: 9,
                 recver: 8,
                 request: true,
-                push: true,
-                pull: false,
-                dtype: DType::F32,
+                kv: crate::wire::KvHeader {
+                    push: true,
+                    pull: false,
+                    dtype: DType::F32,
+                    keys: Some(crate::wire::KeyRef::Register {
+                        digest: 0xfeed,
+                        evict: vec![1, 2],
+                    }),
+                },
                 body: "hello".into(),
                 error: None,
-                keys: Some(crate::wire::KeyRef::Register {
-                    digest: 0xfeed,
-                    evict: vec![1, 2],
-                }),
                 rendezvous: Some(crate::wire::Rendezvous::Write { imm: 0x0100_0007 }),
-                seq: Some(41),
+                stamp: crate::wire::Stamp {
+                    seq: Some(41),
+                    frame_lens: vec![],
+                    incarnation: 3,
+                },
                 control: Some(ControlMsg::NodeTable(NodeTable {
                     nodes: vec![Node {
                         role: Role::Server,
@@ -189,8 +198,6 @@ mod tests {
                         incarnation: 2,
                     }),
                 })),
-                frame_lens: vec![],
-                incarnation: 3,
                 also_refused: vec![5, 9],
             },
             data: vec![
@@ -213,7 +220,7 @@ mod tests {
         let mut msg = sample();
         let back = decode_frames(frames_of(&mut msg)).expect("decodes");
         assert_eq!(back.meta, msg.meta);
-        assert_eq!(back.meta.frame_lens, vec![16, 8, 0]);
+        assert_eq!(back.meta.stamp.frame_lens, vec![16, 8, 0]);
         assert_eq!(back.data, msg.data);
     }
 
@@ -278,7 +285,10 @@ mod tests {
             WireError::MetaTooLarge(MAX_META_BYTES + 1)
         );
         let mut msg = Message::new(Meta {
-            frame_lens: vec![MAX_FRAME_BYTES + 1],
+            stamp: crate::wire::Stamp {
+                frame_lens: vec![MAX_FRAME_BYTES + 1],
+                ..Default::default()
+            },
             ..Meta::default()
         });
         // Hand-craft a meta announcing an oversized frame (encode_meta would recompute the lens).

@@ -170,54 +170,78 @@ pub enum Rendezvous {
     },
 }
 
-/// The message header (ps-lite `Meta`). Bincode-encoded as frame 0.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
-pub struct Meta {
-    /// Application command (ps-lite's `head`; `KVWorker` uses 0 unless a `cmd` is given).
-    pub head: i32,
+/// Which request of which customer a message is, or answers: an answer echoes its request's
+/// tag, and a `KVWorker` matches answers by it (ps-lite's `app_id`, `customer_id` and
+/// `timestamp`).
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct RequestTag {
     /// Application id: which `KVWorker`/`KVServer` pair the message belongs to.
     pub app_id: i32,
     /// Customer id within the application (the worker-side object that waits for answers).
     pub customer_id: i32,
     /// Request timestamp, echoed by the answer.
     pub timestamp: i32,
-    /// Sender node id.
-    pub sender: NodeId,
-    /// Receiver node id.
-    pub recver: NodeId,
-    /// `true` for a request, `false` for its answer.
-    pub request: bool,
+}
+
+/// The key-value part of a header: what a request asks for and how its frames are laid out.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+pub struct KvHeader {
     /// Push request (or its answer).
     pub push: bool,
     /// Pull request (or its answer); push + pull is ps-lite's `ZPushPull`.
     pub pull: bool,
     /// Element type of the values frame.
     pub dtype: DType,
+    /// Key caching: how the keys frame refers to the key list; `None`: frame 0 holds the keys.
+    pub keys: Option<KeyRef>,
+}
+
+/// What the layers below the application stamp on a message as it leaves: the postoffice its
+/// resend number and the sender's incarnation, the codec the payload frames' lengths.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+pub struct Stamp {
+    /// Resend (`PS_RESEND`): the data message's sequence number from its sender to its
+    /// receiver (see `crate::postoffice::resend`); `None` when resend is off.
+    pub seq: Option<u64>,
+    /// How many nodes held the sender's id before it: 0, or n for the n-th replacement of a
+    /// lost node. A node told of a replacement drops what an earlier holder of the id still
+    /// sends.
+    pub incarnation: u32,
+    /// Byte length of each payload frame that follows.
+    pub frame_lens: Vec<u64>,
+}
+
+/// The message header (ps-lite `Meta`). Bincode-encoded as frame 0.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+pub struct Meta {
+    /// Application command (ps-lite's `head`; `KVWorker` uses 0 unless a `cmd` is given).
+    pub head: i32,
+    /// Which request of which customer this is, or answers.
+    pub tag: RequestTag,
+    /// Sender node id.
+    pub sender: NodeId,
+    /// Receiver node id.
+    pub recver: NodeId,
+    /// `true` for a request, `false` for its answer.
+    pub request: bool,
+    /// Push, pull, the values' type and the keys' reference.
+    pub kv: KvHeader,
     /// Free text for application commands (no layer below the application reads it).
     pub body: String,
     /// Set on an answer whose request failed: the receiver's error text; on a barrier request
     /// of a node whose application failed, that error.
     pub error: Option<String>,
-    /// Set on control messages.
-    pub control: Option<ControlMsg>,
-    /// Key caching: how the keys frame refers to the key list; `None`: frame 0 holds the keys.
-    pub keys: Option<KeyRef>,
-    /// Set on rendezvous traffic, which goes to the customer's rendezvous driver, not to the
-    /// application; `head` stays the application's.
-    pub rendezvous: Option<Rendezvous>,
-    /// Resend (`PS_RESEND`): the data message's sequence number from its sender to its
-    /// receiver (see `crate::postoffice::resend`); `None` when resend is off.
-    pub seq: Option<u64>,
-    /// Byte length of each payload frame that follows.
-    pub frame_lens: Vec<u64>,
-    /// How many nodes held the sender's id before it: 0, or n for the n-th replacement of a
-    /// lost node (issue 13). A node told of a replacement drops what an earlier holder of the
-    /// id still sends.
-    pub incarnation: u32,
     /// On an answer with an `error`: the timestamps of further requests of the same customer
     /// that failed with the same error (a server refuses the parked requests of one customer
     /// in one answer). Empty otherwise.
     pub also_refused: Vec<i32>,
+    /// Set on control messages.
+    pub control: Option<ControlMsg>,
+    /// Set on rendezvous traffic, which goes to the customer's rendezvous driver, not to the
+    /// application; `head` stays the application's.
+    pub rendezvous: Option<Rendezvous>,
+    /// Resend number, incarnation and frame lengths, stamped on the way out.
+    pub stamp: Stamp,
 }
 
 impl Meta {
@@ -225,7 +249,7 @@ impl Meta {
     /// command, `head` ≠ 0). Such requests wait for zero-copy writes from the values, and a
     /// durable server logs them before answering.
     pub fn may_change_state(&self) -> bool {
-        self.push || self.head != 0
+        self.kv.push || self.head != 0
     }
 
     /// The header of a control message to `recver` (sender, ids and flags default; the

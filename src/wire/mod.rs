@@ -27,7 +27,7 @@ pub use codec::{
 pub use control::{BarrierFailure, Command, ControlMsg, NodeTable, Takeover};
 pub use ids::{place, NodeId, SCHEDULER};
 pub use imm::Imm;
-pub use meta::{DType, KeyRef, Meta, Node, Rendezvous, Role};
+pub use meta::{DType, KeyRef, KvHeader, Meta, Node, Rendezvous, RequestTag, Role, Stamp};
 #[doc(hidden)]
 pub use pieces::{pieces, Assembly, PIECE_BYTES};
 

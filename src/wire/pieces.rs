@@ -58,6 +58,7 @@ impl Assembly {
     pub fn new(head: &[u8], piece: usize, max_frame: u64) -> Result<Assembly, WireError> {
         let meta = decode_meta(head)?;
         if let Some((index, &len)) = meta
+            .stamp
             .frame_lens
             .iter()
             .enumerate()
@@ -70,7 +71,7 @@ impl Assembly {
             });
         }
         Ok(Assembly {
-            done: Vec::with_capacity(meta.frame_lens.len()),
+            done: Vec::with_capacity(meta.stamp.frame_lens.len()),
             meta,
             piece: piece.max(1),
             joining: None,
@@ -84,7 +85,7 @@ impl Assembly {
 
     /// Whether every announced piece has arrived.
     pub fn complete(&self) -> bool {
-        self.done.len() == self.meta.frame_lens.len()
+        self.done.len() == self.meta.stamp.frame_lens.len()
     }
 
     /// Takes the next piece.
@@ -95,9 +96,9 @@ impl Assembly {
     /// requires (`piece` bytes, the last one what remains).
     pub fn push(&mut self, bytes: Bytes) -> Result<(), WireError> {
         let index = self.done.len();
-        let Some(&len) = self.meta.frame_lens.get(index) else {
+        let Some(&len) = self.meta.stamp.frame_lens.get(index) else {
             return Err(WireError::FrameCount {
-                announced: self.meta.frame_lens.len(),
+                announced: self.meta.stamp.frame_lens.len(),
                 got: index + 1,
             });
         };
@@ -142,7 +143,7 @@ impl Assembly {
     pub fn finish(self) -> Result<Message, WireError> {
         if !self.complete() {
             return Err(WireError::FrameCount {
-                announced: self.meta.frame_lens.len(),
+                announced: self.meta.stamp.frame_lens.len(),
                 got: self.done.len(),
             });
         }

@@ -73,11 +73,17 @@ pub fn push_frames(
         meta: Meta {
             sender,
             recver,
-            app_id: app,
+            tag: pslite::wire::RequestTag {
+                app_id: app,
+                timestamp: 1,
+                ..Default::default()
+            },
             request: true,
-            push: true,
-            dtype,
-            timestamp: 1,
+            kv: pslite::wire::KvHeader {
+                push: true,
+                dtype,
+                ..Default::default()
+            },
             ..Meta::default()
         },
         data: vec![

@@ -156,7 +156,7 @@ impl Durable {
     pub(super) fn applied_before(&self, m: &Meta) -> bool {
         self.cp
             .applied
-            .contains(m.sender, m.customer_id, m.timestamp)
+            .contains(m.sender, m.tag.customer_id, m.tag.timestamp)
     }
 
     /// Before request `m` (with `frames`: keys, values, lengths) is applied: writes its log
@@ -173,11 +173,11 @@ impl Durable {
         frames: &[Bytes],
         list: Option<u64>,
     ) -> std::result::Result<Prepared, String> {
-        let (sender, customer) = (m.sender, m.customer_id);
+        let (sender, customer) = (m.sender, m.tag.customer_id);
         let result = (|| {
             if let (Some(digest), Some(keys)) = (list, frames.first()) {
                 // A registration may replace a list under a colliding digest: logged again.
-                let registers = matches!(m.keys, Some(crate::wire::KeyRef::Register { .. }));
+                let registers = matches!(m.kv.keys, Some(crate::wire::KeyRef::Register { .. }));
                 if registers || !self.cp.has_list(sender, customer, digest) {
                     self.cp.append(&Entry::KeyList {
                         sender,
@@ -245,11 +245,11 @@ fn applied<'a>(m: &Meta, frames: &'a [Bytes], list: Option<u64>) -> Entry<'a> {
     }
     Entry::Applied(Request {
         sender: m.sender,
-        customer: m.customer_id,
-        timestamp: m.timestamp,
+        customer: m.tag.customer_id,
+        timestamp: m.tag.timestamp,
         cmd: m.head,
-        push: m.push,
-        pull: m.pull,
+        push: m.kv.push,
+        pull: m.kv.pull,
         keys_by_digest: list,
         frames: parts,
     })

@@ -274,7 +274,7 @@ impl<H> Drop for Served<H> {
 /// A request's kind as the metrics name it: `push`, `pull`, `push-pull`, or `command` (an
 /// application command without values).
 fn kind_of(m: &Meta) -> &'static str {
-    match (m.push, m.pull) {
+    match (m.kv.push, m.kv.pull) {
         (true, true) => "push-pull",
         (true, false) => "push",
         (false, true) => "pull",
@@ -323,7 +323,7 @@ fn serve_request<V: Value>(
     let list = match list {
         Ok(list) => list,
         Err(Refused::UnknownList { digest }) => {
-            reply.meta.keys = Some(KeyRef::Unknown { digest });
+            reply.meta.kv.keys = Some(KeyRef::Unknown { digest });
             send_answer(po, reply);
             return None;
         }
@@ -341,12 +341,12 @@ fn serve_request<V: Value>(
     });
     po.metrics().handled(kind_of(&m), started.elapsed());
     match result {
-        Ok((res, asked)) if m.pull => {
+        Ok((res, asked)) if m.kv.pull => {
             // No keys but values: the request's keys (the worker has them).
             let as_requested =
                 res.keys.is_empty() && asked && !(res.vals.is_empty() && res.lens.is_empty());
             if as_requested {
-                reply.meta.keys = Some(KeyRef::AsRequested);
+                reply.meta.kv.keys = Some(KeyRef::AsRequested);
             }
             reply.data = encode_owned(res);
         }
@@ -378,17 +378,17 @@ fn apply<V: Value>(
     // Applied before the restart: answered as a plain pull of its keys (no command, no values).
     let rm = ReqMeta {
         cmd: if again { 0 } else { m.head },
-        push: m.push && !again,
-        pull: m.pull,
+        push: m.kv.push && !again,
+        pull: m.kv.pull,
         sender: m.sender,
-        timestamp: m.timestamp,
+        timestamp: m.tag.timestamp,
     };
     // Logged (with a checkpoint): prepared before it is applied, committed after.
     let logs = may_change && !again;
     let mut prepared = None;
     // A kept list's keys were checked (sorted, unique) when it was registered.
     let mut req = decode_checked::<V>(data, list.is_some())?;
-    if m.push && req.vals.is_empty() && !req.keys.is_empty() {
+    if m.kv.push && req.vals.is_empty() && !req.keys.is_empty() {
         return Err("push without values".to_string());
     }
     if let Some(why) = out_of_place(po, m.sender, &req.keys) {
@@ -405,7 +405,7 @@ fn apply<V: Value>(
         on_push(&req.keys);
     }
     req.memo = list
-        .and_then(|d| lists.get(m.sender, m.customer_id, d))
+        .and_then(|d| lists.get(m.sender, m.tag.customer_id, d))
         .map(|l| &mut l.memo);
     let asked = !req.keys.is_empty();
     let result = handler.handle(&rm, req).map(|res| (res, asked));
@@ -461,8 +461,8 @@ enum Refused {
 /// # Errors
 /// [`Refused`] for a list this server does not keep or a malformed reference.
 fn key_list(lists: &mut KeptLists, m: &Meta, data: &mut [Bytes]) -> Result<Option<u64>, Refused> {
-    let (sender, customer) = (m.sender, m.customer_id);
-    match &m.keys {
+    let (sender, customer) = (m.sender, m.tag.customer_id);
+    match &m.kv.keys {
         None => Ok(None),
         Some(KeyRef::Register { digest, evict }) => Ok(lists
             .register(sender, customer, *digest, evict, data)

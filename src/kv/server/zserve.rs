@@ -238,8 +238,8 @@ impl ServerRv {
     ) {
         for a in actions {
             let mut meta = reply_meta(req);
-            meta.pull = true;
-            meta.push = false;
+            meta.kv.pull = true;
+            meta.kv.push = false;
             let msg = match a {
                 RespAction::Send { to, msg } => {
                     meta.recver = to;

@@ -88,14 +88,19 @@ impl<V: Value> Call<'_, V> {
     pub(super) fn part(&self, s: &Slice, ts: Timestamp, app_id: i32, customer_id: i32) -> Message {
         let meta = Meta {
             head: self.cmd,
-            app_id,
-            customer_id,
-            timestamp: ts,
+            tag: crate::wire::RequestTag {
+                app_id,
+                customer_id,
+                timestamp: ts,
+            },
             recver: Node::server_id(s.server),
             request: true,
-            push: self.op.pushes(),
-            pull: self.op.pulls(),
-            dtype: V::DTYPE,
+            kv: crate::wire::KvHeader {
+                push: self.op.pushes(),
+                pull: self.op.pulls(),
+                dtype: V::DTYPE,
+                ..Default::default()
+            },
             ..Meta::default()
         };
         let lens = if self.lens.is_empty() {

@@ -290,7 +290,7 @@ impl<V: Value> Tracker<V> {
             _ => None,
         };
         let Message { mut meta, data } = part;
-        meta.keys = p.key_ref;
+        meta.kv.keys = p.key_ref;
         let keys_frame = if p.send { p.keys.clone() } else { Bytes::new() };
         let msg = Message {
             meta,
@@ -302,7 +302,7 @@ impl<V: Value> Tracker<V> {
         };
         let keep = self.replacing.keeps();
         self.record_asked(server, &msg, p.keys, !p.send || keep);
-        let ts = msg.meta.timestamp;
+        let ts = msg.meta.tag.timestamp;
         match po.send_on_path(msg) {
             Ok((_, path)) => {
                 self.sent_on(ts, server, path);
@@ -332,7 +332,7 @@ impl<V: Value> Tracker<V> {
     /// a copy of `msg` when `copy` (to send it again).
     fn record_asked(&self, server: usize, msg: &Message, keys: Bytes, copy: bool) {
         let resend = copy.then(|| msg.clone());
-        if let Some(pd) = lock(&self.pending).get_mut(&msg.meta.timestamp) {
+        if let Some(pd) = lock(&self.pending).get_mut(&msg.meta.tag.timestamp) {
             pd.changes = msg.meta.may_change_state();
             if let Some(slot) = pd.servers.iter().position(|&s| s == server) {
                 let asked = &mut pd.asked[slot];
@@ -366,7 +366,7 @@ impl<V: Value> Tracker<V> {
         keys: &[u8],
         req: Message,
     ) -> Result<()> {
-        let Some(KeyRef::Cached { digest }) = req.meta.keys else {
+        let Some(KeyRef::Cached { digest }) = req.meta.kv.keys else {
             return Err(Error::InvalidArgument(
                 "internal: only a request naming a cached key list is sent again".into(),
             ));
@@ -378,14 +378,14 @@ impl<V: Value> Tracker<V> {
     /// A server's answer `msg` arrived (customer thread): settles it, or sends the part again
     /// with its keys when the server does not keep the key list it named.
     pub(super) fn on_answer(&self, po: &Postoffice, msg: Message) {
-        let (ts, from) = (msg.meta.timestamp, msg.meta.sender);
+        let (ts, from) = (msg.meta.tag.timestamp, msg.meta.sender);
         let server = Node::rank_of(from);
-        if let Some(KeyRef::Unknown { .. }) = msg.meta.keys {
+        if let Some(KeyRef::Unknown { .. }) = msg.meta.kv.keys {
             // The server keeps no such list: nothing was applied; ask again with the keys.
             let asked = lock(&self.pending).get_mut(&ts).and_then(|p| {
                 let slot = p.servers.iter().position(|&s| s == server)?;
                 let a = &mut p.asked[slot];
-                let keys = a.resend.as_ref().and_then(|m| m.meta.keys.as_ref());
+                let keys = a.resend.as_ref().and_then(|m| m.meta.kv.keys.as_ref());
                 if !matches!(keys, Some(KeyRef::Cached { .. })) {
                     return None; // it named no cached list (a copy kept for a replacement)
                 }
@@ -414,8 +414,8 @@ impl<V: Value> Tracker<V> {
                 self.settle(also, server, Outcome::Failed(failed.clone()));
             }
             Outcome::Failed(failed)
-        } else if msg.meta.pull {
-            let as_requested = msg.meta.keys == Some(KeyRef::AsRequested);
+        } else if msg.meta.kv.pull {
+            let as_requested = msg.meta.kv.keys == Some(KeyRef::AsRequested);
             let mut it = msg.data.into_iter();
             let (keys, vals, lens) = (
                 it.next().unwrap_or_default(),

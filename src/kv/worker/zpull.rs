@@ -206,12 +206,18 @@ fn run_actions<V: Value>(
 /// As [`crate::Postoffice::send`].
 fn send_control<V: Value>(state: &WorkerState<V>, to: NodeId, msg: &RvMessage) -> Result<()> {
     let meta = Meta {
-        app_id: state.app_id,
-        customer_id: state.customer_id,
+        tag: crate::wire::RequestTag {
+            app_id: state.app_id,
+            customer_id: state.customer_id,
+            ..Default::default()
+        },
         recver: to,
         request: true,
-        pull: true,
-        dtype: V::DTYPE,
+        kv: crate::wire::KvHeader {
+            pull: true,
+            dtype: V::DTYPE,
+            ..Default::default()
+        },
         ..Meta::default()
     };
     state.po.send(carrier::control(meta, msg)).map(|_| ())

@@ -85,8 +85,14 @@ impl<V: Value> Tracker<V> {
         if let Some(ts) = self.replacing.highest(server) {
             let meta = Meta {
                 request: true,
-                app_id,
-                dtype: V::DTYPE,
+                tag: crate::wire::RequestTag {
+                    app_id,
+                    ..Default::default()
+                },
+                kv: crate::wire::KvHeader {
+                    dtype: V::DTYPE,
+                    ..Default::default()
+                },
                 ..Meta::for_control(
                     id,
                     ControlMsg::Answered {
@@ -111,8 +117,8 @@ impl<V: Value> Tracker<V> {
             );
         }
         for mut msg in again {
-            msg.meta.seq = None;
-            let ts = msg.meta.timestamp;
+            msg.meta.stamp.seq = None;
+            let ts = msg.meta.tag.timestamp;
             match po.send_on_path(msg) {
                 Ok((_, path)) => self.sent_on(ts, server, path),
                 Err(e) => {
@@ -173,10 +179,16 @@ mod tests {
         for (slot, &s) in servers.iter().enumerate() {
             let meta = Meta {
                 recver: Node::server_id(s),
-                timestamp: ts,
+                tag: crate::wire::RequestTag {
+                    timestamp: ts,
+                    ..Default::default()
+                },
                 request: true,
-                push,
-                pull: !push,
+                kv: crate::wire::KvHeader {
+                    push,
+                    pull: !push,
+                    ..Default::default()
+                },
                 ..Meta::default()
             };
             p.asked[slot].resend = Some(Message::new(meta));
@@ -185,7 +197,7 @@ mod tests {
     }
 
     fn timestamps(msgs: &[Message]) -> Vec<i32> {
-        msgs.iter().map(|m| m.meta.timestamp).collect()
+        msgs.iter().map(|m| m.meta.tag.timestamp).collect()
     }
 
     #[test]
