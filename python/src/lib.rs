@@ -5,8 +5,8 @@
 //! - `server.rs`: `run_server` with the default (sum) handler or a Python callable, and
 //!   embedding tables beside it;
 //! - `tables.rs`: table specs through pslite's own parser (`table_spec`, `run_server(tables=…)`);
-//! - `buffers.rs`: Python buffers as Rust slices, without copies, and lent to frames
-//!   (`copy=False`);
+//! - `buffers/`: Python buffers as Rust slices, without copies (`keys.rs`: key and length
+//!   arguments), and lent to frames (`lent.rs`: `copy=False`);
 //! - `blocking.rs`: cluster-wide waits that Ctrl-C interrupts;
 //! - `errors.rs`: pslite's errors as `pslite.Error` and its subclasses.
 //!

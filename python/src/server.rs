@@ -190,7 +190,32 @@ pub fn run_server(
         )));
     }
     let table_on_app = specs.iter().any(|s| s.app == app_id);
-    let handler = match handler {
+    let handler = handler_of(handler, dtype, app_id, table_on_app)?;
+    // A server restoring a checkpoint (PS_CHECKPOINT_DIR) reads it here: without the GIL.
+    let mut servers: Vec<Box<dyn Send>> = Vec::new();
+    let made = serve_all(py, &p, app_id, &specs, handler, &mut servers);
+    let r = match made {
+        Ok(()) => po.get().finalize_inner(py),
+        Err(e) => Err(e),
+    };
+    // A Python handler's thread may be waiting for the GIL: drop (join) it without holding it.
+    py.detach(move || drop(servers));
+    r
+}
+
+/// The handler `run_server(handler=…, dtype=…)` names: pslite's sums, or a Python callable
+/// for requests of `dtype` (not float32 when a table serves `app_id`: `table_on_app`).
+///
+/// # Errors
+/// `InvalidArgumentError` for a handler that is neither "sum" nor callable, or a float32
+/// callable beside a table on `app_id`.
+fn handler_of(
+    handler: Option<&Bound<'_, PyAny>>,
+    dtype: Option<&Bound<'_, PyAny>>,
+    app_id: i32,
+    table_on_app: bool,
+) -> PyResult<Handler> {
+    Ok(match handler {
         None => Handler::Sums,
         Some(h) if h.extract::<String>().is_ok_and(|s| s == "sum") => Handler::Sums,
         Some(h) if h.is_callable() => {
@@ -214,17 +239,7 @@ pub fn run_server(
                 h.repr().map(|r| r.to_string()).unwrap_or_default()
             )))
         }
-    };
-    // A server restoring a checkpoint (PS_CHECKPOINT_DIR) reads it here: without the GIL.
-    let mut servers: Vec<Box<dyn Send>> = Vec::new();
-    let made = serve_all(py, &p, app_id, &specs, handler, &mut servers);
-    let r = match made {
-        Ok(()) => po.get().finalize_inner(py),
-        Err(e) => Err(e),
-    };
-    // A Python handler's thread may be waiting for the GIL: drop (join) it without holding it.
-    py.detach(move || drop(servers));
-    r
+    })
 }
 
 /// Makes the servers of `run_server` into `servers`: the tables first, then `handler`'s.

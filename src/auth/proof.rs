@@ -427,72 +427,122 @@ mod tests {
         }
     }
 
+    /// Worker 0, worker 1 and server 0 of a cluster where worker 0 and server 0 hold their
+    /// keys and the scheduler the token.
+    const W0: NodeId = 9;
+    const W1: NodeId = 11;
+    const S0: NodeId = 8;
+
+    /// The secrets of that cluster, and what the scheduler's table gives worker 0.
+    struct KeyHolders {
+        token: Token,
+        scheduler: Secret,
+        server: Secret,
+        member: Secret,
+        /// Worker 0's credentials for its peers.
+        reach: std::collections::HashMap<NodeId, String>,
+    }
+
+    fn key_holders() -> KeyHolders {
+        let t = token("the cluster's token, 0123456789");
+        KeyHolders {
+            scheduler: Secret::Token(t.clone()),
+            server: Secret::Key(t.node_key(S0)),
+            member: Secret::Key(t.node_key(W0)),
+            reach: [(S0, t.node_key(S0).password_from(W0))].into(),
+            token: t,
+        }
+    }
+
     #[test]
     fn a_node_holding_its_key_proves_itself_and_no_one_else() {
-        let t = token("the cluster's token, 0123456789");
-        let (w0, w1, s0) = (9, 11, 8);
-        let scheduler = Secret::Token(t.clone());
-        let server = Secret::Key(t.node_key(s0));
-        let member = Secret::Key(t.node_key(w0));
-        // What the scheduler's table gives worker 0: its credentials for its peers.
-        let reach: std::collections::HashMap<NodeId, String> =
-            [(s0, t.node_key(s0).password_from(w0))].into();
+        let KeyHolders {
+            scheduler,
+            server,
+            member,
+            reach,
+            ..
+        } = key_holders();
         let none = std::collections::HashMap::new();
         // Worker 0 proves itself to the scheduler and to server 0.
         let (u, p) = member
-            .credential(Identity::Node(w0), SCHEDULER, &none)
+            .credential(Identity::Node(W0), SCHEDULER, &none)
             .expect("to the scheduler");
         assert_eq!(
             scheduler.check(SCHEDULER, &[], u.as_bytes(), p.as_bytes()),
-            Ok(Identity::Node(w0))
+            Ok(Identity::Node(W0))
         );
         let (u, p) = member
-            .credential(Identity::Node(w0), s0, &reach)
+            .credential(Identity::Node(W0), S0, &reach)
             .expect("to server 0");
         assert_eq!(
-            server.check(s0, &[], u.as_bytes(), p.as_bytes()),
-            Ok(Identity::Node(w0))
+            server.check(S0, &[], u.as_bytes(), p.as_bytes()),
+            Ok(Identity::Node(W0))
         );
         // It cannot build a credential as anyone else, nor for a peer the table did not name.
         for (who, to) in [
-            (Identity::Node(SCHEDULER), s0),
-            (Identity::Node(w1), s0),
+            (Identity::Node(SCHEDULER), S0),
+            (Identity::Node(W1), S0),
             (Identity::Joiner, SCHEDULER),
         ] {
             let e = member.credential(who, to, &reach).expect_err("not its own");
             assert!(e.contains("holds the key of node:9 only"), "{e}");
         }
         let e = member
-            .credential(Identity::Node(w0), 10, &reach)
+            .credential(Identity::Node(W0), 10, &reach)
             .expect_err("no entry");
         assert!(e.contains("carried none for that node"), "{e}");
+    }
+
+    #[test]
+    fn what_a_node_computes_with_its_key_proves_nothing_to_anyone_else() {
+        let KeyHolders {
+            token: t,
+            scheduler,
+            server,
+            member,
+            reach,
+        } = key_holders();
+        let (_, p) = member
+            .credential(Identity::Node(W0), S0, &reach)
+            .expect("to server 0");
         // What it can compute with its key (its own passwords, and what others present to
         // it) proves nothing to anyone else: not the scheduler's identity at server 0, not
         // worker 1's.
-        let k = t.node_key(w0);
+        let k = t.node_key(W0);
         for forged in [
             k.password_from(SCHEDULER),
-            k.password_from(w1),
+            k.password_from(W1),
             k.password_to_scheduler(),
-            p.clone(),
+            p,
         ] {
-            for who in [SCHEDULER, w1] {
+            for who in [SCHEDULER, W1] {
                 let user = Identity::Node(who).user_name();
                 assert_eq!(
-                    server.check(s0, &[], user.as_bytes(), forged.as_bytes()),
+                    server.check(S0, &[], user.as_bytes(), forged.as_bytes()),
                     Err(Refusal::WrongProof(Identity::Node(who)))
                 );
             }
             assert_eq!(
                 scheduler.check(SCHEDULER, &[], b"node:11", forged.as_bytes()),
-                Err(Refusal::WrongProof(Identity::Node(w1)))
+                Err(Refusal::WrongProof(Identity::Node(W1)))
             );
         }
+    }
+
+    #[test]
+    fn the_scheduler_proves_itself_to_a_key_holder_and_a_joiner_only_at_the_scheduler() {
+        let KeyHolders {
+            token: t,
+            scheduler,
+            server,
+            ..
+        } = key_holders();
         // The scheduler's own credential for server 0 passes there; a joiner is accepted only
         // at the scheduler.
-        let (u, p) = t.credential(Identity::Node(SCHEDULER), s0);
+        let (u, p) = t.credential(Identity::Node(SCHEDULER), S0);
         assert_eq!(
-            server.check(s0, &[], u.as_bytes(), p.as_bytes()),
+            server.check(S0, &[], u.as_bytes(), p.as_bytes()),
             Ok(Identity::Node(SCHEDULER))
         );
         let (u, p) = t.credential(Identity::Joiner, SCHEDULER);
@@ -501,9 +551,14 @@ mod tests {
             Ok(Identity::Joiner)
         );
         assert_eq!(
-            server.check(s0, &[], u.as_bytes(), p.as_bytes()),
+            server.check(S0, &[], u.as_bytes(), p.as_bytes()),
             Err(Refusal::NotHere(Identity::Joiner))
         );
+    }
+
+    #[test]
+    fn a_node_holding_the_token_takes_a_proof_for_any_id_it_may_get() {
+        let t = key_holders().token;
         // A node holding the token, before it has its id, takes a proof for any id it may get.
         let waiting = Secret::Token(t.clone());
         let (u, p) = t.credential(Identity::Node(SCHEDULER), 10);

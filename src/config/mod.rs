@@ -49,6 +49,7 @@ pub mod address;
 mod auth;
 pub mod bounds;
 pub mod checkpoint;
+mod read;
 pub(crate) mod vars;
 
 use crate::error::{Error, Result};
@@ -215,86 +216,11 @@ impl Config {
         flags: &Overrides,
         lookup: impl Fn(&str) -> Option<String>,
     ) -> Result<Config> {
-        use VanType::{Rdma, Zmq};
         let vars = flags.reader(lookup);
         check_role(&vars, role)?;
-        let (root_uri, root_port) = scheduler_address(&vars)?;
-        let count = |var| vars.required_parsed(var, "a whole number ≥ 1", |&n: &usize| n >= 1);
-        let secs = |var, default| vars.seconds(var).map(|s| s.unwrap_or(default));
-        // The fields in the order they are checked: the first error is the one reported.
-        Ok(Config {
-            role,
-            root_uri: root_uri.clone(),
-            root_port,
-            num_servers: count("DMLC_NUM_SERVER")?,
-            num_workers: count("DMLC_NUM_WORKER")?,
-            van: vars
-                .choice(
-                    "DMLC_PS_VAN_TYPE",
-                    &[("zmq", Zmq), ("", Zmq), ("rdma", Rdma), ("ibverbs", Rdma)],
-                    "zmq or rdma (also ibverbs)",
-                )?
-                .unwrap_or(Zmq),
-            verbose: vars
-                .parsed("PS_VERBOSE", "0, 1, 2 or 3", |&v: &u8| v <= 3)?
-                .unwrap_or(0),
-            timeout: secs("PS_TIMEOUT", DEFAULT_TIMEOUT)?,
-            heartbeat_interval: secs("PS_HEARTBEAT_INTERVAL", Duration::from_secs(1))?,
-            heartbeat_timeout: secs("PS_HEARTBEAT_TIMEOUT", Duration::from_secs(10))?,
-            rank_hint: vars.parsed("PSLITE_RANK", "a whole number ≥ 0", |_: &u32| true)?,
-            data_validation: vars
-                .choice(
-                    "PS_DATA_VALIDATION",
-                    &[("0", false), ("", false), ("1", true)],
-                    "0 or 1",
-                )?
-                .unwrap_or(false),
-            pool_bytes: vars
-                .parsed(
-                    "PS_POOL_BYTES",
-                    "a number of bytes ≥ 4096",
-                    |&b: &usize| b >= 4096,
-                )?
-                .unwrap_or(DEFAULT_POOL_BYTES),
-            key_cache_keys: key_cache_keys(&vars)?,
-            table_threads: vars
-                .parsed("PS_TABLE_THREADS", "a whole number ≥ 1", |&n: &usize| {
-                    n >= 1
-                })?
-                .unwrap_or_else(default_table_threads),
-            resend_timeout: resend_timeout(&vars)?,
-            drop_msg_percent: vars.ranged("PS_DROP_MSG", 0, 99)?.unwrap_or(0),
-            checkpoint: checkpoint::checkpoint(&vars)?,
-            node_host: address::node_host(&vars, &root_uri)?,
-            metrics_port: vars.parsed(
-                "PS_METRICS_PORT",
-                "a port number 0–65535",
-                |_: &u16| true,
-            )?,
-            metrics_host: vars
-                .raw("PS_METRICS_HOST")
-                .map(|h| h.trim().to_string())
-                .filter(|h| !h.is_empty())
-                .unwrap_or_default(),
-            auth: None,
-            bounds: Bounds::default_for(1, 1),
-        })
-        .and_then(|mut c| {
-            // The default waits out a loss and its replacement: a wait on a node that died
-            // then ends with the scheduler's verdict, not a timeout blaming whoever was slow.
-            if vars.seconds("PS_TIMEOUT")?.is_none() {
-                c.timeout = c.timeout.max(c.loss_horizon() + LOSS_MARGIN);
-            }
-            c.bounds = bounds::bounds(&vars, c.num_servers, c.num_workers)?;
-            // Whether a token is needed depends on where this node listens.
-            c.auth = auth::secret(
-                &vars,
-                (&root_uri, root_port),
-                &c.node_host,
-                (c.role, c.rank_hint),
-            )?;
-            Ok(c)
-        })
+        let root = scheduler_address(&vars)?;
+        let read = read::read_fields(&vars, role, &root)?;
+        read::settle(read, &vars, &root)
     }
 
     /// How long after a node dies the nodes waiting on it may still be waiting for the
@@ -612,59 +538,61 @@ mod tests {
         );
     }
 
+    /// Each variable with a malformed value, and the expected form its error names.
+    const MALFORMED: [(&str, &str, &str); 20] = [
+        (
+            "DMLC_PS_ROOT_PORT",
+            "70000",
+            "expected a port number 1–65535",
+        ),
+        ("DMLC_PS_ROOT_PORT", "abc", "expected a port number 1–65535"),
+        ("DMLC_NUM_SERVER", "0", "expected a whole number ≥ 1"),
+        ("DMLC_NUM_WORKER", "-1", "expected a whole number ≥ 1"),
+        ("DMLC_PS_VAN_TYPE", "tcp", "expected zmq or rdma"),
+        ("PS_VERBOSE", "9", "expected 0, 1, 2 or 3"),
+        ("PS_TIMEOUT", "0", "expected a number of seconds > 0"),
+        ("PS_DATA_VALIDATION", "yes", "expected 0 or 1"),
+        ("PS_POOL_BYTES", "12", "expected a number of bytes ≥ 4096"),
+        ("PS_KEY_CACHE", "on", "expected 0 (off) or 1 (on)"),
+        ("PS_TABLE_THREADS", "0", "expected a whole number ≥ 1"),
+        (
+            "PS_KEY_CACHE_KEYS",
+            "0",
+            "expected a whole number of keys ≥ 1",
+        ),
+        (
+            "DMLC_ROLE",
+            "server",
+            "expected DMLC_ROLE unset or \"worker\"",
+        ),
+        (
+            "PS_HEARTBEAT_INTERVAL",
+            "x",
+            "expected a number of seconds > 0",
+        ),
+        (
+            "PS_HEARTBEAT_TIMEOUT",
+            "-1",
+            "expected a number of seconds > 0",
+        ),
+        ("PSLITE_RANK", "-1", "expected a whole number ≥ 0"),
+        ("PS_RESEND", "yes", "expected 0 (off) or 1 (on)"),
+        (
+            "PS_RESEND_TIMEOUT",
+            "0",
+            "expected a whole number from 1 to 3600000",
+        ),
+        ("PS_DROP_MSG", "100", "expected a whole number from 0 to 99"),
+        (
+            "DMLC_PS_ROOT_URI",
+            " 10.0.0.1",
+            "expected an IP address or host name",
+        ),
+    ];
+
     #[test]
     fn malformed_values_are_named_with_the_expected_form() {
-        let cases = [
-            (
-                "DMLC_PS_ROOT_PORT",
-                "70000",
-                "expected a port number 1–65535",
-            ),
-            ("DMLC_PS_ROOT_PORT", "abc", "expected a port number 1–65535"),
-            ("DMLC_NUM_SERVER", "0", "expected a whole number ≥ 1"),
-            ("DMLC_NUM_WORKER", "-1", "expected a whole number ≥ 1"),
-            ("DMLC_PS_VAN_TYPE", "tcp", "expected zmq or rdma"),
-            ("PS_VERBOSE", "9", "expected 0, 1, 2 or 3"),
-            ("PS_TIMEOUT", "0", "expected a number of seconds > 0"),
-            ("PS_DATA_VALIDATION", "yes", "expected 0 or 1"),
-            ("PS_POOL_BYTES", "12", "expected a number of bytes ≥ 4096"),
-            ("PS_KEY_CACHE", "on", "expected 0 (off) or 1 (on)"),
-            ("PS_TABLE_THREADS", "0", "expected a whole number ≥ 1"),
-            (
-                "PS_KEY_CACHE_KEYS",
-                "0",
-                "expected a whole number of keys ≥ 1",
-            ),
-            (
-                "DMLC_ROLE",
-                "server",
-                "expected DMLC_ROLE unset or \"worker\"",
-            ),
-            (
-                "PS_HEARTBEAT_INTERVAL",
-                "x",
-                "expected a number of seconds > 0",
-            ),
-            (
-                "PS_HEARTBEAT_TIMEOUT",
-                "-1",
-                "expected a number of seconds > 0",
-            ),
-            ("PSLITE_RANK", "-1", "expected a whole number ≥ 0"),
-            ("PS_RESEND", "yes", "expected 0 (off) or 1 (on)"),
-            (
-                "PS_RESEND_TIMEOUT",
-                "0",
-                "expected a whole number from 1 to 3600000",
-            ),
-            ("PS_DROP_MSG", "100", "expected a whole number from 0 to 99"),
-            (
-                "DMLC_PS_ROOT_URI",
-                " 10.0.0.1",
-                "expected an IP address or host name",
-            ),
-        ];
-        for (var, val, expected) in cases {
+        for (var, val, expected) in MALFORMED {
             let mut pairs = BASE.to_vec();
             pairs.push((var, val));
             let err = load(&pairs).expect_err(var).to_string();

@@ -32,12 +32,15 @@
 //! for another address (`node`: the node's cluster address); then keep it behind the same
 //! firewall as the cluster's ports.
 
+mod labels;
 mod serve;
+mod table;
 
+pub use labels::{KindLabels, Peer, PeerLabels, QueueLabels, RequestLabels, TableLabels};
 pub use serve::{serve, MetricsServer};
+pub use table::TableMetrics;
 
-use crate::wire::{Node, NodeId, Role};
-use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
+use crate::wire::{Node, NodeId};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -47,149 +50,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
-
-/// A node as a label value: `scheduler`, `server 0`, `worker 1`; `node 5` for an id of no
-/// role.
-#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
-pub struct Peer(pub NodeId);
-
-impl Peer {
-    /// `scheduler`, `server 0`, `worker 1`, or `node ID`.
-    pub fn name(self) -> String {
-        match Node::role_of(self.0) {
-            Some(Role::Scheduler) => "scheduler".into(),
-            Some(r) => format!("{r} {}", Node::rank_of(self.0)),
-            None => format!("node {}", self.0),
-        }
-    }
-}
-
-impl EncodeLabelValue for Peer {
-    fn encode(&self, encoder: &mut LabelValueEncoder) -> std::fmt::Result {
-        std::fmt::Write::write_str(encoder, &self.name())
-    }
-}
-
-/// Labels of the per-peer traffic counters.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct PeerLabels {
-    /// The other node.
-    pub peer: Peer,
-    /// The van's name (`zmq`, `rdma`).
-    pub van: &'static str,
-}
-
-/// Labels of a worker's request latency.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct RequestLabels {
-    /// The server the part went to.
-    pub server: Peer,
-    /// `push`, `pull` or `push-pull`.
-    pub kind: &'static str,
-}
-
-/// Labels naming a request's kind only.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct KindLabels {
-    /// `push`, `pull`, `push-pull`; on the server also `command` (neither push nor pull).
-    pub kind: &'static str,
-}
-
-/// Labels of the RDMA WC error counter.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct QueueLabels {
-    /// `send` or `receive`.
-    pub queue: &'static str,
-}
-
-/// Labels of an embedding table's metrics.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct TableLabels {
-    /// The application id the table serves.
-    pub app: i32,
-}
-
-/// One embedding table's gauges and counters ([`Metrics::table`]); the table's handler sets
-/// them after each request.
-#[derive(Clone, Debug, Default)]
-pub struct TableMetrics {
-    /// Rows held.
-    pub rows: Gauge,
-    /// Bytes held.
-    pub bytes: Gauge,
-    /// The budget in bytes, 0 for none.
-    pub budget: Gauge,
-    /// Rows created.
-    pub admitted: Counter,
-    /// Pushed rows dropped, key not admitted yet.
-    pub not_admitted: Counter,
-    /// Rows evicted.
-    pub evicted: Counter,
-    /// Pulled rows answered with their initial row.
-    pub initialized_on_pull: Counter,
-}
-
-/// The table metrics' families.
-#[derive(Default)]
-struct TableFamilies {
-    rows: Family<TableLabels, Gauge>,
-    bytes: Family<TableLabels, Gauge>,
-    budget: Family<TableLabels, Gauge>,
-    admitted: Family<TableLabels, Counter>,
-    not_admitted: Family<TableLabels, Counter>,
-    evicted: Family<TableLabels, Counter>,
-    initialized_on_pull: Family<TableLabels, Counter>,
-}
-
-impl TableFamilies {
-    fn register(&self, r: &mut Registry) {
-        let gauges = [
-            (
-                "pslite_table_rows",
-                "(server) rows an embedding table holds",
-                &self.rows,
-            ),
-            (
-                "pslite_table_bytes",
-                "(server) bytes an embedding table holds: records, index, sketch",
-                &self.bytes,
-            ),
-            (
-                "pslite_table_budget_bytes",
-                "(server) an embedding table's budget in bytes (0: none)",
-                &self.budget,
-            ),
-        ];
-        for (name, help, family) in gauges {
-            r.register(name, help, family.clone());
-        }
-        let counters = [
-            (
-                "pslite_table_admitted_rows",
-                "(server) rows created: keys admitted",
-                &self.admitted,
-            ),
-            (
-                "pslite_table_not_admitted",
-                "(server) pushed rows dropped because their key was not admitted yet",
-                &self.not_admitted,
-            ),
-            (
-                "pslite_table_evicted_rows",
-                "(server) rows evicted (budget or TTL)",
-                &self.evicted,
-            ),
-            (
-                "pslite_table_initialized_on_pull",
-                "(server) pulled rows the table did not hold, answered with their initial row",
-                &self.initialized_on_pull,
-            ),
-        ];
-        for (name, help, family) in counters {
-            r.register(name, help, family.clone());
-        }
-    }
-}
+use table::TableFamilies;
 
 type HistogramFamily<S> = Family<S, Histogram, fn() -> Histogram>;
 
@@ -211,26 +72,145 @@ pub struct PeerStats {
     last_heard: AtomicU64,
 }
 
+/// The per-peer families, labelled by [`PeerLabels`].
+#[derive(Default)]
+struct PeerFamilies {
+    /// Payload bytes sent.
+    sent_bytes: Family<PeerLabels, Counter>,
+    /// Messages sent.
+    sent_messages: Family<PeerLabels, Counter>,
+    /// Payload bytes received.
+    received_bytes: Family<PeerLabels, Counter>,
+    /// Messages received.
+    received_messages: Family<PeerLabels, Counter>,
+    /// (Scheduler) heartbeat intervals missed.
+    heartbeats_missed: Family<PeerLabels, Counter>,
+}
+
+impl PeerFamilies {
+    fn register(&self, r: &mut Registry) {
+        let counters = [
+            (
+                "pslite_sent_bytes",
+                "payload bytes sent, by peer",
+                &self.sent_bytes,
+            ),
+            (
+                "pslite_sent_messages",
+                "messages sent, by peer",
+                &self.sent_messages,
+            ),
+            (
+                "pslite_received_bytes",
+                "payload bytes received, by peer",
+                &self.received_bytes,
+            ),
+            (
+                "pslite_received_messages",
+                "messages received, by peer",
+                &self.received_messages,
+            ),
+            (
+                "pslite_heartbeats_missed",
+                "(scheduler) heartbeat intervals passed with nothing heard from a node",
+                &self.heartbeats_missed,
+            ),
+        ];
+        for (name, help, family) in counters {
+            r.register(name, help, family.clone());
+        }
+    }
+}
+
+/// A worker's requests and a server's handling of them.
+pub struct RequestMetrics {
+    /// (Worker) requests opened, one per server part, by kind.
+    opened: Family<KindLabels, Counter>,
+    /// (Worker) a request part's latency in seconds, sent to answered.
+    seconds: HistogramFamily<RequestLabels>,
+    /// (Server) seconds spent handling a request, by kind.
+    handler_seconds: HistogramFamily<KindLabels>,
+    /// (Worker) request parts in flight.
+    pub inflight: Gauge,
+}
+
+impl Default for RequestMetrics {
+    fn default() -> RequestMetrics {
+        RequestMetrics {
+            opened: Family::default(),
+            seconds: Family::new_with_constructor(latency_histogram),
+            handler_seconds: Family::new_with_constructor(latency_histogram),
+            inflight: Gauge::default(),
+        }
+    }
+}
+
+impl RequestMetrics {
+    /// Registers these metrics and `inflight_bytes`, the in-flight budget's gauge.
+    fn register(&self, r: &mut Registry, inflight_bytes: Gauge) {
+        r.register(
+            "pslite_requests",
+            "(worker) requests sent, one per server part, by kind",
+            self.opened.clone(),
+        );
+        r.register(
+            "pslite_request_seconds",
+            "(worker) request latency, sent to answered, by server and kind",
+            self.seconds.clone(),
+        );
+        r.register(
+            "pslite_handler_seconds",
+            "(server) time spent handling a request, by kind",
+            self.handler_seconds.clone(),
+        );
+        r.register(
+            "pslite_inflight_requests",
+            "(worker) request parts sent and not answered",
+            self.inflight.clone(),
+        );
+        r.register(
+            "pslite_inflight_bytes",
+            "(worker) bytes of requests in flight (PS_MAX_INFLIGHT_BYTES budget)",
+            inflight_bytes,
+        );
+    }
+}
+
+/// Resend's counters (`PS_RESEND`).
+#[derive(Default)]
+pub struct ResendMetrics {
+    /// Messages sent again.
+    pub resent: Counter,
+    /// Duplicates dropped.
+    pub duplicates: Counter,
+}
+
+impl ResendMetrics {
+    fn register(&self, r: &mut Registry) {
+        r.register(
+            "pslite_resent_messages",
+            "messages sent again (PS_RESEND)",
+            self.resent.clone(),
+        );
+        r.register(
+            "pslite_duplicates_dropped",
+            "duplicate messages dropped (PS_RESEND)",
+            self.duplicates.clone(),
+        );
+    }
+}
+
 /// One node's metrics: the registry and handles to what the layers count.
 pub struct Metrics {
     registry: Registry,
     van: &'static str,
     born: Instant,
     peers: RwLock<HashMap<NodeId, Arc<PeerStats>>>,
-    sent_bytes: Family<PeerLabels, Counter>,
-    sent_messages: Family<PeerLabels, Counter>,
-    received_bytes: Family<PeerLabels, Counter>,
-    received_messages: Family<PeerLabels, Counter>,
-    requests: Family<KindLabels, Counter>,
-    request_seconds: HistogramFamily<RequestLabels>,
-    handler_seconds: HistogramFamily<KindLabels>,
-    /// (Worker) request parts in flight.
-    pub inflight_requests: Gauge,
-    /// Messages sent again (resend).
-    pub resent: Counter,
-    /// Duplicates dropped (resend).
-    pub duplicates: Counter,
-    heartbeats_missed: Family<PeerLabels, Counter>,
+    peer_families: PeerFamilies,
+    /// Requests: opened, answered, handled, in flight.
+    pub requests: RequestMetrics,
+    /// Messages sent again and duplicates dropped (resend).
+    pub resend: ResendMetrics,
     tables: TableFamilies,
 }
 
@@ -248,84 +228,14 @@ impl Metrics {
             van,
             born: Instant::now(),
             peers: RwLock::default(),
-            sent_bytes: Family::default(),
-            sent_messages: Family::default(),
-            received_bytes: Family::default(),
-            received_messages: Family::default(),
-            requests: Family::default(),
-            request_seconds: Family::new_with_constructor(latency_histogram),
-            handler_seconds: Family::new_with_constructor(latency_histogram),
-            inflight_requests: Gauge::default(),
-            resent: Counter::default(),
-            duplicates: Counter::default(),
-            heartbeats_missed: Family::default(),
+            peer_families: PeerFamilies::default(),
+            requests: RequestMetrics::default(),
+            resend: ResendMetrics::default(),
             tables: TableFamilies::default(),
         };
-        let counters = [
-            (
-                "pslite_sent_bytes",
-                "payload bytes sent, by peer",
-                &m.sent_bytes,
-            ),
-            (
-                "pslite_sent_messages",
-                "messages sent, by peer",
-                &m.sent_messages,
-            ),
-            (
-                "pslite_received_bytes",
-                "payload bytes received, by peer",
-                &m.received_bytes,
-            ),
-            (
-                "pslite_received_messages",
-                "messages received, by peer",
-                &m.received_messages,
-            ),
-            (
-                "pslite_heartbeats_missed",
-                "(scheduler) heartbeat intervals passed with nothing heard from a node",
-                &m.heartbeats_missed,
-            ),
-        ];
-        for (name, help, family) in counters {
-            r.register(name, help, family.clone());
-        }
-        r.register(
-            "pslite_requests",
-            "(worker) requests sent, one per server part, by kind",
-            m.requests.clone(),
-        );
-        r.register(
-            "pslite_request_seconds",
-            "(worker) request latency, sent to answered, by server and kind",
-            m.request_seconds.clone(),
-        );
-        r.register(
-            "pslite_handler_seconds",
-            "(server) time spent handling a request, by kind",
-            m.handler_seconds.clone(),
-        );
-        r.register(
-            "pslite_inflight_requests",
-            "(worker) request parts sent and not answered",
-            m.inflight_requests.clone(),
-        );
-        r.register(
-            "pslite_inflight_bytes",
-            "(worker) bytes of requests in flight (PS_MAX_INFLIGHT_BYTES budget)",
-            inflight_bytes,
-        );
-        r.register(
-            "pslite_resent_messages",
-            "messages sent again (PS_RESEND)",
-            m.resent.clone(),
-        );
-        r.register(
-            "pslite_duplicates_dropped",
-            "duplicate messages dropped (PS_RESEND)",
-            m.duplicates.clone(),
-        );
+        m.peer_families.register(&mut r);
+        m.requests.register(&mut r, inflight_bytes);
+        m.resend.register(&mut r);
         m.tables.register(&mut r);
         more(&mut r);
         Metrics { registry: r, ..m }
@@ -356,10 +266,19 @@ impl Metrics {
             van: self.van,
         };
         let stats = Arc::new(PeerStats {
-            sent_bytes: self.sent_bytes.get_or_create_owned(&labels),
-            sent_messages: self.sent_messages.get_or_create_owned(&labels),
-            received_bytes: self.received_bytes.get_or_create_owned(&labels),
-            received_messages: self.received_messages.get_or_create_owned(&labels),
+            sent_bytes: self.peer_families.sent_bytes.get_or_create_owned(&labels),
+            sent_messages: self
+                .peer_families
+                .sent_messages
+                .get_or_create_owned(&labels),
+            received_bytes: self
+                .peer_families
+                .received_bytes
+                .get_or_create_owned(&labels),
+            received_messages: self
+                .peer_families
+                .received_messages
+                .get_or_create_owned(&labels),
             last_heard: AtomicU64::new(0),
         });
         self.peers
@@ -415,55 +334,49 @@ impl Metrics {
     /// (Worker) a request of `kind` went to `parts` servers.
     pub fn requested(&self, kind: &'static str, parts: usize) {
         self.requests
+            .opened
             .get_or_create(&KindLabels { kind })
             .inc_by(parts as u64);
-        self.inflight_requests.inc_by(parts as i64);
+        self.requests.inflight.inc_by(parts as i64);
     }
 
     /// (Worker) server rank `server` answered a part of a `kind` request `took` after it was
     /// opened.
     pub fn answered(&self, server: usize, kind: &'static str, took: Duration) {
-        self.request_seconds
+        self.requests
+            .seconds
             .get_or_create(&RequestLabels {
                 server: Peer(Node::server_id(server)),
                 kind,
             })
             .observe(took.as_secs_f64());
-        self.inflight_requests.dec();
+        self.requests.inflight.dec();
     }
 
     /// (Worker) `parts` parts in flight ended without an answer (failed, timed out, given up).
     pub fn unanswered(&self, parts: usize) {
         if parts > 0 {
-            self.inflight_requests.dec_by(parts as i64);
+            self.requests.inflight.dec_by(parts as i64);
         }
     }
 
     /// (Server) handling a `kind` request took `took`.
     pub fn handled(&self, kind: &'static str, took: Duration) {
-        self.handler_seconds
+        self.requests
+            .handler_seconds
             .get_or_create(&KindLabels { kind })
             .observe(took.as_secs_f64());
     }
 
     /// (Server) the metrics of the embedding table serving application `app`.
     pub fn table(&self, app: i32) -> TableMetrics {
-        let l = TableLabels { app };
-        let t = &self.tables;
-        TableMetrics {
-            rows: t.rows.get_or_create_owned(&l),
-            bytes: t.bytes.get_or_create_owned(&l),
-            budget: t.budget.get_or_create_owned(&l),
-            admitted: t.admitted.get_or_create_owned(&l),
-            not_admitted: t.not_admitted.get_or_create_owned(&l),
-            evicted: t.evicted.get_or_create_owned(&l),
-            initialized_on_pull: t.initialized_on_pull.get_or_create_owned(&l),
-        }
+        self.tables.of(app)
     }
 
     /// (Scheduler) `missed` heartbeats of `peer` went by.
     pub fn heartbeats_missed(&self, peer: NodeId, missed: u64) {
-        self.heartbeats_missed
+        self.peer_families
+            .heartbeats_missed
             .get_or_create(&PeerLabels {
                 peer: Peer(peer),
                 van: self.van,

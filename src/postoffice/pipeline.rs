@@ -91,7 +91,7 @@ impl Postoffice {
             self.flush_acks();
         }
         if admitted.duplicate {
-            self.metrics.duplicates.inc();
+            self.metrics.resend.duplicates.inc();
         }
         admitted.deliver
     }
@@ -121,7 +121,7 @@ impl Postoffice {
                 "resending message {seq} to {} (resent {before} times before)",
                 Node::describe(to)
             );
-            self.metrics.resent.inc();
+            self.metrics.resend.resent.inc();
             if let Err(e) = self.van.send(msg) {
                 tracing::debug!("resend to {} failed: {e}", Node::describe(to));
             }

@@ -200,7 +200,7 @@ impl ConnectionCap {
         let events = zmq::SocketEvent::ACCEPTED as i32
             | zmq::SocketEvent::DISCONNECTED as i32
             | zmq::SocketEvent::HANDSHAKE_SUCCEEDED as i32;
-        let pair = super::monitor_v2(ctx, router, events, "the connection cap")?;
+        let pair = super::monitors::monitor_v2(ctx, router, events, "the connection cap")?;
         let conns = Accepted::new(max, max_pending);
         let thread =
             StoppableThread::spawn("ps-conns", move |stop| watch(&pair, port, conns, stop))

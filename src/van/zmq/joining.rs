@@ -69,17 +69,17 @@ impl ZmqVan {
         let me = self.me.load(Ordering::Acquire);
         // A node holding its key proves that id from the start; one holding the token is a
         // joiner until the scheduler gives it an id.
-        let bound = self.secret.as_ref().and_then(Secret::bound_id);
+        let bound = self.auth.secret.as_ref().and_then(Secret::bound_id);
         let who = match (me, bound) {
             (me, _) if me >= 0 => Identity::Node(me),
             (_, Some(id)) => Identity::Node(id),
             _ => Identity::Joiner,
         };
-        if let Some(s) = &self.secret {
+        if let Some(s) = &self.auth.secret {
             // A temporary connection proves this node to the node it stands for.
             let to = Node::of_temporary(peer).unwrap_or(peer);
             let (user, password) = s
-                .credential(who, to, &crate::sync::lock(&self.reach))
+                .credential(who, to, &crate::sync::lock(&self.auth.reach))
                 .map_err(Error::Van)?;
             sock.set_plain_username(Some(&user))
                 .and_then(|_| sock.set_plain_password(Some(&password)))
@@ -102,7 +102,8 @@ impl ZmqVan {
         // libzmq retries; PS_TIMEOUT ends the start if it never succeeds.
         let events = zmq::SocketEvent::HANDSHAKE_FAILED_AUTH as i32
             | zmq::SocketEvent::HANDSHAKE_FAILED_PROTOCOL as i32;
-        let watcher = super::monitor(&self.ctx, sock, events, "the joining connection's watch")?;
+        let watcher =
+            super::monitors::monitor(&self.ctx, sock, events, "the joining connection's watch")?;
         *crate::sync::lock(&self.monitor) = Some(watcher);
         Ok(())
     }
@@ -148,7 +149,7 @@ impl ZmqVan {
     /// (the scheduler accepts no more than ADD_NODE from a joiner), and the joining connection
     /// is no longer watched.
     pub(super) fn joined(&self, id: NodeId) {
-        if let Some(bound) = self.secret.as_ref().and_then(Secret::bound_id) {
+        if let Some(bound) = self.auth.secret.as_ref().and_then(Secret::bound_id) {
             if bound != id {
                 tracing::error!(
                     "the scheduler gave this node the id of {}, but its key (PS_AUTH_NODE_KEY) \
@@ -166,7 +167,7 @@ impl ZmqVan {
             .ok()
             .and_then(|s| s.get(&SCHEDULER).cloned());
         if let Some(sock) = watched {
-            super::unmonitor(&mut crate::sync::lock(&sock));
+            super::monitors::unmonitor(&mut crate::sync::lock(&sock));
         }
         self.me.store(id, Ordering::Release);
         let again = std::mem::take(&mut crate::sync::lock(&self.joining).as_joiner);
@@ -297,7 +298,7 @@ impl ZmqVan {
 /// A handshake event of the watched connection: the refusal it means.
 fn refusal_event(watcher: &zmq::Socket) -> Option<Error> {
     let frames = watcher.recv_multipart(zmq::DONTWAIT).ok()?;
-    let (event, value) = super::monitor_event(frames.first()?)?;
+    let (event, value) = super::monitors::monitor_event(frames.first()?)?;
     let at = frames
         .get(1)
         .map(|e| String::from_utf8_lossy(e).into_owned())

@@ -5,7 +5,9 @@
 //! frame of one piece, on receive (the received `zmq_msg_t` kept as the frame's storage).
 
 mod accepted;
+mod frames;
 mod joining;
+mod monitors;
 
 pub use accepted::Accepted;
 
@@ -21,7 +23,9 @@ use crate::wire::{
 };
 use accepted::ConnectionCap;
 use bytes::Bytes;
+use frames::{send_frame, ZmqFrame};
 use joining::Joining;
+use monitors::unmonitor;
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
@@ -81,56 +85,6 @@ impl ZmqOptions {
     }
 }
 
-/// A received ZMQ frame, kept as the storage of a [`Bytes`] (no copy).
-struct ZmqFrame(zmq::Message);
-
-impl AsRef<[u8]> for ZmqFrame {
-    fn as_ref(&self) -> &[u8] {
-        &self.0
-    }
-}
-
-/// Called by libzmq's IO thread when it is done with a frame: drops the `Bytes` that kept it.
-unsafe extern "C" fn free_bytes(_data: *mut std::ffi::c_void, hint: *mut std::ffi::c_void) {
-    // SAFETY: `hint` is the `Box<Bytes>` leaked by `send_frame`, handed back exactly once.
-    drop(unsafe { Box::from_raw(hint as *mut Bytes) });
-}
-
-/// Sends one frame without copying it: libzmq reads the `Bytes`' memory and releases it through
-/// `free_bytes` when the frame has left.
-fn send_frame(
-    sock: &mut zmq::Socket,
-    frame: Bytes,
-    flags: i32,
-) -> std::result::Result<(), zmq::Error> {
-    let mut msg = std::mem::MaybeUninit::<zmq_sys::zmq_msg_t>::uninit();
-    let len = frame.len();
-    let data = frame.as_ptr() as *mut std::ffi::c_void;
-    let hint = Box::into_raw(Box::new(frame));
-    // SAFETY: `msg` is initialised by zmq_msg_init_data before use and closed on failure; the
-    // data pointer stays valid while `hint` (which owns it) is alive; the socket pointer comes
-    // from a live socket we hold exclusively.
-    unsafe {
-        if zmq_sys::zmq_msg_init_data(
-            msg.as_mut_ptr(),
-            data,
-            len,
-            Some(free_bytes),
-            hint as *mut _,
-        ) != 0
-        {
-            drop(Box::from_raw(hint));
-            return Err(zmq::Error::from_raw(zmq_sys::zmq_errno()));
-        }
-        if zmq_sys::zmq_msg_send(msg.as_mut_ptr(), sock.as_mut_ptr(), flags) == -1 {
-            let e = zmq::Error::from_raw(zmq_sys::zmq_errno());
-            zmq_sys::zmq_msg_close(msg.as_mut_ptr());
-            return Err(e);
-        }
-    }
-    Ok(())
-}
-
 /// The ZMQ van.
 pub struct ZmqVan {
     ctx: zmq::Context,
@@ -143,11 +97,6 @@ pub struct ZmqVan {
     /// This node's id once known (-1 before): the identity its connections claim, and the one
     /// the ZAP handler checks credentials for.
     me: Arc<AtomicI32>,
-    /// With a secret: connections authenticate ([`crate::auth`]).
-    secret: Option<Secret>,
-    /// The password this node presents to each peer, from the scheduler's node table (a node
-    /// holding only its key cannot compute them).
-    reach: Mutex<HashMap<NodeId, String>>,
     /// Connections to open again once this node has an id; registrations to answer.
     joining: Mutex<Joining>,
     /// Whether `joining` holds answers to send (checked on every receive without its lock).
@@ -155,12 +104,24 @@ pub struct ZmqVan {
     /// Handshake events of the connection to the scheduler made before this node had an id:
     /// a refusal there fails the start with the reason.
     monitor: Mutex<Option<zmq::Socket>>,
-    /// Warnings about dropped messages, per address.
-    refused: Mutex<RateLimited>,
     /// Closes connections beyond `PS_MAX_CONNECTIONS` (from `bind` on).
     cap: Mutex<Option<ConnectionCap>>,
-    /// Answers libzmq's authentication requests; declared after the sockets, so dropped after
-    /// them.
+    /// What connections prove and present; declared after the sockets, so its ZAP handler is
+    /// dropped after them.
+    auth: VanAuth,
+}
+
+/// The ZMQ van's authentication: its secret, the passwords it presents, the warnings about
+/// messages it drops, and the handler answering libzmq's authentication requests.
+struct VanAuth {
+    /// With a secret: connections authenticate ([`crate::auth`]).
+    secret: Option<Secret>,
+    /// The password this node presents to each peer, from the scheduler's node table (a node
+    /// holding only its key cannot compute them).
+    reach: Mutex<HashMap<NodeId, String>>,
+    /// Warnings about dropped messages, per address.
+    refused: Mutex<RateLimited>,
+    /// Answers libzmq's authentication requests.
     _zap: Option<ZapHandler>,
 }
 
@@ -201,15 +162,17 @@ impl ZmqVan {
             stopping: AtomicBool::new(false),
             senders: RwLock::new(HashMap::new()),
             me,
-            secret: opts.secret.clone(),
-            reach: Mutex::new(HashMap::new()),
+            auth: VanAuth {
+                secret: opts.secret.clone(),
+                reach: Mutex::new(HashMap::new()),
+                refused: Mutex::new(RateLimited::default()),
+                _zap: zap,
+            },
             opts,
             joining: Mutex::new(Joining::default()),
             answers_queued: AtomicBool::new(false),
             monitor: Mutex::new(None),
-            refused: Mutex::new(RateLimited::default()),
             cap: Mutex::new(None),
-            _zap: zap,
         })
     }
 
@@ -221,7 +184,7 @@ impl ZmqVan {
         };
         // Per address and claimed identity: one kind of refusal does not hide another.
         let source = format!("{address} as {}", who.map_or("?".into(), |w| w.user_name()));
-        let warn = crate::sync::lock(&self.refused).admit(&source, Instant::now());
+        let warn = crate::sync::lock(&self.auth.refused).admit(&source, Instant::now());
         if let Some(n) = warn {
             tracing::warn!("dropped a message from {address}: {why}{}", more(n));
         }
@@ -245,7 +208,7 @@ impl ZmqVan {
         sock.set_maxmsgsize(max)
             .and_then(|_| sock.set_handshake_ivl(HANDSHAKE_MS))
             .map_err(zerr("frame limit".into()))?;
-        if self.secret.is_some() {
+        if self.auth.secret.is_some() {
             sock.set_plain_server(true)
                 .and_then(|_| sock.set_zap_domain(ZAP_DOMAIN))
                 .map_err(zerr("PLAIN server".into()))?;
@@ -261,6 +224,54 @@ impl ZmqVan {
                 Node::describe(id)
             ))
         })
+    }
+
+    /// Reads the message the ROUTER `sock` has ready: `None` when its connection may not send
+    /// it (warned about).
+    fn read(&self, sock: &zmq::Socket) -> Result<Option<VanEvent>> {
+        let next = || {
+            let mut m = zmq::Message::new();
+            sock.recv(&mut m, 0).map_err(zerr("receive".into()))?;
+            Ok::<_, Error>(m)
+        };
+        // Frame 0 is the ROUTER's routing id of the connection, then the meta frame, then the
+        // payload frames' pieces.
+        let id = next()?;
+        let mut more = id.get_more();
+        let routing_id = Bytes::from_owner(ZmqFrame(id));
+        if !more {
+            return Err(WireError::Empty.into());
+        }
+        let mut head = next()?;
+        more = head.get_more();
+        // What the connection proved (with a token), read off its first frame after the
+        // ROUTER's routing id: `User-Id` (set by the ZAP handler) and the peer's address.
+        let mut origin = None;
+        if self.auth.secret.is_some() {
+            let who = head.gets("User-Id").and_then(Identity::parse);
+            origin = Some((who, head.gets("Peer-Address").unwrap_or("?").to_string()));
+        }
+        let mut assembly = Assembly::new(&head, PIECE_BYTES, self.opts.max_frame_bytes);
+        drop(head);
+        // Every piece is read, a refused message's too: the next message starts after it.
+        while more {
+            let piece = next()?;
+            more = piece.get_more();
+            if let Ok(a) = &mut assembly {
+                if let Err(e) = a.push(Bytes::from_owner(ZmqFrame(piece))) {
+                    assembly = Err(e);
+                }
+            }
+        }
+        let mut msg = assembly?.finish()?;
+        if let Some((who, address)) = origin {
+            if !self.admitted(who, &address, &msg) {
+                return Ok(None);
+            }
+            mark_registration(&mut msg, who);
+        }
+        self.note_registration(&routing_id, &msg);
+        Ok(Some(VanEvent::Message(msg)))
     }
 }
 
@@ -392,53 +403,10 @@ impl Van for ZmqVan {
             return answer.map(Some);
         }
         match self.poll(sock, ms)? {
-            Err(refusal) => return Ok(Some(VanEvent::Refused(refusal))),
-            Ok(false) => return self.scheduler_answer().transpose(),
-            Ok(true) => {}
+            Err(refusal) => Ok(Some(VanEvent::Refused(refusal))),
+            Ok(false) => self.scheduler_answer().transpose(),
+            Ok(true) => self.read(sock),
         }
-        let next = || {
-            let mut m = zmq::Message::new();
-            sock.recv(&mut m, 0).map_err(zerr("receive".into()))?;
-            Ok::<_, Error>(m)
-        };
-        // Frame 0 is the ROUTER's routing id of the connection, then the meta frame, then the
-        // payload frames' pieces.
-        let id = next()?;
-        let mut more = id.get_more();
-        let routing_id = Bytes::from_owner(ZmqFrame(id));
-        if !more {
-            return Err(WireError::Empty.into());
-        }
-        let mut head = next()?;
-        more = head.get_more();
-        // What the connection proved (with a token), read off its first frame after the
-        // ROUTER's routing id: `User-Id` (set by the ZAP handler) and the peer's address.
-        let mut origin = None;
-        if self.secret.is_some() {
-            let who = head.gets("User-Id").and_then(Identity::parse);
-            origin = Some((who, head.gets("Peer-Address").unwrap_or("?").to_string()));
-        }
-        let mut assembly = Assembly::new(&head, PIECE_BYTES, self.opts.max_frame_bytes);
-        drop(head);
-        // Every piece is read, a refused message's too: the next message starts after it.
-        while more {
-            let piece = next()?;
-            more = piece.get_more();
-            if let Ok(a) = &mut assembly {
-                if let Err(e) = a.push(Bytes::from_owner(ZmqFrame(piece))) {
-                    assembly = Err(e);
-                }
-            }
-        }
-        let mut msg = assembly?.finish()?;
-        if let Some((who, address)) = origin {
-            if !self.admitted(who, &address, &msg) {
-                return Ok(None);
-            }
-            mark_registration(&mut msg, who);
-        }
-        self.note_registration(&routing_id, &msg);
-        Ok(Some(VanEvent::Message(msg)))
     }
 
     fn set_node_id(&self, id: NodeId) {
@@ -446,7 +414,7 @@ impl Van for ZmqVan {
     }
 
     fn set_reach(&self, reach: Vec<(NodeId, String)>) {
-        crate::sync::lock(&self.reach).extend(reach);
+        crate::sync::lock(&self.auth.reach).extend(reach);
     }
 
     fn answer_joiner(&self, host: &str, port: u16, msg: Message) -> Result<()> {
@@ -493,24 +461,6 @@ impl Drop for ZmqVan {
     }
 }
 
-/// Starts libzmq's monitor of `sock` for `events` (ORed `zmq::SocketEvent`s) and returns the
-/// PAIR socket of `ctx` that reads them ([`monitor_event`]); `what` names it in errors. Stop
-/// it with [`unmonitor`] before that socket goes.
-///
-/// # Errors
-/// [`Error::Van`] when libzmq cannot set it up.
-pub(super) fn monitor(
-    ctx: &zmq::Context,
-    sock: &zmq::Socket,
-    events: i32,
-    what: &str,
-) -> Result<zmq::Socket> {
-    let endpoint = monitor_endpoint();
-    sock.monitor(&endpoint, events)
-        .map_err(zerr(format!("{what}: monitor")))?;
-    reader(ctx, &endpoint, what)
-}
-
 /// Marks a registration (an ADD_NODE request) with the id its connection proved: its node's
 /// id is that id for a node holding its key, -1 for a joiner, whatever the node wrote. The
 /// scheduler gives a marked registration that id or none.
@@ -525,93 +475,5 @@ fn mark_registration(msg: &mut Message, who: Option<Identity>) {
     };
     if let Some(n) = m.control.as_mut().and_then(|c| c.registering_mut()) {
         n.id = proven;
-    }
-}
-
-/// As [`monitor`], with libzmq's event version 2 (`zmq_socket_monitor_versioned`): each event
-/// is a 64-bit kind, a count of 64-bit values, the values, then the local and the remote
-/// address.
-///
-/// # Errors
-/// [`Error::Van`] when libzmq cannot set it up.
-pub(super) fn monitor_v2(
-    ctx: &zmq::Context,
-    sock: &mut zmq::Socket,
-    events: i32,
-    what: &str,
-) -> Result<zmq::Socket> {
-    extern "C" {
-        // libzmq 4.3.4 compiles this function whether or not its DRAFT API is on, but declares
-        // it `extern "C"` only with it, and zmq-sys builds libzmq without: the symbol is the
-        // C++ one, `int zmq_socket_monitor_versioned(void*, const char*, uint64_t, int, int)`.
-        #[link_name = "_Z28zmq_socket_monitor_versionedPvPKcmii"]
-        fn zmq_socket_monitor_versioned(
-            s: *mut std::ffi::c_void,
-            addr: *const std::ffi::c_char,
-            events: u64,
-            event_version: std::ffi::c_int,
-            kind: std::ffi::c_int,
-        ) -> std::ffi::c_int;
-    }
-    let endpoint = monitor_endpoint();
-    let c =
-        std::ffi::CString::new(endpoint.clone()).map_err(|e| Error::Van(format!("{what}: {e}")))?;
-    // SAFETY: a live socket (libzmq guards its monitor with its own lock) and a NUL-terminated
-    // endpoint that outlives the call.
-    let rc = unsafe {
-        zmq_socket_monitor_versioned(
-            sock.as_mut_ptr(),
-            c.as_ptr(),
-            events as u64,
-            2,
-            zmq_sys::ZMQ_PAIR as _,
-        )
-    };
-    if rc != 0 {
-        // SAFETY: reads the calling thread's libzmq error.
-        let e = zmq::Error::from_raw(unsafe { zmq_sys::zmq_errno() });
-        return Err(Error::Van(format!("{what}: monitor: {e}")));
-    }
-    reader(ctx, &endpoint, what)
-}
-
-/// A name of its own for each monitor (a socket's address can be reused).
-fn monitor_endpoint() -> String {
-    static MONITORS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    format!(
-        "inproc://ps-monitor-{}",
-        MONITORS.fetch_add(1, Ordering::Relaxed)
-    )
-}
-
-/// The PAIR socket of `ctx` that reads the monitor at `endpoint`.
-fn reader(ctx: &zmq::Context, endpoint: &str, what: &str) -> Result<zmq::Socket> {
-    let reader = ctx
-        .socket(zmq::PAIR)
-        .map_err(zerr(format!("{what}: monitor socket")))?;
-    reader
-        .connect(endpoint)
-        .map_err(zerr(format!("{what}: cannot read {endpoint}")))?;
-    Ok(reader)
-}
-
-/// A monitor event's kind and value (a file descriptor, an error or a status code, by kind)
-/// from its first frame: 16-bit event, 32-bit value, little-endian.
-pub(super) fn monitor_event(head: &[u8]) -> Option<(zmq::SocketEvent, u32)> {
-    let h = head.get(..6)?;
-    let event = zmq::SocketEvent::from_raw(u16::from_le_bytes([h[0], h[1]]));
-    Some((event, u32::from_le_bytes([h[2], h[3], h[4], h[5]])))
-}
-
-/// Stops libzmq's monitor of `sock`, if it has one. It must be stopped before the socket that
-/// reads its events is dropped: libzmq's IO thread sends each event blocking, and with no
-/// reader it would block for good, stalling every socket of the context (libzmq 4.3.4,
-/// `socket_base_t::monitor_event`). Dropping `sock` itself does not stop it: a closed socket
-/// lives on through its linger.
-pub(super) fn unmonitor(sock: &mut zmq::Socket) {
-    // SAFETY: a live socket we hold exclusively; a null endpoint deregisters the monitor
-    // (zmq_socket_monitor(3)), which libzmq guards with its own lock.
-    unsafe {
-        zmq_sys::zmq_socket_monitor(sock.as_mut_ptr(), std::ptr::null(), 0);
     }
 }

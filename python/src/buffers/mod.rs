@@ -13,6 +13,12 @@
 //! GPU is refused naming its device. A tensor that requires grad is taken through
 //! `tensor.detach()` (the same memory).
 
+mod keys;
+mod lent;
+
+pub use keys::{Keys, Lens};
+pub use lent::{lend, release_retired};
+
 use crate::errors::invalid;
 use pyo3::buffer::{ElementType, PyBuffer, PyUntypedBuffer};
 use pyo3::prelude::*;
@@ -107,12 +113,6 @@ fn untyped(obj: &Bound<'_, PyAny>, what: &str, dtype: DType) -> PyResult<PyUntyp
         return b;
     }
     let py = obj.py();
-    let type_name = || {
-        obj.get_type()
-            .name()
-            .map(|n| n.to_string())
-            .unwrap_or_default()
-    };
     let listed = obj.is_instance_of::<PyList>()
         || obj.is_instance_of::<PyTuple>()
         || obj.is_instance_of::<PyRange>();
@@ -121,14 +121,39 @@ fn untyped(obj: &Bound<'_, PyAny>, what: &str, dtype: DType) -> PyResult<PyUntyp
             "{what}: expected an array of {} (a NumPy array, a CPU tensor, anything with \
              the buffer protocol, or a list of numbers), got {}",
             dtype.numpy(),
-            type_name()
+            type_name(obj)
         )));
     }
     let np = py.import("numpy")?;
+    check_numbers(obj, &np, what, dtype)?;
+    let converted = np
+        .getattr("asarray")?
+        .call1((obj, dtype.numpy()))
+        .map_err(|e| invalid(format!("{what}: {e}")))?;
+    PyUntypedBuffer::get(&converted)
+}
+
+/// The name of `obj`'s type (`list`, `Tensor`, …).
+fn type_name(obj: &Bound<'_, PyAny>) -> String {
+    obj.get_type()
+        .name()
+        .map(|n| n.to_string())
+        .unwrap_or_default()
+}
+
+/// Checks that the list, tuple or range `obj` (named `what`) holds numbers of `dtype`'s kind
+/// only: numbers for a float dtype, as NumPy (module `np`) reads the list; whole numbers for
+/// an integer dtype.
+fn check_numbers(
+    obj: &Bound<'_, PyAny>,
+    np: &Bound<'_, PyModule>,
+    what: &str,
+    dtype: DType,
+) -> PyResult<()> {
     let refuse = |listed_as: &str, expected: &str| {
         invalid(format!(
             "{what}: a {} of {listed_as} cannot carry {}: expected {expected} numbers",
-            type_name(),
+            type_name(obj),
             dtype.numpy(),
         ))
     };
@@ -158,11 +183,7 @@ fn untyped(obj: &Bound<'_, PyAny>, what: &str, dtype: DType) -> PyResult<PyUntyp
             }
         }
     }
-    let converted = np
-        .getattr("asarray")?
-        .call1((obj, dtype.numpy()))
-        .map_err(|e| invalid(format!("{what}: {e}")))?;
-    PyUntypedBuffer::get(&converted)
+    Ok(())
 }
 
 /// The buffer of `obj`, `None` when it has none. A buffer PyO3 does not take as it is (a
@@ -439,148 +460,4 @@ pub fn slice_mut<T: PyValue>(buf: &PyBuffer<T>) -> &mut [T] {
     // SAFETY: as `slice`; the buffer is writable (checked), and the caller writes it only
     // while this borrow lives.
     unsafe { std::slice::from_raw_parts_mut(buf.buf_ptr().cast::<T>(), n) }
-}
-
-/// Keys: a `uint64` buffer, or an `int64` one whose keys are all ≥ 0 (same bits).
-pub enum Keys {
-    U64(PyBuffer<u64>),
-    I64(PyBuffer<i64>),
-}
-
-impl Keys {
-    /// The keys of `obj` (named `what` in errors).
-    ///
-    /// # Errors
-    /// `InvalidArgumentError`: another element type, a negative key, not C-contiguous.
-    pub fn get(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<Keys> {
-        let buf = untyped(obj, what, DType::U64)?;
-        if element_name(&buf) == "int64" {
-            let b: PyBuffer<i64> = typed(obj, buf, what, DType::I64, false)?;
-            if let Some(i) = slice(&b).iter().position(|&k| k < 0) {
-                return Err(invalid(format!(
-                    "{what}[{i}] = {} is negative: keys are uint64",
-                    slice(&b)[i]
-                )));
-            }
-            return Ok(Keys::I64(b));
-        }
-        Ok(Keys::U64(typed(obj, buf, what, DType::U64, false)?))
-    }
-
-    /// The keys as `u64`s.
-    pub fn as_slice(&self) -> &[u64] {
-        match self {
-            Keys::U64(b) => slice(b),
-            // Non-negative i64s have the bits of the same u64s.
-            Keys::I64(b) => bytemuck::cast_slice(slice(b)),
-        }
-    }
-}
-
-/// Values per key (`lens`): `None`, a `uint32` buffer (no copy), or any sequence of whole
-/// numbers 0…2^32−1 (copied).
-pub enum Lens {
-    None,
-    Buffer(PyBuffer<u32>),
-    Owned(Vec<u32>),
-}
-
-impl Lens {
-    /// The lens of `obj`.
-    ///
-    /// # Errors
-    /// `InvalidArgumentError` for a length that is negative, too large or not a whole number.
-    pub fn get(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Lens> {
-        let Some(obj) = obj.filter(|o| !o.is_none()) else {
-            return Ok(Lens::None);
-        };
-        if let Ok(b) = PyUntypedBuffer::get(obj) {
-            if element_name(&b) == "uint32" {
-                return Ok(Lens::Buffer(typed(obj, b, "lens", DType::U32, false)?));
-            }
-        }
-        let wide: Vec<i64> = obj
-            .try_iter()
-            .and_then(|it| it.map(|x| x.and_then(|x| x.extract::<i64>())).collect())
-            .map_err(|e| invalid(format!("lens: expected whole numbers, one per key: {e}")))?;
-        let lens = wide
-            .iter()
-            .enumerate()
-            .map(|(i, &l)| {
-                u32::try_from(l).map_err(|_| {
-                    invalid(format!(
-                        "lens[{i}] = {l}: expected a length from 0 to 2^32 − 1"
-                    ))
-                })
-            })
-            .collect::<PyResult<Vec<u32>>>()?;
-        Ok(Lens::Owned(lens))
-    }
-
-    /// The lens, `None` for an even split.
-    pub fn as_option(&self) -> Option<&[u32]> {
-        match self {
-            Lens::None => None,
-            Lens::Buffer(b) => Some(slice(b)),
-            Lens::Owned(v) => Some(v),
-        }
-    }
-}
-
-/// Python buffers whose frames the van has let go of, released (`PyBuffer_Release` needs the
-/// GIL) by the next call into the bindings instead of on the van's thread.
-static RETIRED: std::sync::Mutex<Vec<Box<dyn Send>>> = std::sync::Mutex::new(Vec::new());
-
-/// A Python buffer lent to pslite's frames without a copy (`copy=False`): it stays exported,
-/// so its memory stays in place, until the last frame holding it is dropped.
-struct Lent<T: PyValue> {
-    buf: Option<PyBuffer<T>>,
-    addr: usize,
-    bytes: usize,
-}
-
-impl<T: PyValue> AsRef<[u8]> for Lent<T> {
-    fn as_ref(&self) -> &[u8] {
-        if self.bytes == 0 {
-            return &[];
-        }
-        // SAFETY: the buffer (C-contiguous, `bytes` long at `addr`) stays exported while
-        // `self.buf` holds it; the caller of `copy=False` promised not to change it meanwhile.
-        unsafe { std::slice::from_raw_parts(self.addr as *const u8, self.bytes) }
-    }
-}
-
-impl<T: PyValue> Drop for Lent<T> {
-    fn drop(&mut self) {
-        if let Some(b) = self.buf.take() {
-            if let Ok(mut retired) = RETIRED.lock() {
-                retired.push(Box::new(b));
-            }
-        }
-    }
-}
-
-/// `buf`'s elements as a shared array, without a copy (ps-lite's `ZPush` of an `SArray`).
-///
-/// # Errors
-/// As [`pslite::kv::SArray::from_owner`] (not reached for a buffer [`input`] accepted).
-pub fn lend<T: PyValue>(buf: PyBuffer<T>) -> pslite::Result<pslite::kv::SArray<T>> {
-    let (addr, bytes) = (
-        buf.buf_ptr() as usize,
-        buf.item_count() * std::mem::size_of::<T>(),
-    );
-    pslite::kv::SArray::from_owner(Lent {
-        buf: Some(buf),
-        addr,
-        bytes,
-    })
-}
-
-/// Releases the buffers the van let go of; called with the GIL held.
-pub fn release_retired(_py: Python<'_>) {
-    let retired = match RETIRED.lock() {
-        Ok(mut r) if !r.is_empty() => std::mem::take(&mut *r),
-        _ => return,
-    };
-    drop(retired);
 }

@@ -1,0 +1,121 @@
+//! A node's configuration read from its variables: first the fields each variable gives on
+//! its own, then those that depend on others.
+
+use super::vars::Vars;
+use super::{
+    address, auth, bounds, checkpoint, default_table_threads, key_cache_keys, resend_timeout,
+    Bounds, Config, VanType, DEFAULT_POOL_BYTES, DEFAULT_TIMEOUT, LOSS_MARGIN,
+};
+use crate::error::Result;
+use crate::wire::Role;
+use std::time::Duration;
+
+/// A node of `role`'s configuration as its own variables give it, the scheduler at `root`:
+/// the fields in the order they are checked (the first error is the one reported), those
+/// that depend on others ([`settle`]) at their defaults.
+pub(super) fn read_fields<F: Fn(&str) -> Option<String>>(
+    vars: &Vars<'_, F>,
+    role: Role,
+    (root_uri, root_port): &(String, u16),
+) -> Result<Config> {
+    let count = |var| vars.required_parsed(var, "a whole number ≥ 1", |&n: &usize| n >= 1);
+    let secs = |var, default| vars.seconds(var).map(|s| s.unwrap_or(default));
+    Ok(Config {
+        role,
+        root_uri: root_uri.clone(),
+        root_port: *root_port,
+        num_servers: count("DMLC_NUM_SERVER")?,
+        num_workers: count("DMLC_NUM_WORKER")?,
+        van: van_type(vars)?,
+        verbose: vars
+            .parsed("PS_VERBOSE", "0, 1, 2 or 3", |&v: &u8| v <= 3)?
+            .unwrap_or(0),
+        timeout: secs("PS_TIMEOUT", DEFAULT_TIMEOUT)?,
+        heartbeat_interval: secs("PS_HEARTBEAT_INTERVAL", Duration::from_secs(1))?,
+        heartbeat_timeout: secs("PS_HEARTBEAT_TIMEOUT", Duration::from_secs(10))?,
+        rank_hint: vars.parsed("PSLITE_RANK", "a whole number ≥ 0", |_: &u32| true)?,
+        data_validation: data_validation(vars)?,
+        pool_bytes: pool_bytes(vars)?,
+        key_cache_keys: key_cache_keys(vars)?,
+        table_threads: table_threads(vars)?,
+        resend_timeout: resend_timeout(vars)?,
+        drop_msg_percent: vars.ranged("PS_DROP_MSG", 0, 99)?.unwrap_or(0),
+        checkpoint: checkpoint::checkpoint(vars)?,
+        node_host: address::node_host(vars, root_uri)?,
+        metrics_port: vars.parsed("PS_METRICS_PORT", "a port number 0–65535", |_: &u16| true)?,
+        metrics_host: metrics_host(vars),
+        auth: None,
+        bounds: Bounds::default_for(1, 1),
+    })
+}
+
+/// `c` with the fields that depend on others: the default timeout (on the loss horizon), the
+/// bounds (on the node counts) and the secret (on where this node listens and the scheduler
+/// at `root` is).
+pub(super) fn settle<F: Fn(&str) -> Option<String>>(
+    mut c: Config,
+    vars: &Vars<'_, F>,
+    (root_uri, root_port): &(String, u16),
+) -> Result<Config> {
+    // The default waits out a loss and its replacement: a wait on a node that died then ends
+    // with the scheduler's verdict, not a timeout blaming whoever was slow.
+    if vars.seconds("PS_TIMEOUT")?.is_none() {
+        c.timeout = c.timeout.max(c.loss_horizon() + LOSS_MARGIN);
+    }
+    c.bounds = bounds::bounds(vars, c.num_servers, c.num_workers)?;
+    // Whether a token is needed depends on where this node listens.
+    c.auth = auth::secret(
+        vars,
+        (root_uri, *root_port),
+        &c.node_host,
+        (c.role, c.rank_hint),
+    )?;
+    Ok(c)
+}
+
+/// The van (`DMLC_PS_VAN_TYPE`, default zmq).
+fn van_type<F: Fn(&str) -> Option<String>>(vars: &Vars<'_, F>) -> Result<VanType> {
+    use VanType::{Rdma, Zmq};
+    let van = vars.choice(
+        "DMLC_PS_VAN_TYPE",
+        &[("zmq", Zmq), ("", Zmq), ("rdma", Rdma), ("ibverbs", Rdma)],
+        "zmq or rdma (also ibverbs)",
+    )?;
+    Ok(van.unwrap_or(Zmq))
+}
+
+/// Whether data frames are checked (`PS_DATA_VALIDATION`, default off).
+fn data_validation<F: Fn(&str) -> Option<String>>(vars: &Vars<'_, F>) -> Result<bool> {
+    let on = vars.choice(
+        "PS_DATA_VALIDATION",
+        &[("0", false), ("", false), ("1", true)],
+        "0 or 1",
+    )?;
+    Ok(on.unwrap_or(false))
+}
+
+/// The buffer pool's size in bytes (`PS_POOL_BYTES`).
+fn pool_bytes<F: Fn(&str) -> Option<String>>(vars: &Vars<'_, F>) -> Result<usize> {
+    let bytes = vars.parsed(
+        "PS_POOL_BYTES",
+        "a number of bytes ≥ 4096",
+        |&b: &usize| b >= 4096,
+    )?;
+    Ok(bytes.unwrap_or(DEFAULT_POOL_BYTES))
+}
+
+/// The threads a table splits a large request among (`PS_TABLE_THREADS`).
+fn table_threads<F: Fn(&str) -> Option<String>>(vars: &Vars<'_, F>) -> Result<usize> {
+    let threads = vars.parsed("PS_TABLE_THREADS", "a whole number ≥ 1", |&n: &usize| {
+        n >= 1
+    })?;
+    Ok(threads.unwrap_or_else(default_table_threads))
+}
+
+/// The metrics endpoint's host (`PS_METRICS_HOST`, trimmed; empty when unset or blank).
+fn metrics_host<F: Fn(&str) -> Option<String>>(vars: &Vars<'_, F>) -> String {
+    vars.raw("PS_METRICS_HOST")
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_default()
+}
