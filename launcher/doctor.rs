@@ -142,11 +142,11 @@ fn checks(role: Role, flags: &Overrides) -> Vec<Check> {
                 "configuration",
                 format!(
                     "{} servers, {} workers, scheduler at {}, {} van, PS_TIMEOUT {:.0} s",
-                    c.num_servers,
-                    c.num_workers,
-                    pslite::wire::place(&c.root_uri, c.root_port),
-                    c.van.name(),
-                    c.timeout.as_secs_f64()
+                    c.cluster.num_servers,
+                    c.cluster.num_workers,
+                    pslite::wire::place(&c.cluster.root_uri, c.cluster.root_port),
+                    c.node.van.name(),
+                    c.timing.timeout.as_secs_f64()
                 ),
             ));
             c
@@ -172,9 +172,9 @@ fn checks(role: Role, flags: &Overrides) -> Vec<Check> {
 /// The address the node announces and the interface that holds it.
 fn address(cfg: &Config) -> Check {
     let announced = if cfg.role == Role::Scheduler {
-        &cfg.root_uri
+        &cfg.cluster.root_uri
     } else {
-        &cfg.node_host
+        &cfg.node.host
     };
     let ip: Option<IpAddr> = pslite::config::address::resolve(announced)
         .ok()
@@ -208,19 +208,19 @@ fn address(cfg: &Config) -> Check {
 
 /// The scheduler's port: free to listen on (the scheduler), or reachable (the others).
 fn scheduler(cfg: &Config) -> Check {
-    let place = pslite::wire::place(&cfg.root_uri, cfg.root_port);
-    let Some(ip) = pslite::config::address::resolve(&cfg.root_uri)
+    let place = pslite::wire::place(&cfg.cluster.root_uri, cfg.cluster.root_port);
+    let Some(ip) = pslite::config::address::resolve(&cfg.cluster.root_uri)
         .ok()
         .and_then(|v| v.into_iter().next())
     else {
         return bad(
             "scheduler",
             Verdict::Fail,
-            format!("{} does not resolve", cfg.root_uri),
+            format!("{} does not resolve", cfg.cluster.root_uri),
             "set DMLC_PS_ROOT_URI to the scheduler's address",
         );
     };
-    let addr = SocketAddr::new(ip, cfg.root_port);
+    let addr = SocketAddr::new(ip, cfg.cluster.root_port);
     if cfg.role == Role::Scheduler {
         return match TcpListener::bind(addr) {
             Ok(_) => ok("scheduler", format!("{place} is free to listen on")),
@@ -275,7 +275,7 @@ fn token(cfg: &Config) -> Check {
 fn locked_memory(cfg: &Config) -> Check {
     let limit = memlock::limit();
     let shown = limit.map_or("unlimited".to_string(), memlock::bytes);
-    if cfg.van != VanType::Rdma {
+    if cfg.node.van != VanType::Rdma {
         return ok(
             "memlock",
             format!("{shown}; the ZMQ van pins no memory (the RDMA van would)"),
@@ -283,14 +283,14 @@ fn locked_memory(cfg: &Config) -> Check {
     }
     let ring = pslite::van::rdma::RdmaConfig::from_env().map_or(4 << 20, |r| r.ring_bytes);
     let peers = match cfg.role {
-        Role::Server => cfg.num_workers,
-        Role::Worker => cfg.num_servers,
+        Role::Server => cfg.cluster.num_workers,
+        Role::Worker => cfg.cluster.num_servers,
         Role::Scheduler => 0,
     } as u64;
     let pool = if cfg.role == Role::Scheduler {
         0
     } else {
-        cfg.pool_bytes as u64
+        cfg.zero_copy.pool_bytes as u64
     };
     let need = memlock::needed(pool, ring, peers);
     let what = format!(
@@ -311,7 +311,7 @@ fn locked_memory(cfg: &Config) -> Check {
 
 /// The RDMA devices and the van's choice among them.
 fn rdma(cfg: &Config) -> Check {
-    if cfg.van != VanType::Rdma {
+    if cfg.node.van != VanType::Rdma {
         return ok("rdma", "not used (DMLC_PS_VAN_TYPE is zmq)");
     }
     let r =

@@ -170,7 +170,7 @@ const SHORT_S: u64 = 5;
 /// The workers' `PS_TIMEOUT` is [`SHORT_S`].
 fn short_worker_timeout(c: &mut pslite::Config) {
     if c.role == Role::Worker {
-        c.timeout = Duration::from_secs(SHORT_S);
+        c.timing.timeout = Duration::from_secs(SHORT_S);
     }
 }
 

@@ -64,9 +64,9 @@ fn a_server_keeping_less_asks_for_the_keys_and_sums_stay_exact() {
     // evict one another on the server, so cached requests meet Unknown and go again with keys.
     let small_server = |c: &mut Config| {
         if c.role == Role::Server {
-            c.key_cache_keys = 100;
+            c.kv.key_cache_keys = 100;
         } else {
-            c.key_cache_keys = 100_000;
+            c.kv.key_cache_keys = 100_000;
         }
     };
     let c = cluster_cfg(1, 1, 20.0, small_server, serve_default::<f32>);
@@ -101,7 +101,7 @@ fn a_server_keeping_less_asks_for_the_keys_and_sums_stay_exact() {
 
 #[test]
 fn with_key_caching_off_keys_always_travel() {
-    let off = |c: &mut Config| c.key_cache_keys = 0;
+    let off = |c: &mut Config| c.kv.key_cache_keys = 0;
     let c = cluster_cfg(1, 1, 20.0, off, serve_default::<f32>);
     let kv = KVWorker::<f32>::new(&c.workers[0], 0, 0).expect("worker");
     let keys = spread(500, 1);

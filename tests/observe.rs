@@ -37,13 +37,13 @@ fn scrape(addr: std::net::SocketAddr) -> String {
 fn metrics_listen_on_loopback_unless_asked_for_the_nodes_address() {
     // Nodes listening at 127.0.0.2 (another loopback address, so the test needs no network).
     let default: fn(&mut pslite::Config) = |c| {
-        c.metrics_port = Some(0);
-        c.node_host = "127.0.0.2".into();
+        c.metrics.port = Some(0);
+        c.node.host = "127.0.0.2".into();
     };
     let node: fn(&mut pslite::Config) = |c| {
-        c.metrics_port = Some(0);
-        c.node_host = "127.0.0.2".into();
-        c.metrics_host = "node".into();
+        c.metrics.port = Some(0);
+        c.node.host = "127.0.0.2".into();
+        c.metrics.host = "node".into();
     };
     for (tweak, want) in [(default, "127.0.0.1"), (node, "127.0.0.2")] {
         let c = common::cluster_cfg(1, 1, 30.0, tweak, common::serve_default::<u8>);
@@ -64,7 +64,7 @@ fn with_metrics(servers: usize) -> common::Cluster {
         servers,
         1,
         30.0,
-        |c| c.metrics_port = Some(0),
+        |c| c.metrics.port = Some(0),
         common::serve_default::<u8>,
     )
 }

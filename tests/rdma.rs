@@ -11,7 +11,7 @@ use pslite::{Config, KVWorker, VanType};
 /// guest, where seven nodes in one process on two emulated CPUs setting up their QPs have
 /// missed a 3 s one).
 fn rdma(c: &mut Config) {
-    c.van = VanType::Rdma;
+    c.node.van = VanType::Rdma;
 }
 
 #[test]
@@ -79,9 +79,9 @@ fn zero_copy_pulls_land_by_rdma_write_with_checksums() {
         1,
         60.0,
         |c| {
-            c.van = VanType::Rdma;
-            c.data_validation = true;
-            c.pool_bytes = 32 << 20;
+            c.node.van = VanType::Rdma;
+            c.zero_copy.data_validation = true;
+            c.zero_copy.pool_bytes = 32 << 20;
         },
         serve_default::<f32>,
     );
@@ -116,8 +116,8 @@ fn zero_copy_pulls_racing_pushes_never_see_a_half_updated_value() {
         1,
         60.0,
         |c| {
-            c.van = VanType::Rdma;
-            c.pool_bytes = 32 << 20;
+            c.node.van = VanType::Rdma;
+            c.zero_copy.pool_bytes = 32 << 20;
         },
         serve_default::<f32>,
     );
@@ -170,8 +170,8 @@ fn a_dead_peers_failed_wc_fails_the_request_at_once_naming_it() {
     // Heartbeats would name the server only after a minute: the failed WC must do it first.
     let cfg = move |role| {
         let mut c = common::cfg(role, port, 1, 1, 60.0);
-        c.van = pslite::VanType::Rdma;
-        c.heartbeat_timeout = Duration::from_secs(60);
+        c.node.van = pslite::VanType::Rdma;
+        c.timing.heartbeat_timeout = Duration::from_secs(60);
         c
     };
     std::thread::spawn(move || Postoffice::start(cfg(Role::Scheduler))?.finalize());

@@ -169,7 +169,7 @@ fn validation_mode_checks_every_content() {
         1,
         1,
         20.0,
-        |cfg| cfg.data_validation = true,
+        |cfg| cfg.zero_copy.data_validation = true,
         serve_default::<u8>,
     );
     let kv = KVWorker::<u8>::new(&c.workers[0], 0, 0).expect("worker");

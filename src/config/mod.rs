@@ -50,12 +50,14 @@ mod auth;
 pub mod bounds;
 pub mod checkpoint;
 mod read;
+pub mod sections;
 pub(crate) mod vars;
 
 use crate::error::{Error, Result};
 use crate::wire::Role;
 pub use bounds::Bounds;
 pub use checkpoint::Checkpoint;
+pub use sections::{Cluster, KvConfig, MetricsEndpoint, Resend, ThisNode, Timing, ZeroCopy};
 use std::time::Duration;
 use vars::Vars;
 
@@ -106,49 +108,25 @@ impl VanType {
     }
 }
 
-/// Resolved configuration of one node.
+/// Resolved configuration of one node, in sections ([`sections`]).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Config {
     /// This node's role.
     pub role: Role,
-    /// Scheduler address.
-    pub root_uri: String,
-    /// Scheduler port.
-    pub root_port: u16,
-    /// Number of servers.
-    pub num_servers: usize,
-    /// Number of workers.
-    pub num_workers: usize,
-    /// Address this node's van listens on (the scheduler listens on `root_uri`).
-    pub node_host: String,
-    /// The van.
-    pub van: VanType,
+    /// The scheduler's address and the number of servers and workers.
+    pub cluster: Cluster,
+    /// Where this node listens, its van, and the rank it asks for.
+    pub node: ThisNode,
     /// 0 warnings, 1 info, 2 debug, 3 trace.
     pub verbose: u8,
-    /// Deadline of every wait.
-    pub timeout: Duration,
-    /// Heartbeat period.
-    pub heartbeat_interval: Duration,
-    /// Silence after which a node counts as lost.
-    pub heartbeat_timeout: Duration,
-    /// The rank asked for (`PSLITE_RANK`), see [`crate::wire::Node::requested_rank`].
-    pub rank_hint: Option<u32>,
-    /// Rendezvous pulls carry and check a crc32c of the content (`PS_DATA_VALIDATION=1`).
-    pub data_validation: bool,
-    /// Bytes of the registered memory pool (`PS_POOL_BYTES`).
-    pub pool_bytes: usize,
-    /// Key caching (`PS_KEY_CACHE`): keys of the lists cached per worker and server
-    /// (`PS_KEY_CACHE_KEYS`), 0 when it is off.
-    pub key_cache_keys: usize,
-    /// Threads an embedding table splits a request of at least 16384 keys among
-    /// (`PS_TABLE_THREADS`; by default this host's cores, at most 4).
-    pub table_threads: usize,
-    /// Resend (on unless `PS_RESEND=0`): how long a data message waits for its
-    /// acknowledgement before it is sent again (`PS_RESEND_TIMEOUT`, ms); `None` when resend
-    /// is off.
-    pub resend_timeout: Option<Duration>,
-    /// Percent of received data messages dropped, for tests (`PS_DROP_MSG`); 0 normally.
-    pub drop_msg_percent: u32,
+    /// The deadline of every wait and the heartbeats'.
+    pub timing: Timing,
+    /// The registered memory pool and content checks of zero-copy pulls.
+    pub zero_copy: ZeroCopy,
+    /// Key caching and the tables' threads.
+    pub kv: KvConfig,
+    /// Resend's timeout and drop simulation.
+    pub resend: Resend,
     /// Durable servers and recovery (`PS_CHECKPOINT_DIR` and its companions); `None` when off.
     pub checkpoint: Option<Checkpoint>,
     /// What this node proves itself with: the cluster's token (`PS_AUTH_TOKEN`,
@@ -157,12 +135,8 @@ pub struct Config {
     pub auth: Option<crate::auth::Secret>,
     /// Memory bounds (`PS_MAX_INFLIGHT_BYTES`, `PS_MAX_CONNECTIONS`).
     pub bounds: Bounds,
-    /// Port of the metrics server (`PS_METRICS_PORT`; 0: any free one); `None`: no metrics
-    /// server.
-    pub metrics_port: Option<u16>,
-    /// Address of the metrics server (`PS_METRICS_HOST`; `node`: the listening address);
-    /// loopback by default.
-    pub metrics_host: String,
+    /// Where the metrics server listens, if it runs.
+    pub metrics: MetricsEndpoint,
 }
 
 /// Values given as flags; each one, when `Some`, replaces its environment variable.
@@ -232,7 +206,7 @@ impl Config {
             .checkpoint
             .as_ref()
             .map_or(Duration::ZERO, |c| c.recovery_timeout);
-        self.heartbeat_timeout + self.heartbeat_interval + awaited
+        self.timing.heartbeat_timeout + self.timing.heartbeat_interval + awaited
     }
 
     /// What a node says at start when `PS_TIMEOUT` is not longer than
@@ -240,7 +214,7 @@ impl Config {
     /// follows it), naming the variables; `None` otherwise.
     pub fn timeout_warning(&self) -> Option<String> {
         let horizon = self.loss_horizon();
-        if self.timeout > horizon {
+        if self.timing.timeout > horizon {
             return None;
         }
         let s = |d: Duration| format!("{} s", d.as_secs_f64());
@@ -257,9 +231,9 @@ impl Config {
              PS_TIMEOUT with a timeout, naming whoever it waited on, before the scheduler says \
              the node was lost{}; set PS_TIMEOUT above {} or leave it unset (its default \
              follows these)",
-            s(self.timeout),
-            s(self.heartbeat_timeout),
-            s(self.heartbeat_interval),
+            s(self.timing.timeout),
+            s(self.timing.heartbeat_timeout),
+            s(self.timing.heartbeat_interval),
             s(horizon),
             if self.checkpoint.is_some() {
                 " or its replacement takes over"
@@ -379,28 +353,42 @@ impl Config {
     pub fn local(role: Role, port: u16, num_servers: usize, num_workers: usize) -> Config {
         Config {
             role,
-            root_uri: "127.0.0.1".into(),
-            root_port: port,
-            num_servers,
-            num_workers,
-            node_host: "127.0.0.1".into(),
-            van: VanType::Zmq,
+            cluster: Cluster {
+                root_uri: "127.0.0.1".into(),
+                root_port: port,
+                num_servers,
+                num_workers,
+            },
+            node: ThisNode {
+                host: "127.0.0.1".into(),
+                van: VanType::Zmq,
+                rank_hint: None,
+            },
             verbose: 0,
-            timeout: DEFAULT_TIMEOUT,
-            heartbeat_interval: Duration::from_secs(1),
-            heartbeat_timeout: Duration::from_secs(10),
-            rank_hint: None,
-            data_validation: false,
-            pool_bytes: DEFAULT_POOL_BYTES,
-            key_cache_keys: DEFAULT_KEY_CACHE_KEYS,
-            table_threads: default_table_threads(),
-            resend_timeout: Some(DEFAULT_RESEND_TIMEOUT),
-            drop_msg_percent: 0,
+            timing: Timing {
+                timeout: DEFAULT_TIMEOUT,
+                heartbeat_interval: Duration::from_secs(1),
+                heartbeat_timeout: Duration::from_secs(10),
+            },
+            zero_copy: ZeroCopy {
+                data_validation: false,
+                pool_bytes: DEFAULT_POOL_BYTES,
+            },
+            kv: KvConfig {
+                key_cache_keys: DEFAULT_KEY_CACHE_KEYS,
+                table_threads: default_table_threads(),
+            },
+            resend: Resend {
+                timeout: Some(DEFAULT_RESEND_TIMEOUT),
+                drop_msg_percent: 0,
+            },
             checkpoint: None,
             auth: None,
             bounds: Bounds::default_for(num_servers, num_workers),
-            metrics_port: None,
-            metrics_host: String::new(),
+            metrics: MetricsEndpoint {
+                port: None,
+                host: String::new(),
+            },
         }
     }
 }
@@ -439,24 +427,24 @@ mod tests {
         // Without checkpoints a loss is known after 11 s: the default 60 s outlasts it.
         let c = with(&[]);
         assert_eq!(
-            (c.loss_horizon(), c.timeout),
+            (c.loss_horizon(), c.timing.timeout),
             (Duration::from_secs(11), DEFAULT_TIMEOUT)
         );
         assert_eq!(c.timeout_warning(), None);
         // With them, the replacement is awaited 60 s more: the default follows (81 s).
         let c = with(&[("PS_CHECKPOINT_DIR", "/tmp/cp")]);
         assert_eq!(c.loss_horizon(), Duration::from_secs(71));
-        assert_eq!(c.timeout, Duration::from_secs(81));
+        assert_eq!(c.timing.timeout, Duration::from_secs(81));
         assert_eq!(c.timeout_warning(), None);
         let c = with(&[
             ("PS_CHECKPOINT_DIR", "/tmp/cp"),
             ("PS_RECOVERY_TIMEOUT", "200"),
             ("PS_HEARTBEAT_TIMEOUT", "30"),
         ]);
-        assert_eq!(c.timeout, Duration::from_secs(241));
+        assert_eq!(c.timing.timeout, Duration::from_secs(241));
         // An explicit value is kept, and named at start when it is too short.
         let c = with(&[("PS_CHECKPOINT_DIR", "/tmp/cp"), ("PS_TIMEOUT", "60")]);
-        assert_eq!(c.timeout, Duration::from_secs(60));
+        assert_eq!(c.timing.timeout, Duration::from_secs(60));
         let w = c.timeout_warning().expect("too short");
         assert!(
             w.contains(
@@ -479,20 +467,27 @@ mod tests {
     #[test]
     fn full_config_parses_with_defaults() {
         let c = load(&BASE).expect("valid");
-        assert_eq!((c.root_port, c.num_servers, c.num_workers), (9000, 2, 3));
-        assert_eq!(c.node_host, "127.0.0.1");
-        assert_eq!(c.timeout, Duration::from_secs(60));
-        assert_eq!(c.van, VanType::Zmq);
-        assert_eq!(c.key_cache_keys, DEFAULT_KEY_CACHE_KEYS);
+        assert_eq!(
+            (
+                c.cluster.root_port,
+                c.cluster.num_servers,
+                c.cluster.num_workers
+            ),
+            (9000, 2, 3)
+        );
+        assert_eq!(c.node.host, "127.0.0.1");
+        assert_eq!(c.timing.timeout, Duration::from_secs(60));
+        assert_eq!(c.node.van, VanType::Zmq);
+        assert_eq!(c.kv.key_cache_keys, DEFAULT_KEY_CACHE_KEYS);
     }
 
     #[test]
     fn key_cache_off_or_sized() {
         let mut pairs = BASE.to_vec();
         pairs.push(("PS_KEY_CACHE_KEYS", "1000"));
-        assert_eq!(load(&pairs).expect("valid").key_cache_keys, 1000);
+        assert_eq!(load(&pairs).expect("valid").kv.key_cache_keys, 1000);
         pairs.push(("PS_KEY_CACHE", "0"));
-        assert_eq!(load(&pairs).expect("valid").key_cache_keys, 0);
+        assert_eq!(load(&pairs).expect("valid").kv.key_cache_keys, 0);
     }
 
     #[test]
@@ -513,26 +508,26 @@ mod tests {
     fn resend_is_on_unless_turned_off_and_its_timeout_is_in_milliseconds() {
         let base = load(&BASE).expect("loads");
         assert_eq!(
-            (base.resend_timeout, base.drop_msg_percent),
+            (base.resend.timeout, base.resend.drop_msg_percent),
             (Some(Duration::from_secs(1)), 0)
         );
         let mut pairs = BASE.to_vec();
         pairs.push(("PS_RESEND_TIMEOUT", "250"));
         assert_eq!(
-            load(&pairs).expect("loads").resend_timeout,
+            load(&pairs).expect("loads").resend.timeout,
             Some(Duration::from_millis(250)),
             "PS_RESEND unset"
         );
         pairs.push(("PS_RESEND", "0"));
-        assert_eq!(load(&pairs).expect("loads").resend_timeout, None, "off");
+        assert_eq!(load(&pairs).expect("loads").resend.timeout, None, "off");
         pairs.pop();
         pairs.extend([("PS_RESEND", "1"), ("PS_DROP_MSG", "10")]);
         let c = load(&pairs).expect("loads");
-        assert_eq!(c.resend_timeout, Some(Duration::from_millis(250)));
-        assert_eq!(c.drop_msg_percent, 10);
+        assert_eq!(c.resend.timeout, Some(Duration::from_millis(250)));
+        assert_eq!(c.resend.drop_msg_percent, 10);
         pairs.retain(|(k, _)| *k != "PS_RESEND_TIMEOUT");
         assert_eq!(
-            load(&pairs).expect("loads").resend_timeout,
+            load(&pairs).expect("loads").resend.timeout,
             Some(Duration::from_secs(1)),
             "ps-lite's default"
         );
@@ -634,8 +629,8 @@ mod tests {
             ..Overrides::default()
         };
         let c = Config::from_lookup(Role::Server, &flags, |k| e.get(k).cloned()).expect("valid");
-        assert_eq!(c.num_servers, 5);
-        assert_eq!(c.timeout, Duration::from_millis(2500));
+        assert_eq!(c.cluster.num_servers, 5);
+        assert_eq!(c.timing.timeout, Duration::from_millis(2500));
     }
 
     #[test]

@@ -4,7 +4,8 @@
 use super::vars::Vars;
 use super::{
     address, auth, bounds, checkpoint, default_table_threads, key_cache_keys, resend_timeout,
-    Bounds, Config, VanType, DEFAULT_POOL_BYTES, DEFAULT_TIMEOUT, LOSS_MARGIN,
+    Bounds, Cluster, Config, KvConfig, MetricsEndpoint, Resend, ThisNode, Timing, VanType,
+    ZeroCopy, DEFAULT_POOL_BYTES, DEFAULT_TIMEOUT, LOSS_MARGIN,
 };
 use crate::error::Result;
 use crate::wire::Role;
@@ -20,32 +21,55 @@ pub(super) fn read_fields<F: Fn(&str) -> Option<String>>(
 ) -> Result<Config> {
     let count = |var| vars.required_parsed(var, "a whole number ≥ 1", |&n: &usize| n >= 1);
     let secs = |var, default| vars.seconds(var).map(|s| s.unwrap_or(default));
-    Ok(Config {
-        role,
+    // In the order they are checked: the first error is the one reported.
+    let cluster = Cluster {
         root_uri: root_uri.clone(),
         root_port: *root_port,
         num_servers: count("DMLC_NUM_SERVER")?,
         num_workers: count("DMLC_NUM_WORKER")?,
-        van: van_type(vars)?,
-        verbose: vars
-            .parsed("PS_VERBOSE", "0, 1, 2 or 3", |&v: &u8| v <= 3)?
-            .unwrap_or(0),
+    };
+    let van = van_type(vars)?;
+    let verbose = vars
+        .parsed("PS_VERBOSE", "0, 1, 2 or 3", |&v: &u8| v <= 3)?
+        .unwrap_or(0);
+    let timing = Timing {
         timeout: secs("PS_TIMEOUT", DEFAULT_TIMEOUT)?,
         heartbeat_interval: secs("PS_HEARTBEAT_INTERVAL", Duration::from_secs(1))?,
         heartbeat_timeout: secs("PS_HEARTBEAT_TIMEOUT", Duration::from_secs(10))?,
-        rank_hint: vars.parsed("PSLITE_RANK", "a whole number ≥ 0", |_: &u32| true)?,
+    };
+    let rank_hint = vars.parsed("PSLITE_RANK", "a whole number ≥ 0", |_: &u32| true)?;
+    let zero_copy = ZeroCopy {
         data_validation: data_validation(vars)?,
         pool_bytes: pool_bytes(vars)?,
+    };
+    let kv = KvConfig {
         key_cache_keys: key_cache_keys(vars)?,
         table_threads: table_threads(vars)?,
-        resend_timeout: resend_timeout(vars)?,
+    };
+    let resend = Resend {
+        timeout: resend_timeout(vars)?,
         drop_msg_percent: vars.ranged("PS_DROP_MSG", 0, 99)?.unwrap_or(0),
-        checkpoint: checkpoint::checkpoint(vars)?,
-        node_host: address::node_host(vars, root_uri)?,
-        metrics_port: vars.parsed("PS_METRICS_PORT", "a port number 0–65535", |_: &u16| true)?,
-        metrics_host: metrics_host(vars),
+    };
+    let checkpoint = checkpoint::checkpoint(vars)?;
+    let node = ThisNode {
+        host: address::node_host(vars, root_uri)?,
+        van,
+        rank_hint,
+    };
+    let metrics = metrics_endpoint(vars)?;
+    Ok(Config {
+        role,
+        cluster,
+        node,
+        verbose,
+        timing,
+        zero_copy,
+        kv,
+        resend,
+        checkpoint,
         auth: None,
         bounds: Bounds::default_for(1, 1),
+        metrics,
     })
 }
 
@@ -60,15 +84,15 @@ pub(super) fn settle<F: Fn(&str) -> Option<String>>(
     // The default waits out a loss and its replacement: a wait on a node that died then ends
     // with the scheduler's verdict, not a timeout blaming whoever was slow.
     if vars.seconds("PS_TIMEOUT")?.is_none() {
-        c.timeout = c.timeout.max(c.loss_horizon() + LOSS_MARGIN);
+        c.timing.timeout = c.timing.timeout.max(c.loss_horizon() + LOSS_MARGIN);
     }
-    c.bounds = bounds::bounds(vars, c.num_servers, c.num_workers)?;
+    c.bounds = bounds::bounds(vars, c.cluster.num_servers, c.cluster.num_workers)?;
     // Whether a token is needed depends on where this node listens.
     c.auth = auth::secret(
         vars,
         (root_uri, *root_port),
-        &c.node_host,
-        (c.role, c.rank_hint),
+        &c.node.host,
+        (c.role, c.node.rank_hint),
     )?;
     Ok(c)
 }
@@ -110,6 +134,14 @@ fn table_threads<F: Fn(&str) -> Option<String>>(vars: &Vars<'_, F>) -> Result<us
         n >= 1
     })?;
     Ok(threads.unwrap_or_else(default_table_threads))
+}
+
+/// Where the metrics server listens (`PS_METRICS_PORT`, `PS_METRICS_HOST`).
+fn metrics_endpoint<F: Fn(&str) -> Option<String>>(vars: &Vars<'_, F>) -> Result<MetricsEndpoint> {
+    Ok(MetricsEndpoint {
+        port: vars.parsed("PS_METRICS_PORT", "a port number 0–65535", |_: &u16| true)?,
+        host: metrics_host(vars),
+    })
 }
 
 /// The metrics endpoint's host (`PS_METRICS_HOST`, trimmed; empty when unset or blank).

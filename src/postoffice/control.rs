@@ -218,7 +218,7 @@ fn expire_parked(po: &Postoffice) {
     // A replacement restores its applications one by one before serving them: requests
     // sent to it again wait up to PS_TIMEOUT.
     let park = match po.is_replacement() {
-        true => super::routes::PARK.max(po.cfg.timeout),
+        true => super::routes::PARK.max(po.cfg.timing.timeout),
         false => super::routes::PARK,
     };
     let expired = lock(&po.routes).expire(Instant::now(), park);

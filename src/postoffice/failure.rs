@@ -239,7 +239,7 @@ pub(super) fn on_peer_lost(po: &Postoffice, peer: NodeId, error: Error) {
 /// [`PAUSED`](super::scheduler::PAUSED) between looks means this process was paused: the
 /// scheduler gets a whole timeout again.
 pub(super) fn check_scheduler(po: &Postoffice, last_look: &mut Option<Instant>) {
-    let timeout = po.cfg.heartbeat_timeout;
+    let timeout = po.cfg.timing.heartbeat_timeout;
     let silent = {
         let mut st = lock(&po.node.state);
         scheduler_silent(

@@ -19,10 +19,13 @@ use std::time::{Duration, Instant};
 /// after `PS_TIMEOUT`, naming the scheduler's address (or, on the scheduler, how many nodes
 /// of each role registered — those are told so).
 pub(super) fn join_cluster(po: &Postoffice, me: &Node) -> Result<()> {
-    let deadline = Instant::now() + po.cfg.timeout;
+    let deadline = Instant::now() + po.cfg.timing.timeout;
     if me.role != Role::Scheduler {
-        po.van
-            .connect(SCHEDULER, &po.cfg.root_uri, po.cfg.root_port)?;
+        po.van.connect(
+            SCHEDULER,
+            &po.cfg.cluster.root_uri,
+            po.cfg.cluster.root_port,
+        )?;
         let meta = Meta {
             request: true,
             ..Meta::for_control(SCHEDULER, ControlMsg::AddNode { node: me.clone() })
@@ -47,10 +50,10 @@ pub(super) fn join_cluster(po: &Postoffice, me: &Node) -> Result<()> {
 /// The start-up deadline passed: on the scheduler, tells the nodes that registered, unless
 /// the last one registered meanwhile (then the start goes on).
 fn start_up_timeout(po: &Postoffice) -> Result<()> {
-    let secs = po.cfg.timeout.as_secs_f64();
+    let secs = po.cfg.timing.timeout.as_secs_f64();
     match &po.scheduler {
         Some(s) => {
-            let Some((joined, why)) = s.scheduler().give_up(po.cfg.timeout) else {
+            let Some((joined, why)) = s.scheduler().give_up(po.cfg.timing.timeout) else {
                 return Ok(());
             };
             super::scheduler::driver::refuse_all(po, &joined, &why);
@@ -63,7 +66,7 @@ fn start_up_timeout(po: &Postoffice) -> Result<()> {
                  (PS_TIMEOUT); is it running, are DMLC_PS_ROOT_URI and \
                  DMLC_PS_ROOT_PORT right, and can it reach this node at {} \
                  (DMLC_NODE_HOST, DMLC_INTERFACE)?",
-                crate::wire::place(&po.cfg.root_uri, po.cfg.root_port),
+                crate::wire::place(&po.cfg.cluster.root_uri, po.cfg.cluster.root_port),
                 crate::wire::place(&me.host, me.port)
             )))
         }
@@ -144,7 +147,7 @@ pub(super) fn heartbeat_loop(weak: &Weak<Postoffice>) {
         }
         super::failure::check_scheduler(po, &mut last_look);
         if Instant::now() >= next {
-            next = Instant::now() + po.cfg.heartbeat_interval;
+            next = Instant::now() + po.cfg.timing.heartbeat_interval;
             let meta = Meta {
                 request: true,
                 ..Meta::for_control(SCHEDULER, ControlMsg::Heartbeat)
@@ -178,9 +181,9 @@ pub(super) fn reach_for(po: &Postoffice, id: NodeId, nodes: &[Node]) -> Vec<(Nod
 pub(super) fn bind(cfg: &Config, van: &dyn Van) -> Result<Node> {
     let is_scheduler = cfg.role == Role::Scheduler;
     let (host, port) = if is_scheduler {
-        (cfg.root_uri.clone(), cfg.root_port)
+        (cfg.cluster.root_uri.clone(), cfg.cluster.root_port)
     } else {
-        (cfg.node_host.clone(), 0)
+        (cfg.node.host.clone(), 0)
     };
     if is_scheduler {
         // Before the first connection can arrive: the ZAP handler checks credentials as
@@ -200,7 +203,11 @@ pub(super) fn bind(cfg: &Config, van: &dyn Van) -> Result<Node> {
         id: if is_scheduler { SCHEDULER } else { -1 },
         host,
         port,
-        requested_rank: if is_scheduler { None } else { cfg.rank_hint },
+        requested_rank: if is_scheduler {
+            None
+        } else {
+            cfg.node.rank_hint
+        },
     })
 }
 
@@ -227,7 +234,7 @@ pub(super) fn join_and_meet(po: &Arc<Postoffice>, me: &Node) -> Result<()> {
         // The others passed the start-up barrier long ago.
         return Ok(());
     }
-    if let Err(e) = super::node::barrier_with(po, ALL_GROUP, Some(po.cfg.timeout), None) {
+    if let Err(e) = super::node::barrier_with(po, ALL_GROUP, Some(po.cfg.timing.timeout), None) {
         po.van.abort();
         po.shutdown();
         return Err(e);

@@ -144,7 +144,7 @@ impl Postoffice {
     /// bound; [`Error::Timeout`] if the scheduler does not answer (or, on the scheduler, the
     /// nodes do not all register) within `PS_TIMEOUT`, naming who is missing.
     pub fn start(cfg: Config) -> Result<Arc<Postoffice>> {
-        let van: Arc<dyn Van> = match cfg.van {
+        let van: Arc<dyn Van> = match cfg.node.van {
             VanType::Zmq => Arc::new(ZmqVan::new(ZmqOptions::of(&cfg))?),
             VanType::Rdma => crate::van::rdma::create(ZmqOptions::of(&cfg))?,
         };
@@ -153,7 +153,7 @@ impl Postoffice {
 
     /// As [`Postoffice::start`] over a given van.
     pub fn start_with_van(cfg: Config, van: Arc<dyn Van>) -> Result<Arc<Postoffice>> {
-        join::warn_if_loopback_name(&cfg.root_uri);
+        join::warn_if_loopback_name(&cfg.cluster.root_uri);
         join::warn_if_unauthenticated(&cfg);
         join::warn_if_timeout_short(&cfg);
         let me = join::bind(&cfg, van.as_ref())?;
@@ -175,14 +175,14 @@ impl Postoffice {
 
     /// The parts of node `me` (bound), none started yet.
     fn new(cfg: Config, van: Arc<dyn Van>, me: Node) -> Postoffice {
-        let parked = cfg.bounds.parked_bytes(cfg.num_workers);
+        let parked = cfg.bounds.parked_bytes(cfg.cluster.num_workers);
         let inflight = cfg.bounds.max_inflight_bytes;
         let scheduler = (cfg.role == Role::Scheduler).then(|| {
             let recovery = recovery::window(&cfg);
             scheduler::SchedulerIo::new(Scheduler::new(
                 me.clone(),
-                cfg.num_servers,
-                cfg.num_workers,
+                cfg.cluster.num_servers,
+                cfg.cluster.num_workers,
                 recovery,
             ))
         });
@@ -190,11 +190,11 @@ impl Postoffice {
         let metrics = Arc::new(Metrics::new(van.name(), budget.gauge(), |r| {
             van.register_metrics(r)
         }));
-        let memory = Memory::new(van.clone(), cfg.pool_bytes);
+        let memory = Memory::new(van.clone(), cfg.zero_copy.pool_bytes);
         Postoffice {
             resender: resender::Resender::new(&cfg),
             recovery: recovery::Recovery::default(),
-            node: node::Membership::new(me, cfg.num_servers),
+            node: node::Membership::new(me, cfg.cluster.num_servers),
             cfg,
             van,
             scheduler,
@@ -245,12 +245,12 @@ impl Postoffice {
 
     /// Number of servers.
     pub fn num_servers(&self) -> usize {
-        self.cfg.num_servers
+        self.cfg.cluster.num_servers
     }
 
     /// Number of workers.
     pub fn num_workers(&self) -> usize {
-        self.cfg.num_workers
+        self.cfg.cluster.num_workers
     }
 
     /// Key ranges of the servers, in rank order (see [`range`]).
@@ -422,7 +422,7 @@ impl Postoffice {
         if recovery::pass_inherited(self, group) {
             return Ok(());
         }
-        node::barrier_with(self, group, Some(self.cfg.timeout), None)
+        node::barrier_with(self, group, Some(self.cfg.timing.timeout), None)
     }
 
     /// This node's registered memory pool (`PS_POOL_BYTES`), reserved — and registered with

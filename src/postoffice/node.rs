@@ -152,7 +152,7 @@ fn scheduler_silent(
     now: Instant,
     group: i32,
 ) -> Option<Result<()>> {
-    let timeout = po.cfg.heartbeat_timeout;
+    let timeout = po.cfg.timing.heartbeat_timeout;
     let silent = super::failure::scheduler_silent(
         &mut st.last_from_scheduler,
         &mut st.last_check,

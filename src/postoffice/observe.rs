@@ -19,7 +19,7 @@ use std::time::Instant;
 /// # Errors
 /// [`crate::Error::Config`] when the port cannot be bound.
 pub(super) fn serve_metrics(po: &Postoffice) -> Result<()> {
-    let Some(port) = po.cfg.metrics_port else {
+    let Some(port) = po.cfg.metrics.port else {
         return Ok(());
     };
     let node = po
@@ -28,7 +28,7 @@ pub(super) fn serve_metrics(po: &Postoffice) -> Result<()> {
         .read()
         .map(|m| m.host.clone())
         .unwrap_or_default();
-    let host = match po.cfg.metrics_host.as_str() {
+    let host = match po.cfg.metrics.host.as_str() {
         "" if node.contains(':') => "::1".to_string(),
         "" => "127.0.0.1".to_string(),
         "node" => node,
@@ -55,7 +55,7 @@ pub(super) fn count_missed_heartbeats(po: &Postoffice, now: Instant) {
     let Some(s) = &po.scheduler else { return };
     let missed = s
         .scheduler()
-        .missed_heartbeats(now, po.cfg.heartbeat_interval);
+        .missed_heartbeats(now, po.cfg.timing.heartbeat_interval);
     for (id, n) in missed {
         po.metrics.heartbeats_missed(id, n);
     }
@@ -83,7 +83,7 @@ impl Waits for Postoffice {
             if !st.ready && self.my_id() != SCHEDULER {
                 lines.push(format!(
                     "{me} waits for the scheduler's node table (start-up) at {}",
-                    crate::wire::place(&self.cfg.root_uri, self.cfg.root_port)
+                    crate::wire::place(&self.cfg.cluster.root_uri, self.cfg.cluster.root_port)
                 ));
             }
             for e in self.failures.errors() {

@@ -59,10 +59,10 @@ impl Resender {
     /// Resend as `cfg` says (`PS_RESEND`, `PS_RESEND_TIMEOUT`, `PS_DROP_MSG`).
     pub(super) fn new(cfg: &Config) -> Resender {
         Resender {
-            book: cfg.resend_timeout.map(|t| Mutex::new(ResendBook::new(t))),
+            book: cfg.resend.timeout.map(|t| Mutex::new(ResendBook::new(t))),
             acks_due: Mutex::default(),
-            timeout: cfg.resend_timeout,
-            drop_percent: cfg.drop_msg_percent,
+            timeout: cfg.resend.timeout,
+            drop_percent: cfg.resend.drop_msg_percent,
             drop_rng: AtomicU64::new(drop_seed()),
             dropped: 0.into(),
         }

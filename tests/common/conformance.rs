@@ -13,7 +13,13 @@ use pslite::{Error, KVWorker, Key, VanType};
 pub fn exact_sums_over(van: VanType) {
     const WORKERS: usize = 4;
     const PUSHES: usize = 20;
-    let c = cluster_cfg(2, WORKERS, 60.0, move |c| c.van = van, serve_default::<i64>);
+    let c = cluster_cfg(
+        2,
+        WORKERS,
+        60.0,
+        move |c| c.node.van = van,
+        serve_default::<i64>,
+    );
     let mut keys: Vec<Key> = (0..64u64).map(|i| i * (u64::MAX / 64)).collect();
     keys.push(u64::MAX - 1);
     let vals: Vec<i64> = (0..keys.len() as i64 * 3).collect();

@@ -31,10 +31,10 @@ pub struct Cluster {
 /// test, and no test of them is about a node going silent (one that is sets its own).
 pub fn cfg(role: Role, port: u16, s: usize, w: usize, timeout_s: f64) -> Config {
     let mut c = Config::local(role, port, s, w);
-    c.timeout = Duration::from_secs_f64(timeout_s);
-    c.heartbeat_timeout = Duration::from_secs(30);
-    c.heartbeat_interval = Duration::from_millis(200);
-    c.pool_bytes = 16 << 20;
+    c.timing.timeout = Duration::from_secs_f64(timeout_s);
+    c.timing.heartbeat_timeout = Duration::from_secs(30);
+    c.timing.heartbeat_interval = Duration::from_millis(200);
+    c.zero_copy.pool_bytes = 16 << 20;
     c
 }
 

@@ -264,7 +264,7 @@ impl BenchReport {
             memcpy_keys_per_s: None,
             sent_bytes,
             received_bytes,
-            van: po.config().van.name(),
+            van: po.config().node.van.name(),
             latency_ms_quantiles: quantiles(&mut m.latencies),
             requests_total: None,
         }

@@ -149,7 +149,7 @@ impl<'a> OneKeyBench<'a> {
     /// Takes the next completion of a phase of `op` sent at `issued`: its latency, its bytes,
     /// and a pull's bytes checked against the pattern.
     fn complete(&mut self, op: Op, issued: &[Instant]) -> Result<()> {
-        let timeout = self.po.config().timeout;
+        let timeout = self.po.config().timing.timeout;
         let (i, at, r) = self.rx.recv_timeout(timeout).map_err(|_| {
             let e = Error::Timeout(format!(
                 "bench: a request did not complete within {:.0} s (PS_TIMEOUT)",

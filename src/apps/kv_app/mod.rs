@@ -120,7 +120,7 @@ fn pull_all<V: Value>(
             let _ = tx.send((i, r));
         })?;
     }
-    let timeout = kv.postoffice().config().timeout;
+    let timeout = kv.postoffice().config().timing.timeout;
     for _ in keys {
         let (i, r) = rx.recv_timeout(timeout).map_err(|_| {
             Error::Timeout(format!(

@@ -140,13 +140,13 @@ impl<V: Value> KVServer<V> {
     ) -> Result<KVServer<V>> {
         let mut handler = handler;
         let durable = durable::Durable::open::<V>(po, app_id, &mut handler)?;
-        let cache = po.config().key_cache_keys;
+        let cache = po.config().kv.key_cache_keys;
         let mut served = Served {
             durable,
             handler: ManuallyDrop::new(handler),
             rv: ServerRv::new(po, V::DTYPE),
             lists: KeptLists::new(cache, cache.saturating_mul(po.num_workers().max(1))),
-            timeout: po.config().timeout,
+            timeout: po.config().timing.timeout,
             po: po.clone(),
         };
         let customer = Customer::new(

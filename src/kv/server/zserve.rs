@@ -104,7 +104,7 @@ fn value<V: Value>(handler: &impl RequestHandler<V>, key: Key) -> Option<&[V]> {
 impl ServerRv {
     pub(super) fn new(po: &Postoffice, dtype: crate::wire::DType) -> ServerRv {
         ServerRv {
-            rv: Responder::new(dtype, po.config().data_validation),
+            rv: Responder::new(dtype, po.config().zero_copy.data_validation),
             regions: Vec::new(),
             refused: false,
             in_flight: Arc::default(),

@@ -266,7 +266,7 @@ pub fn serve_tables(po: &Arc<Postoffice>, specs: &[TableSpec]) -> Result<Vec<KVS
         let mut handler = TableHandler::new(spec)
             .map_err(Error::InvalidArgument)?
             .with_metrics(po.metrics().table(spec.app));
-        handler.table.set_threads(po.config().table_threads);
+        handler.table.set_threads(po.config().kv.table_threads);
         eprintln!(
             "pslite: table app {}: {}; {}",
             spec.app,

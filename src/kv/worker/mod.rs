@@ -118,12 +118,12 @@ impl<V: Value> KVWorker<V> {
         let state = Arc::new(WorkerState {
             requests: Tracker::new(
                 po.num_servers(),
-                po.config().key_cache_keys,
+                po.config().kv.key_cache_keys,
                 po.budget().clone(),
                 po.metrics().clone(),
                 po.keeps_requests_for_replacements(),
             ),
-            zpulls: Mutex::new(ZPulls::new(po.config().data_validation, imm_slot)),
+            zpulls: Mutex::new(ZPulls::new(po.config().zero_copy.data_validation, imm_slot)),
             po: po.clone(),
             app_id,
             customer_id,
@@ -402,7 +402,7 @@ impl<V: Value> KVWorker<V> {
 
     /// `PS_TIMEOUT`: the deadline of every wait.
     fn timeout(&self) -> std::time::Duration {
-        self.state.po.config().timeout
+        self.state.po.config().timing.timeout
     }
 }
 

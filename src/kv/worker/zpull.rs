@@ -263,7 +263,10 @@ pub(super) fn on_remote_write<V: Value>(state: &WorkerState<V>, w: RemoteWrite) 
     let RemoteWrite { from, imm, len } = w;
     let len = u64::from(len);
     let mut st = lock(&state.zpulls);
-    let crc = match (state.po.config().data_validation, st.pulls.get(&imm)) {
+    let crc = match (
+        state.po.config().zero_copy.data_validation,
+        st.pulls.get(&imm),
+    ) {
         (true, Some(pull)) if pull.server == from => {
             let (addr, cap) = pull.dest.span();
             // SAFETY: the destination is ours while the request is outstanding (under this
@@ -308,6 +311,7 @@ pub(super) fn on_content_message<V: Value>(
     let crc = state
         .po
         .config()
+        .zero_copy
         .data_validation
         .then(|| crate::wire::crc32c(&[content]));
     let actions = st.requester.on_write(from, imm, len as u64, crc);
@@ -406,7 +410,7 @@ impl<V: Value> KVWorker<V> {
             let _ = tx.send(r);
         });
         let index = self.zpull_start(key, dest, on_end)?;
-        let timeout = self.state.po.config().timeout;
+        let timeout = self.state.po.config().timing.timeout;
         rx.recv_timeout(timeout)
             .unwrap_or_else(|_| Err(self.zpull_timeout(key, index)))
     }
@@ -428,7 +432,7 @@ impl<V: Value> KVWorker<V> {
         drop(st);
         Error::Timeout(format!(
             "zero-copy pull of key {key}: no answer within {:.0} s (PS_TIMEOUT) from {}",
-            self.state.po.config().timeout.as_secs_f64(),
+            self.state.po.config().timing.timeout.as_secs_f64(),
             server.map_or_else(|| "its server".to_string(), Node::describe)
         ))
     }

@@ -221,7 +221,7 @@ fn release(po: &Postoffice, o: Outcome) {
 
 pub(in crate::postoffice) fn scheduler_tick(po: &Postoffice) {
     let Some(s) = &po.scheduler else { return };
-    let timeout = po.cfg.heartbeat_timeout;
+    let timeout = po.cfg.timing.heartbeat_timeout;
     let super::Tick { lost, failed } = s.scheduler().tick(Instant::now(), timeout);
     super::super::observe::count_missed_heartbeats(po, Instant::now());
     release_held_tables(po, Instant::now());
@@ -244,7 +244,7 @@ fn announce_lost(po: &Postoffice, lost: Vec<Declared>) -> Vec<(Declared, LossCau
     let nodes = po.nodes();
     let mut declared = Vec::new();
     for d in lost {
-        let cause = LossCause::of(&d, po.cfg.heartbeat_timeout);
+        let cause = LossCause::of(&d, po.cfg.timing.heartbeat_timeout);
         let why = cause.why().unwrap_or_default();
         let Some(node) = nodes.iter().find(|n| n.id == d.id).cloned() else {
             continue;

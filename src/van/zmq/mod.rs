@@ -65,19 +65,19 @@ impl ZmqOptions {
     /// The options of a node configured by `cfg`.
     pub fn of(cfg: &Config) -> ZmqOptions {
         ZmqOptions {
-            send_timeout: cfg.timeout,
+            send_timeout: cfg.timing.timeout,
             secret: cfg.auth.clone(),
             max_frame_bytes: cfg.bounds.max_frame_bytes(cfg.role),
             max_connections: cfg.bounds.max_connections,
             max_unauthenticated: cfg.bounds.max_unauthenticated,
-            to_be: match (cfg.role, cfg.rank_hint) {
+            to_be: match (cfg.role, cfg.node.rank_hint) {
                 (crate::wire::Role::Server, Some(r)) => vec![Node::server_id(r as usize)],
                 (crate::wire::Role::Worker, Some(r)) => vec![Node::worker_id(r as usize)],
                 (crate::wire::Role::Server, None) => {
-                    (0..cfg.num_servers).map(Node::server_id).collect()
+                    (0..cfg.cluster.num_servers).map(Node::server_id).collect()
                 }
                 (crate::wire::Role::Worker, None) => {
-                    (0..cfg.num_workers).map(Node::worker_id).collect()
+                    (0..cfg.cluster.num_workers).map(Node::worker_id).collect()
                 }
                 (crate::wire::Role::Scheduler, _) => Vec::new(),
             },
