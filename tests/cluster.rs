@@ -99,6 +99,28 @@ fn bench_every_mode_moves_and_verifies_bytes() {
     }
 }
 
+/// Checks one worker's JSON line of a bench `mode` run with 20,000 keys of 4 bytes per request
+/// and `per_round` requests in each of its 3 rounds: verified, its key and request counts, its
+/// keys per second (and memcpy's, faster) and the bytes it pushed and pulled.
+fn check_many_keys_run(r: &serde_json::Value, mode: &str, per_round: u64) {
+    assert_eq!(r["verified"], serde_json::Value::Bool(true));
+    assert_eq!(r["keys_per_request"], 20000, "{r}");
+    assert_eq!(r["requests"], 3 * per_round, "{r}");
+    let keys_per_s = r["keys_per_s"].as_f64().expect("keys_per_s");
+    let seconds = r["seconds"].as_f64().expect("seconds");
+    let want = (3 * per_round * 20000) as f64 / seconds;
+    assert!((keys_per_s - want).abs() <= want * 1e-6, "{r}");
+    assert!(r["memcpy_keys_per_s"].as_f64().expect("memcpy") > keys_per_s);
+    let pushed = r["bytes_pushed"].as_u64().expect("bytes_pushed");
+    let pulled = r["bytes_pulled"].as_u64().expect("bytes_pulled");
+    let (push, pull) = match mode {
+        "push" => (3, 0),
+        "pull" => (0, 3),
+        _ => (3, 3),
+    };
+    assert_eq!((pushed, pulled), (push * 80000, pull * 80000), "{r}");
+}
+
 #[test]
 fn bench_with_many_keys_per_request_counts_keys_and_verifies_bytes() {
     // 20,000 keys of 4 bytes in each request, over 2 servers; 3 rounds.
@@ -128,22 +150,7 @@ fn bench_with_many_keys_per_request_counts_keys_and_verifies_bytes() {
         let runs = json_lines(&o);
         assert_eq!(runs.len(), 2, "one JSON line per worker:\n{}", text(&o));
         for r in runs {
-            assert_eq!(r["verified"], serde_json::Value::Bool(true));
-            assert_eq!(r["keys_per_request"], 20000, "{r}");
-            assert_eq!(r["requests"], 3 * per_round, "{r}");
-            let keys_per_s = r["keys_per_s"].as_f64().expect("keys_per_s");
-            let seconds = r["seconds"].as_f64().expect("seconds");
-            let want = (3 * per_round * 20000) as f64 / seconds;
-            assert!((keys_per_s - want).abs() <= want * 1e-6, "{r}");
-            assert!(r["memcpy_keys_per_s"].as_f64().expect("memcpy") > keys_per_s);
-            let pushed = r["bytes_pushed"].as_u64().expect("bytes_pushed");
-            let pulled = r["bytes_pulled"].as_u64().expect("bytes_pulled");
-            let (push, pull) = match mode {
-                "push" => (3, 0),
-                "pull" => (0, 3),
-                _ => (3, 3),
-            };
-            assert_eq!((pushed, pulled), (push * 80000, pull * 80000), "{r}");
+            check_many_keys_run(&r, mode, per_round);
         }
     }
     let o = launch(
@@ -266,33 +273,34 @@ fn launcher_stops_everyone_when_a_worker_fails() {
     TcpListener::bind(("127.0.0.1", port)).expect("the scheduler is gone");
 }
 
+/// Spawns binary `name` as a node of `role` in a cluster of one server and one worker whose
+/// scheduler is at 127.0.0.1:`port`, with `args`; its stderr is piped, its stdout dropped.
+fn spawn_node(port: &str, name: &str, role: &str, args: &[&str]) -> std::process::Child {
+    Command::new(bin(name))
+        .args(args)
+        .envs([
+            ("DMLC_ROLE", role),
+            ("DMLC_PS_ROOT_URI", "127.0.0.1"),
+            ("DMLC_PS_ROOT_PORT", port),
+            ("DMLC_NUM_SERVER", "1"),
+            ("DMLC_NUM_WORKER", "1"),
+            // 25 heartbeats per timeout: the killed worker's loss is what the scheduler
+            // declares, not a busy server's (the bench keeps both cores busy).
+            ("PS_HEARTBEAT_INTERVAL", "0.2"),
+            ("PS_HEARTBEAT_TIMEOUT", "5"),
+            // The scheduler's info log says when every node registered.
+            ("PS_VERBOSE", "1"),
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn")
+}
+
 #[test]
 fn a_dead_worker_is_named_by_the_server_and_scheduler() {
     let port = pslite::free_port().expect("port").to_string();
-    let env = |role: &str| {
-        vec![
-            ("DMLC_ROLE", role.to_string()),
-            ("DMLC_PS_ROOT_URI", "127.0.0.1".into()),
-            ("DMLC_PS_ROOT_PORT", port.clone()),
-            ("DMLC_NUM_SERVER", "1".into()),
-            ("DMLC_NUM_WORKER", "1".into()),
-            // 25 heartbeats per timeout: the killed worker's loss is what the scheduler
-            // declares, not a busy server's (the bench keeps both cores busy).
-            ("PS_HEARTBEAT_INTERVAL", "0.2".into()),
-            ("PS_HEARTBEAT_TIMEOUT", "5".into()),
-            // The scheduler's info log says when every node registered.
-            ("PS_VERBOSE", "1".into()),
-        ]
-    };
-    let spawn = |name: &str, role: &str, args: &[&str]| {
-        Command::new(bin(name))
-            .args(args)
-            .envs(env(role))
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn")
-    };
+    let spawn = |name: &str, role: &str, args: &[&str]| spawn_node(&port, name, role, args);
     let mut sched = spawn("pslite-scheduler", "scheduler", &[]);
     let server = spawn("pslite-server", "server", &[]);
     let mut worker = spawn(

@@ -213,29 +213,33 @@ fn dmlc_interface_picks_the_data_interface_and_a_wrong_pick_fails() {
     assert!(worker.after < Duration::from_secs(12), "{:?}", worker.after);
 }
 
+/// Runs kv-app's worker alone on host 0 with `vars` on top of a cluster's variables
+/// (`PS_TIMEOUT=2`); asserts it failed with 1 within 10 s and returns its stderr, trimmed.
+fn misconfigured_worker(hosts: &Hosts, vars: &[(&str, &str)]) -> String {
+    let t0 = Instant::now();
+    let o = hosts
+        .command(0, env!("CARGO_BIN_EXE_pslite-worker"))
+        .arg("kv-app")
+        .env("DMLC_PS_ROOT_PORT", PORT)
+        .env("DMLC_NUM_SERVER", "1")
+        .env("DMLC_NUM_WORKER", "1")
+        .env("PS_AUTH_TOKEN", TOKEN)
+        .env("PS_TIMEOUT", "2")
+        .envs(vars.iter().copied())
+        .output()
+        .expect("the worker runs");
+    assert!(t0.elapsed() < Duration::from_secs(10), "{:?}", t0.elapsed());
+    assert_eq!(o.status.code(), Some(1));
+    String::from_utf8_lossy(&o.stderr).trim().to_string()
+}
+
 /// A misconfigured node says which variable is wrong and what it found.
 #[test]
 fn misconfigured_addresses_are_errors_naming_the_variable() {
     let Some(hosts) = Hosts::up("bad", 1, false) else {
         return;
     };
-    let run = |vars: &[(&str, &str)]| {
-        let t0 = Instant::now();
-        let o = hosts
-            .command(0, env!("CARGO_BIN_EXE_pslite-worker"))
-            .arg("kv-app")
-            .env("DMLC_PS_ROOT_PORT", PORT)
-            .env("DMLC_NUM_SERVER", "1")
-            .env("DMLC_NUM_WORKER", "1")
-            .env("PS_AUTH_TOKEN", TOKEN)
-            .env("PS_TIMEOUT", "2")
-            .envs(vars.iter().copied())
-            .output()
-            .expect("the worker runs");
-        assert!(t0.elapsed() < Duration::from_secs(10), "{:?}", t0.elapsed());
-        assert_eq!(o.status.code(), Some(1));
-        String::from_utf8_lossy(&o.stderr).trim().to_string()
-    };
+    let run = |vars: &[(&str, &str)]| misconfigured_worker(&hosts, vars);
     let mine = "lo (127.0.0.1, ::1), eth0 (198.18.0.1, fd00:18::1)";
     assert_eq!(
         run(&[
@@ -265,8 +269,7 @@ fn misconfigured_addresses_are_errors_naming_the_variable() {
         "{e}"
     );
     let out = run(&[("DMLC_PS_ROOT_URI", "198.18.0.99")]);
-    // The error is the last line; before it, the waits block (issue 16) says what was waited
-    // for.
+    // The error is the last line; before it, the waits block says what was waited for.
     assert!(
         out.contains("who waits on whom (a wait timed out: ")
             && out.contains(

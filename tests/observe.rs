@@ -246,9 +246,9 @@ fn a_stopped_server_is_named_by_the_waits_block_on_sigusr1_and_at_the_timeout() 
     );
 }
 
-/// `pslite-launch doctor` for an RDMA server under `ulimit -l 64` without CAP_IPC_LOCK.
-#[test]
-fn doctor_fails_a_low_memlock_limit_with_the_fix() {
+/// `pslite-launch doctor --role ROLE` under `ulimit -l 64` without CAP_IPC_LOCK, for a cluster
+/// of one server and two workers whose scheduler (127.0.0.1:9) never runs, with `env` on top.
+fn doctor_under_64_kib_memlock(role: &str, env: &[(&str, &str)]) -> std::process::Output {
     // Root has CAP_IPC_LOCK, which lifts the limit: dropped (util-linux's setpriv). Others
     // have no such capability to drop (and may not change the bounding set).
     // SAFETY: geteuid has no preconditions.
@@ -258,25 +258,24 @@ fn doctor_fails_a_low_memlock_limit_with_the_fix() {
         ""
     };
     let script = format!(
-        "ulimit -l 64 && exec {drop_cap} {} doctor --role server",
+        "ulimit -l 64 && exec {drop_cap} {} doctor --role {role}",
         env!("CARGO_BIN_EXE_pslite-launch")
     );
-    // Doctor as `role`, its scheduler never running, with `env` on top.
-    let doctor = |role: &str, env: &[(&str, &str)]| {
-        std::process::Command::new("bash")
-            .args([
-                "-c",
-                &script.replace("--role server", &format!("--role {role}")),
-            ])
-            .env("DMLC_PS_ROOT_URI", "127.0.0.1")
-            .env("DMLC_PS_ROOT_PORT", "9")
-            .env("DMLC_NUM_SERVER", "1")
-            .env("DMLC_NUM_WORKER", "2")
-            .envs(env.iter().copied())
-            .output()
-            .expect("bash runs")
-    };
-    let out = doctor(
+    std::process::Command::new("bash")
+        .args(["-c", &script])
+        .env("DMLC_PS_ROOT_URI", "127.0.0.1")
+        .env("DMLC_PS_ROOT_PORT", "9")
+        .env("DMLC_NUM_SERVER", "1")
+        .env("DMLC_NUM_WORKER", "2")
+        .envs(env.iter().copied())
+        .output()
+        .expect("bash runs")
+}
+
+/// `pslite-launch doctor` for an RDMA server under `ulimit -l 64` without CAP_IPC_LOCK.
+#[test]
+fn doctor_fails_a_low_memlock_limit_with_the_fix() {
+    let out = doctor_under_64_kib_memlock(
         "server",
         &[
             ("DMLC_PS_VAN_TYPE", "rdma"),
@@ -300,7 +299,7 @@ fn doctor_fails_a_low_memlock_limit_with_the_fix() {
     );
 
     // Without the RDMA van the same limit is fine.
-    let ok = doctor("worker", &[("DMLC_PS_VAN_TYPE", "zmq")]);
+    let ok = doctor_under_64_kib_memlock("worker", &[("DMLC_PS_VAN_TYPE", "zmq")]);
     let text = String::from_utf8_lossy(&ok.stdout);
     assert_eq!(ok.status.code(), Some(0), "{text}");
     assert!(text.contains("ok   memlock: 65536 bytes"), "{text}");

@@ -332,6 +332,14 @@ fn lr_reaches_the_undisturbed_accuracy_after_a_server_and_a_worker_are_killed_an
     );
 }
 
+/// `pslite-launch inspect DIR`, run to its end.
+fn inspect(dir: &str) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_pslite-launch"))
+        .args(["inspect", dir])
+        .output()
+        .expect("inspect runs")
+}
+
 #[test]
 fn inspect_prints_the_keys_and_values_a_server_would_restore() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
@@ -356,10 +364,7 @@ fn inspect_prints_the_keys_and_values_a_server_would_restore() {
     );
     let (code, out) = l.finish(Duration::from_secs(120));
     assert_eq!(code, Some(0), "{out}");
-    let o = std::process::Command::new(env!("CARGO_BIN_EXE_pslite-launch"))
-        .args(["inspect", &cp])
-        .output()
-        .expect("inspect runs");
+    let o = inspect(&cp);
     let report = String::from_utf8_lossy(&o.stdout);
     assert!(
         o.status.success(),
@@ -389,10 +394,7 @@ fn inspect_prints_the_keys_and_values_a_server_would_restore() {
         report.contains("  50 keys, 50 values, lengths 1..=1\n"),
         "{report}"
     );
-    let missing = std::process::Command::new(env!("CARGO_BIN_EXE_pslite-launch"))
-        .args(["inspect", "/nonexistent-pslite-dir"])
-        .output()
-        .expect("inspect runs");
+    let missing = inspect("/nonexistent-pslite-dir");
     assert_eq!(missing.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&missing.stderr)
         .contains("pslite-launch: error: /nonexistent-pslite-dir: cannot list"));

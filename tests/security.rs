@@ -4,10 +4,11 @@
 
 mod common;
 
-use common::attack::{attack, terminate};
+use common::attack::{attack, dealer, port_of, terminate};
 use common::launched::{without_info, Launched};
-use pslite::auth::{Identity, Token};
+use pslite::auth::{Identity, NodeKey, Secret, Token};
 use pslite::wire::SCHEDULER;
+use std::collections::HashMap;
 use std::process::Command as Process;
 use std::time::Duration;
 
@@ -56,21 +57,7 @@ fn strangers_cannot_push_release_a_barrier_or_register() {
     let other = Token::new("another cluster's token, 0123456789").expect("token");
     // Registrations as a server while the real ones start: none may take a server's place.
     run.wait_line("started scheduler");
-    let node = pslite::wire::Node {
-        role: pslite::Role::Server,
-        id: -1,
-        host: "127.0.0.1".into(),
-        port: 9,
-        requested_rank: None,
-    };
-    let mut add = pslite::wire::Message::new(pslite::wire::Meta {
-        sender: -1,
-        request: true,
-        ..pslite::wire::Meta::for_control(SCHEDULER, pslite::wire::ControlMsg::AddNode { node })
-    });
-    let add = pslite::wire::encode_meta(&mut add)
-        .expect("encode")
-        .to_vec();
+    let add = common::attack::add_server(-1, None);
     attack(port, None, &add, 20);
     attack(
         port,
@@ -78,43 +65,10 @@ fn strangers_cannot_push_release_a_barrier_or_register() {
         &add,
         20,
     );
-    let server = |who: &str| {
-        let line = run.wait_line(&format!("{who} started: "));
-        common::attack::port_of(&line, who)
-    };
+    let server = |who: &str| port_of(&run.wait_line(&format!("{who} started: ")), who);
     let (s0, s1) = (server("(id 8)"), server("(id 10)"));
     run.wait_line("worker rank 1 (id 11) started: ");
-    // +1e6 into 10 of kv-app's keys on server 0, as worker 0; a barrier release to server 1.
-    let step = u64::MAX / 10000;
-    let keys: Vec<u64> = (0..10).map(|i| i * step).collect();
-    let vals: Vec<u8> = (0..10).flat_map(|_| 1e6f32.to_le_bytes()).collect();
-    let push = common::attack::push_frames(9, 8, 0, pslite::DType::F32, &keys, vals);
-    let release = {
-        let mut m = pslite::wire::Message::new(pslite::wire::Meta::for_control(
-            10,
-            pslite::wire::ControlMsg::Released {
-                group: pslite::postoffice::ALL_GROUP,
-                failure: None,
-            },
-        ));
-        m.meta.sender = SCHEDULER;
-        pslite::wire::encode_meta(&mut m).expect("encode").to_vec()
-    };
-    let ctx = zmq::Context::new();
-    for credential in [None, Some(other.credential(Identity::Node(9), 8))] {
-        let to_s0 = common::attack::dealer(&ctx, s0, credential.clone());
-        for _ in 0..5 {
-            to_s0.send_multipart(push.iter(), zmq::DONTWAIT).ok();
-        }
-        let to_s1 = common::attack::dealer(
-            &ctx,
-            s1,
-            credential.map(|_| other.credential(Identity::Node(SCHEDULER), 10)),
-        );
-        for _ in 0..5 {
-            to_s1.send(release.as_slice(), zmq::DONTWAIT).ok();
-        }
-    }
+    common::attack::forge_a_push_and_a_release(&other, s0, s1);
     std::thread::sleep(Duration::from_millis(500));
     run.assert_still_running();
     // Had the push been applied, both workers would count 10 errors; had the release been
@@ -168,34 +122,6 @@ fn a_member_cannot_speak_for_another_node() {
     );
 }
 
-/// NODE_REPLACED telling `to` that server rank 0 (id 8) now listens at 127.0.0.1:`port`, as
-/// the scheduler would send it.
-fn node_replaced(to: i32, port: u16) -> Vec<u8> {
-    node_replaced_from(SCHEDULER, to, port)
-}
-
-/// [`node_replaced`], written as if `sender` sent it.
-fn node_replaced_from(sender: i32, to: i32, port: u16) -> Vec<u8> {
-    use pslite::wire::{encode_meta, ControlMsg, Message, Meta, Node, Role};
-    let mut msg = Message::new(Meta {
-        sender,
-        ..Meta::for_control(
-            to,
-            ControlMsg::NodeReplaced {
-                node: Node {
-                    role: Role::Server,
-                    id: 8,
-                    host: "127.0.0.1".into(),
-                    port,
-                    requested_rank: None,
-                },
-                incarnation: 0,
-            },
-        )
-    });
-    encode_meta(&mut msg).expect("encode").to_vec()
-}
-
 #[test]
 fn a_member_cannot_move_a_server_with_a_forged_node_replaced() {
     // The token's holder proves to be the scheduler (a member holding only its key cannot:
@@ -205,7 +131,7 @@ fn a_member_cannot_move_a_server_with_a_forged_node_replaced() {
     let port = pslite::free_port().expect("port");
     let sink = pslite::free_port().expect("port");
     let run = Launched::kv_app_s2w2(port, 2000, &[("PS_AUTH_TOKEN", TOKEN), ("PS_VERBOSE", "1")]);
-    let worker = common::attack::port_of(
+    let worker = port_of(
         &run.wait_line("worker rank 0 (id 9) started: "),
         "worker rank 0 (id 9)",
     );
@@ -214,7 +140,7 @@ fn a_member_cannot_move_a_server_with_a_forged_node_replaced() {
     attack(
         worker,
         Some(token.credential(Identity::Node(SCHEDULER), 9)),
-        &node_replaced(9, sink),
+        &common::attack::node_replaced(SCHEDULER, 9, sink),
         3,
     );
     run.assert_still_running();
@@ -350,16 +276,54 @@ fn po_barrier(c: &common::Cluster) {
     }
 }
 
-/// A heartbeat request to the scheduler, written as if `sender` sent it.
-fn heartbeat(sender: i32) -> Vec<u8> {
-    let mut msg = pslite::wire::Message::new(pslite::wire::Meta {
-        sender,
-        request: true,
-        ..pslite::wire::Meta::for_control(SCHEDULER, pslite::wire::ControlMsg::Heartbeat)
-    });
-    pslite::wire::encode_meta(&mut msg)
-        .expect("encode")
-        .to_vec()
+/// Starts `exe` with `args` as the node of rank `rank` in a cluster of one server and two
+/// workers whose scheduler is at 127.0.0.1:`port`, with a 5 s heartbeat timeout and 25
+/// heartbeats in it. Only the scheduler's log is kept (at info, for its registration line).
+fn start_node(port: &str, exe: &str, args: &[&str], rank: &str) -> std::process::Child {
+    let scheduler = exe.ends_with("pslite-scheduler");
+    let err = || match scheduler {
+        true => std::process::Stdio::piped(),
+        false => std::process::Stdio::null(),
+    };
+    Process::new(exe)
+        .args(args)
+        .envs([
+            ("DMLC_PS_ROOT_URI", "127.0.0.1"),
+            ("DMLC_PS_ROOT_PORT", port),
+            ("DMLC_NUM_SERVER", "1"),
+            ("DMLC_NUM_WORKER", "2"),
+            ("PS_TIMEOUT", "30"),
+            ("PS_HEARTBEAT_TIMEOUT", "5"),
+            ("PS_HEARTBEAT_INTERVAL", "0.2"),
+            ("PS_VERBOSE", if scheduler { "1" } else { "0" }),
+            ("PS_AUTH_TOKEN", TOKEN),
+            ("PSLITE_RANK", rank),
+        ])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(err())
+        .spawn()
+        .expect("spawn")
+}
+
+/// Connections to the scheduler at 127.0.0.1:`port` that forge heartbeats: a stranger's,
+/// another cluster's node 11's, and a member's that proves to be worker 0.
+fn heartbeat_forgers(ctx: &zmq::Context, port: u16) -> [zmq::Socket; 3] {
+    let other = Token::new("another cluster's token, 0123456789").expect("token");
+    let member = Token::new(TOKEN).expect("token");
+    [
+        dealer(ctx, port, None),
+        dealer(
+            ctx,
+            port,
+            Some(other.credential(Identity::Node(11), SCHEDULER)),
+        ),
+        dealer(
+            ctx,
+            port,
+            Some(member.credential(Identity::Node(9), SCHEDULER)),
+        ),
+    ]
 }
 
 #[test]
@@ -368,33 +332,7 @@ fn forged_heartbeats_do_not_keep_a_killed_worker_alive() {
     // a server and two workers running kv-app, with a 5 s heartbeat timeout and 25 heartbeats
     // in it, so that the killed worker is the one the scheduler loses, not a busy node.
     let port = pslite::free_port().expect("port").to_string();
-    // Only the scheduler's log is read (at info, for its registration line).
-    let start = |exe: &str, args: &[&str], rank: &str| {
-        let scheduler = exe.ends_with("pslite-scheduler");
-        let err = || match scheduler {
-            true => std::process::Stdio::piped(),
-            false => std::process::Stdio::null(),
-        };
-        Process::new(exe)
-            .args(args)
-            .envs([
-                ("DMLC_PS_ROOT_URI", "127.0.0.1"),
-                ("DMLC_PS_ROOT_PORT", port.as_str()),
-                ("DMLC_NUM_SERVER", "1"),
-                ("DMLC_NUM_WORKER", "2"),
-                ("PS_TIMEOUT", "30"),
-                ("PS_HEARTBEAT_TIMEOUT", "5"),
-                ("PS_HEARTBEAT_INTERVAL", "0.2"),
-                ("PS_VERBOSE", if scheduler { "1" } else { "0" }),
-                ("PS_AUTH_TOKEN", TOKEN),
-                ("PSLITE_RANK", rank),
-            ])
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::null())
-            .stderr(err())
-            .spawn()
-            .expect("spawn")
-    };
+    let start = |exe: &str, args: &[&str], rank: &str| start_node(&port, exe, args, rank);
     let mut scheduler = start(env!("CARGO_BIN_EXE_pslite-scheduler"), &[], "0");
     let mut others = vec![start(env!("CARGO_BIN_EXE_pslite-server"), &[], "0")];
     let kv_app = ["kv-app", "--repeat", "100000"];
@@ -407,31 +345,16 @@ fn forged_heartbeats_do_not_keep_a_killed_worker_alive() {
     std::thread::sleep(Duration::from_millis(500));
     others[2].kill().expect("kill worker rank 1");
     let t0 = std::time::Instant::now();
-    // Worker 1's heartbeats, every 100 ms until the scheduler gives up on it (at most 20 s):
-    // from a stranger, from another cluster's node 11, and from a member that proves to be
-    // worker 0. Had one been taken, the scheduler would wait as long as they come.
-    let other = Token::new("another cluster's token, 0123456789").expect("token");
-    let member = Token::new(TOKEN).expect("token");
+    // Worker 1's heartbeats, every 100 ms until the scheduler gives up on it (at most 20 s),
+    // from each forger. Had one been taken, the scheduler would wait as long as they come.
     let ctx = zmq::Context::new();
-    let forgers = [
-        common::attack::dealer(&ctx, port.parse().expect("port"), None),
-        common::attack::dealer(
-            &ctx,
-            port.parse().expect("port"),
-            Some(other.credential(Identity::Node(11), SCHEDULER)),
-        ),
-        common::attack::dealer(
-            &ctx,
-            port.parse().expect("port"),
-            Some(member.credential(Identity::Node(9), SCHEDULER)),
-        ),
-    ];
+    let forgers = heartbeat_forgers(&ctx, port.parse().expect("port"));
     while t0.elapsed() < Duration::from_secs(20) {
         if scheduler.try_wait().expect("try_wait").is_some() {
             break;
         }
         for f in &forgers {
-            f.send(heartbeat(11), zmq::DONTWAIT).ok();
+            f.send(common::attack::heartbeat(11), zmq::DONTWAIT).ok();
         }
         std::thread::sleep(Duration::from_millis(100));
     }
@@ -474,21 +397,14 @@ fn pslite_launch_gives_servers_and_workers_their_key_and_not_the_token() {
     assert!(!text.contains(TOKEN), "{text}");
 }
 
-#[test]
-fn a_member_holding_worker_0s_key_speaks_as_no_one_else() {
-    use pslite::auth::{NodeKey, Secret};
-    use pslite::wire::{encode_meta, ControlMsg, Message, Meta, Node, Role};
-    let port = pslite::free_port().expect("free port");
-    let run = Launched::kv_app_s2w2(port, 2000, &[("PS_AUTH_TOKEN", TOKEN), ("PS_VERBOSE", "1")]);
-    let s0 = common::attack::port_of(&run.wait_line("server rank 0 (id 8) started: "), "(id 8)");
-    let s1 = common::attack::port_of(&run.wait_line("server rank 1 (id 10) started: "), "(id 10)");
-    run.wait_line("worker rank 1 (id 11) started: ");
-    // What a hostile worker 0 holds: its key (PS_AUTH_NODE_KEY) and the credentials the
-    // scheduler's table gave it for the servers.
+/// What a hostile worker 0 holds: its key (PS_AUTH_NODE_KEY), that key as its secret, and the
+/// credentials the scheduler's table gave it for the servers; checked to give no credential
+/// as the scheduler or as worker 1.
+fn worker_0s_holdings() -> (NodeKey, Secret, HashMap<i32, String>) {
     let token = Token::new(TOKEN).expect("token");
     let key = NodeKey::from_hex(9, &token.node_key(9).to_hex()).expect("key");
     let member = Secret::Key(key.clone());
-    let reach: std::collections::HashMap<i32, String> = [8, 10]
+    let reach: HashMap<i32, String> = [8, 10]
         .map(|s| (s, token.credential(Identity::Node(9), s).1))
         .into();
     for (who, to) in [(SCHEDULER, 8), (11, 8)] {
@@ -497,29 +413,31 @@ fn a_member_holding_worker_0s_key_speaks_as_no_one_else() {
             .expect_err("not its own identity");
         assert!(e.contains("holds the key of node:9 only"), "{e}");
     }
+    (key, member, reach)
+}
+
+#[test]
+fn a_member_holding_worker_0s_key_speaks_as_no_one_else() {
+    let port = pslite::free_port().expect("free port");
+    let run = Launched::kv_app_s2w2(port, 2000, &[("PS_AUTH_TOKEN", TOKEN), ("PS_VERBOSE", "1")]);
+    let s0 = port_of(&run.wait_line("server rank 0 (id 8) started: "), "(id 8)");
+    let s1 = port_of(&run.wait_line("server rank 1 (id 10) started: "), "(id 10)");
+    run.wait_line("worker rank 1 (id 11) started: ");
+    let (key, member, reach) = worker_0s_holdings();
     let ctx = zmq::Context::new();
     let as_itself = |port, to| {
         let c = member
             .credential(Identity::Node(9), to, &reach)
             .expect("its own");
-        common::attack::dealer(&ctx, port, Some(c))
+        dealer(&ctx, port, Some(c))
     };
-    // What it can compute, offered as the scheduler to server 0 and as worker 1 to server 1.
-    let forged = [
-        common::attack::dealer(
-            &ctx,
-            s0,
-            Some(("node:1".into(), key.password_to_scheduler())),
-        ),
-        common::attack::dealer(&ctx, s1, Some(("node:11".into(), key.password_from(11)))),
-    ];
-    for f in &forged {
-        f.send(terminate(SCHEDULER), zmq::DONTWAIT).ok();
-    }
+    let forged = common::attack::offer_worker_0s_key_as_others(&ctx, &key, s0, s1);
     // As itself: a NODE_REPLACED and a TERMINATE to server 0, a push as worker 1 there; a
     // TERMINATE to the scheduler.
     let to_s0 = as_itself(s0, 8);
-    to_s0.send(node_replaced_from(9, 8, 9), 0).expect("send");
+    to_s0
+        .send(common::attack::node_replaced(9, 8, 9), 0)
+        .expect("send");
     to_s0.send(terminate(9), 0).expect("send");
     let push = common::attack::push_frames(11, 8, 0, pslite::DType::F32, &[0], vec![0; 4]);
     to_s0.send_multipart(push.iter(), 0).expect("send");
@@ -528,25 +446,8 @@ fn a_member_holding_worker_0s_key_speaks_as_no_one_else() {
     // A registration as server rank 0 that names itself as the sender (a registration over
     // its connection without one is refused too: auth::admit's unit test; the warnings are
     // one per address and identity every 10 s).
-    let mut add = Message::new(Meta {
-        sender: 9,
-        request: true,
-        ..Meta::for_control(
-            SCHEDULER,
-            ControlMsg::AddNode {
-                node: Node {
-                    role: Role::Server,
-                    id: -1,
-                    host: "127.0.0.1".into(),
-                    port: 9,
-                    requested_rank: Some(0),
-                },
-            },
-        )
-    });
-    to_scheduler
-        .send(encode_meta(&mut add).expect("encode"), 0)
-        .expect("send");
+    let add = common::attack::add_server(9, Some(0));
+    to_scheduler.send(add, 0).expect("send");
     std::thread::sleep(Duration::from_millis(500));
     run.assert_still_running();
     drop((forged, to_s0, to_scheduler));

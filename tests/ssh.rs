@@ -48,36 +48,7 @@ impl Sshd {
                 .arg(dir.join(key)));
         }
         std::fs::copy(dir.join("id.pub"), dir.join("authorized_keys")).expect("copy key");
-        let mut daemons = Vec::new();
-        for i in [1, 2] {
-            let conf = dir.join(format!("sshd{i}.conf"));
-            let text = format!(
-                "ListenAddress {}\nPort 22\nHostKey {d}/hostkey\nAuthorizedKeysFile {d}/authorized_keys\n\
-                 PermitRootLogin prohibit-password\nPasswordAuthentication no\nKbdInteractiveAuthentication no\n\
-                 UsePAM no\nStrictModes no\nPidFile none\n",
-                Hosts::v4(i),
-                d = dir.display()
-            );
-            std::fs::write(&conf, text).expect("sshd config");
-            // The remote shells must not run this machine's ~/.bashrc (bash sources it under
-            // sshd): here it runs `pyenv init`, whose lock, left behind by a session killed in
-            // the middle, made every later session hang. sshd gets a mount namespace where the
-            // file is empty.
-            let script = format!(
-                "home=$(getent passwd root | cut -d: -f6); \
-                 [ -f \"$home/.bashrc\" ] && mount --bind /dev/null \"$home/.bashrc\"; \
-                 exec ip netns exec {} /usr/sbin/sshd -D -e -f {}",
-                hosts.ns(i),
-                conf.display()
-            );
-            let child = Command::new("unshare")
-                .args(["-m", "--propagation", "private", "sh", "-c", &script])
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("sshd starts");
-            daemons.push(child);
-        }
+        let daemons = [1, 2].map(|i| Sshd::daemon(&hosts, &dir, i)).into();
         std::fs::write(
             dir.join("hosts"),
             format!("# test hosts\n{}\nroot@{}\n", Hosts::v4(1), Hosts::v4(2)),
@@ -98,6 +69,37 @@ impl Sshd {
             std::thread::sleep(Duration::from_millis(200));
         }
         Some(me)
+    }
+
+    /// sshd on host `i` (1 or 2), listening on port 22 of its IPv4 address, with the host key
+    /// and authorized keys in `dir`.
+    fn daemon(hosts: &Hosts, dir: &Path, i: usize) -> Child {
+        let conf = dir.join(format!("sshd{i}.conf"));
+        let text = format!(
+            "ListenAddress {}\nPort 22\nHostKey {d}/hostkey\nAuthorizedKeysFile {d}/authorized_keys\n\
+             PermitRootLogin prohibit-password\nPasswordAuthentication no\nKbdInteractiveAuthentication no\n\
+             UsePAM no\nStrictModes no\nPidFile none\n",
+            Hosts::v4(i),
+            d = dir.display()
+        );
+        std::fs::write(&conf, text).expect("sshd config");
+        // The remote shells must not run this machine's ~/.bashrc (bash sources it under
+        // sshd): here it runs `pyenv init`, whose lock, left behind by a session killed in
+        // the middle, made every later session hang. sshd gets a mount namespace where the
+        // file is empty.
+        let script = format!(
+            "home=$(getent passwd root | cut -d: -f6); \
+             [ -f \"$home/.bashrc\" ] && mount --bind /dev/null \"$home/.bashrc\"; \
+             exec ip netns exec {} /usr/sbin/sshd -D -e -f {}",
+            hosts.ns(i),
+            conf.display()
+        );
+        Command::new("unshare")
+            .args(["-m", "--propagation", "private", "sh", "-c", &script])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("sshd starts")
     }
 
     fn ssh(&self) -> String {

@@ -152,14 +152,25 @@ fn digest(out: &str) -> String {
         .to_string()
 }
 
-#[test]
-fn a_table_server_killed_and_replaced_ends_with_the_undisturbed_table_bit_for_bit() {
-    use common::launched::Launched;
+/// The launcher's arguments for `table` on one server and one worker, 600 rounds of 2000 keys
+/// of 30000 with Adam, admission and eviction under a 1 MiB budget, printing its digest; with
+/// `extra` launcher options before the command.
+fn table_job<'a>(extra: &[&'a str]) -> Vec<&'a str> {
     // Admission, eviction under a budget and Adam's per-row steps: every piece of state must
     // come back from the checkpoint (snapshot and log) for the digests to agree.
     let table =
         "app=0,dim=8,init=normal:0:0.01,opt=adam:lr=0.01,admit=count:2:width=4096,budget=1MiB";
-    let app = [
+    let mut args = vec![
+        "--servers",
+        "1",
+        "--workers",
+        "1",
+        "--no-metrics",
+        "--table",
+        table,
+    ];
+    args.extend_from_slice(extra);
+    args.extend([
         "--",
         "table",
         "--dim",
@@ -173,18 +184,15 @@ fn a_table_server_killed_and_replaced_ends_with_the_undisturbed_table_bit_for_bi
         "--digest",
         "--progress",
         "50",
-    ];
-    let mut plain = vec![
-        "--servers",
-        "1",
-        "--workers",
-        "1",
-        "--no-metrics",
-        "--table",
-        table,
-    ];
-    plain.extend(app);
-    let (code, out) = Launched::start(&plain, &[]).finish(std::time::Duration::from_secs(120));
+    ]);
+    args
+}
+
+#[test]
+fn a_table_server_killed_and_replaced_ends_with_the_undisturbed_table_bit_for_bit() {
+    use common::launched::Launched;
+    let (code, out) =
+        Launched::start(&table_job(&[]), &[]).finish(std::time::Duration::from_secs(120));
     assert_eq!(code, Some(0), "{out}");
     let undisturbed = digest(&out);
     assert!(out.contains("600 rounds"), "{out}");
@@ -192,20 +200,7 @@ fn a_table_server_killed_and_replaced_ends_with_the_undisturbed_table_bit_for_bi
     let dir = std::env::temp_dir().join(format!("pslite-table-kill-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let cp = dir.display().to_string();
-    let mut killed = vec![
-        "--servers",
-        "1",
-        "--workers",
-        "1",
-        "--no-metrics",
-        "--table",
-        table,
-        "--restart",
-        "1",
-        "--checkpoint-dir",
-        &cp,
-    ];
-    killed.extend(app);
+    let killed = table_job(&["--restart", "1", "--checkpoint-dir", &cp]);
     let l = Launched::start(&killed, &[]);
     l.wait_line("worker 0: round 200");
     l.kill("server 0");

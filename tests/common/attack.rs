@@ -1,7 +1,8 @@
-//! Helpers for issue 14's attack tests: a stock ZMQ client that sends what a node would not,
+//! Helpers for the attack tests: a stock ZMQ client that sends what a node would not,
 //! and what the attacked process holds in memory.
 
-use pslite::wire::{encode_meta, ControlMsg, Message, Meta, SCHEDULER};
+use pslite::auth::{Identity, NodeKey, Token};
+use pslite::wire::{encode_meta, ControlMsg, Message, Meta, Node, Role, SCHEDULER};
 use std::time::Duration;
 
 /// A TERMINATE for the scheduler, written as if `sender` sent it.
@@ -9,6 +10,69 @@ pub fn terminate(sender: i32) -> Vec<u8> {
     let mut msg = Message::new(Meta {
         sender,
         ..Meta::for_control(SCHEDULER, ControlMsg::Terminate)
+    });
+    encode_meta(&mut msg).expect("encode").to_vec()
+}
+
+/// A registration request to the scheduler as a server at 127.0.0.1:9 asking for
+/// `requested_rank`, written as if `sender` sent it (-1: a node that has no id yet).
+pub fn add_server(sender: i32, requested_rank: Option<u32>) -> Vec<u8> {
+    let node = Node {
+        role: Role::Server,
+        id: -1,
+        host: "127.0.0.1".into(),
+        port: 9,
+        requested_rank,
+    };
+    let mut msg = Message::new(Meta {
+        sender,
+        request: true,
+        ..Meta::for_control(SCHEDULER, ControlMsg::AddNode { node })
+    });
+    encode_meta(&mut msg).expect("encode").to_vec()
+}
+
+/// The scheduler's release of a barrier of all nodes, sent to node `to`.
+pub fn release_all(to: i32) -> Vec<u8> {
+    let mut msg = Message::new(Meta::for_control(
+        to,
+        ControlMsg::Released {
+            group: pslite::postoffice::ALL_GROUP,
+            failure: None,
+        },
+    ));
+    msg.meta.sender = SCHEDULER;
+    encode_meta(&mut msg).expect("encode").to_vec()
+}
+
+/// A heartbeat request to the scheduler, written as if `sender` sent it.
+pub fn heartbeat(sender: i32) -> Vec<u8> {
+    let mut msg = Message::new(Meta {
+        sender,
+        request: true,
+        ..Meta::for_control(SCHEDULER, ControlMsg::Heartbeat)
+    });
+    encode_meta(&mut msg).expect("encode").to_vec()
+}
+
+/// NODE_REPLACED telling `to` that server rank 0 (id 8) now listens at 127.0.0.1:`port`,
+/// written as if `sender` sent it.
+pub fn node_replaced(sender: i32, to: i32, port: u16) -> Vec<u8> {
+    let mut msg = Message::new(Meta {
+        sender,
+        ..Meta::for_control(
+            to,
+            ControlMsg::NodeReplaced {
+                node: Node {
+                    role: Role::Server,
+                    id: 8,
+                    host: "127.0.0.1".into(),
+                    port,
+                    requested_rank: None,
+                },
+                incarnation: 0,
+            },
+        )
     });
     encode_meta(&mut msg).expect("encode").to_vec()
 }
@@ -96,4 +160,53 @@ pub fn push_frames(
     let mut frames = vec![head];
     frames.extend(msg.data.iter().map(|f| f.to_vec()));
     frames
+}
+
+/// Pushes +1e6 into 10 of kv-app's keys on server 0 (listening at `s0`), as worker 0, and
+/// releases a barrier of all nodes on server 1 (at `s1`), as the scheduler: five times each
+/// without a credential, then five times with `other`'s (another cluster's token).
+pub fn forge_a_push_and_a_release(other: &Token, s0: u16, s1: u16) {
+    let step = u64::MAX / 10000;
+    let keys: Vec<u64> = (0..10).map(|i| i * step).collect();
+    let vals: Vec<u8> = (0..10).flat_map(|_| 1e6f32.to_le_bytes()).collect();
+    let push = push_frames(9, 8, 0, pslite::DType::F32, &keys, vals);
+    let release = release_all(10);
+    let ctx = zmq::Context::new();
+    for credential in [None, Some(other.credential(Identity::Node(9), 8))] {
+        let to_s0 = dealer(&ctx, s0, credential.clone());
+        for _ in 0..5 {
+            to_s0.send_multipart(push.iter(), zmq::DONTWAIT).ok();
+        }
+        let to_s1 = dealer(
+            &ctx,
+            s1,
+            credential.map(|_| other.credential(Identity::Node(SCHEDULER), 10)),
+        );
+        for _ in 0..5 {
+            to_s1.send(release.as_slice(), zmq::DONTWAIT).ok();
+        }
+    }
+}
+
+/// What a member holding worker 0's key can compute for other identities, offered as the
+/// scheduler to server 0 (at `s0`) and as worker 1 to server 1 (at `s1`), each with a
+/// TERMINATE; the connections are returned open.
+pub fn offer_worker_0s_key_as_others(
+    ctx: &zmq::Context,
+    key: &NodeKey,
+    s0: u16,
+    s1: u16,
+) -> [zmq::Socket; 2] {
+    let forged = [
+        dealer(
+            ctx,
+            s0,
+            Some(("node:1".into(), key.password_to_scheduler())),
+        ),
+        dealer(ctx, s1, Some(("node:11".into(), key.password_from(11)))),
+    ];
+    for f in &forged {
+        f.send(terminate(SCHEDULER), zmq::DONTWAIT).ok();
+    }
+    forged
 }

@@ -265,10 +265,11 @@ fn a_lost_server_is_awaited_and_a_replacement_takes_its_id_and_barrier_place() {
     );
 }
 
-#[test]
-fn a_lost_worker_is_replaced_with_its_rank_and_the_barriers_it_passed() {
+/// The scheduler of [`two_servers_one_worker`] (30 s to replace a lost node) where worker 9
+/// passed the start-up barrier and two worker barriers, waits at a barrier with the servers,
+/// and is lost at `t0` + 11 s, when the servers last beat at `t0` + 10 s.
+fn a_worker_lost_at_a_barrier(t0: Instant) -> Scheduler {
     let sec = Duration::from_secs(1);
-    let t0 = Instant::now();
     let mut s = two_servers_one_worker(30 * sec, t0);
     for id in [SCHEDULER, 8, 10, 9] {
         s.barrier(id, 7, None, t0);
@@ -288,6 +289,14 @@ fn a_lost_worker_is_replaced_with_its_rank_and_the_barriers_it_passed() {
     let Tick { lost, failed } = s.tick(t0 + 11 * sec, 10 * sec);
     assert_eq!(lost, vec![silent(9, 11 * sec, Some(30 * sec))]);
     assert!(failed.is_empty(), "awaited");
+    s
+}
+
+#[test]
+fn a_lost_worker_is_replaced_with_its_rank_and_the_barriers_it_passed() {
+    let sec = Duration::from_secs(1);
+    let t0 = Instant::now();
+    let mut s = a_worker_lost_at_a_barrier(t0);
     let Admission::Replaced {
         node: n, inherited, ..
     } = s.add_node(node(Role::Worker, 7, None), t0 + 12 * sec)

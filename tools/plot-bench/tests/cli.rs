@@ -41,33 +41,16 @@ fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
-#[test]
-fn draws_both_svgs_with_titles_axes_and_legends() {
-    let dir = TempDir::new("draw");
-    let out = dir.0.join("plots"); // not there yet: created
-    let o = plot(&fixture(), &out);
-    let (stdout, stderr) = (text(&o.stdout), text(&o.stderr));
-    assert!(o.status.success(), "stdout: {stdout}\nstderr: {stderr}");
-    assert_eq!(stdout.lines().count(), 1, "one summary line: {stdout}");
-    assert!(
-        stdout.contains("20 records read (1 with keys_per_request left out)")
-            && stdout.contains("5 series over 4 sizes, 9 latency curves")
-            && stdout.contains("goodput-vs-len.svg")
-            && stdout.contains("latency-cdf.svg"),
-        "{stdout}"
-    );
+/// The SVG `name` drawn into `out`, checked to be one.
+fn svg(out: &Path, name: &str) -> String {
+    let s = std::fs::read_to_string(out.join(name)).expect(name);
+    assert!(s.starts_with("<svg"), "{name} is an SVG");
+    s
+}
 
-    let svg = |name: &str| {
-        let s = std::fs::read_to_string(out.join(name)).expect(name);
-        assert!(s.starts_with("<svg"), "{name} is an SVG");
-        s
-    };
-    let table = std::fs::read_to_string(out.join("medians.md")).expect("medians.md");
-    assert!(
-        table.starts_with("| median goodput, Gbit/s (runs) |") && table.lines().count() == 2 + 5,
-        "a header, a rule and a row per series:\n{table}"
-    );
-    let g = svg("goodput-vs-len.svg");
+/// Checks goodput-vs-len.svg of tests/sample.jsonl: its title, axes, a label per series and
+/// the legend's note, the size and log goodput ticks, lines and dots.
+fn check_goodput_vs_len(g: &str) {
     for want in [
         ">\npslite-rs bench: goodput vs value size\n<",
         ">\nvalue size (bytes per value, log scale)\n<",
@@ -91,8 +74,11 @@ fn draws_both_svgs_with_titles_axes_and_legends() {
         assert!(g.contains(want), "goodput-vs-len.svg lacks {want:?}");
     }
     assert!(!g.contains(">\nzmq pull\n<"), "zmq pull is split by place");
+}
 
-    let c = svg("latency-cdf.svg");
+/// Checks latency-cdf.svg of tests/sample.jsonl: its title, axes, a label per curve, the
+/// fraction ticks and the curves.
+fn check_latency_cdf(c: &str) {
     for want in [
         ">\npslite-rs bench: request latency CDF\n<",
         ">\nrequest latency (ms, log scale)\n<",
@@ -108,6 +94,31 @@ fn draws_both_svgs_with_titles_axes_and_legends() {
     ] {
         assert!(c.contains(want), "latency-cdf.svg lacks {want:?}");
     }
+}
+
+#[test]
+fn draws_both_svgs_with_titles_axes_and_legends() {
+    let dir = TempDir::new("draw");
+    let out = dir.0.join("plots"); // not there yet: created
+    let o = plot(&fixture(), &out);
+    let (stdout, stderr) = (text(&o.stdout), text(&o.stderr));
+    assert!(o.status.success(), "stdout: {stdout}\nstderr: {stderr}");
+    assert_eq!(stdout.lines().count(), 1, "one summary line: {stdout}");
+    assert!(
+        stdout.contains("20 records read (1 with keys_per_request left out)")
+            && stdout.contains("5 series over 4 sizes, 9 latency curves")
+            && stdout.contains("goodput-vs-len.svg")
+            && stdout.contains("latency-cdf.svg"),
+        "{stdout}"
+    );
+
+    let table = std::fs::read_to_string(out.join("medians.md")).expect("medians.md");
+    assert!(
+        table.starts_with("| median goodput, Gbit/s (runs) |") && table.lines().count() == 2 + 5,
+        "a header, a rule and a row per series:\n{table}"
+    );
+    check_goodput_vs_len(&svg(&out, "goodput-vs-len.svg"));
+    check_latency_cdf(&svg(&out, "latency-cdf.svg"));
 }
 
 #[test]
