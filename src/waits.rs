@@ -1,4 +1,4 @@
-//! "Who waits on whom" (issue 16): when a wait of this process times out, or on `SIGUSR1`,
+//! "Who waits on whom": when a wait of this process times out, or on `SIGUSR1`,
 //! one block is logged that says what every node of the process waits for — its outstanding
 //! requests by server with their ages, the barrier it waits in and who the scheduler still
 //! misses, when each peer was last heard of — so a hang is diagnosed from one node's log

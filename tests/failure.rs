@@ -1,4 +1,4 @@
-//! Failures with real processes on loopback (issue 12, part 1): a killed server or worker, a
+//! Failures with real processes on loopback: a killed server or worker, a
 //! paused server, a killed scheduler. Every node must end soon after the scheduler declares a peer lost (or the scheduler goes silent), naming it,
 //! and none may exit with status 0; a pause shorter than `PS_HEARTBEAT_TIMEOUT` is harmless; a
 //! worker whose application failed ends every node with an error too.

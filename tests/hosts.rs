@@ -1,7 +1,7 @@
 //! The cluster across hosts: every process in a network namespace of its own
 //! (`scripts/netns.sh`), so none can reach another over loopback and each address must be
 //! chosen and announced right: IPv4, IPv6, `DMLC_INTERFACE` on a host with two interfaces,
-//! `DMLC_NODE_HOST` as a host name, and the errors of a misconfigured node (issue 15).
+//! `DMLC_NODE_HOST` as a host name, and the errors of a misconfigured node.
 
 mod common;
 

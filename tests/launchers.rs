@@ -1,5 +1,5 @@
 //! `pslite-launch task` under the launchers people run jobs with: its own variables, then Slurm
-//! (`srun`) and Open MPI (`mpirun`) for real, as `.ci/run` installs and starts them (issue 15).
+//! (`srun`) and Open MPI (`mpirun`) for real, as `.ci/run` installs and starts them.
 //! Where Slurm or Open MPI is missing a test says so and passes, unless
 //! `PSLITE_REQUIRE_LAUNCHERS=1` (set by `.ci/run`), where that fails it.
 

@@ -1,4 +1,4 @@
-//! Operability (issue 16): Prometheus metrics scraped over HTTP during a bench, the "who waits
+//! Operability: Prometheus metrics scraped over HTTP during a bench, the "who waits
 //! on whom" block of a worker whose server is stopped (on SIGUSR1 and when its wait times
 //! out), `pslite-launch doctor`'s locked-memory check, and the launcher's summary across
 //! workers.

@@ -1,4 +1,4 @@
-//! Durable servers and recovery with real processes on loopback (issue 13): a server killed
+//! Durable servers and recovery with real processes on loopback: a server killed
 //! with SIGKILL and replaced restores its values from `PS_CHECKPOINT_DIR`, the workers send
 //! again what it had not answered, and the job ends with exact sums; a damaged checkpoint
 //! makes the replacement refuse to start, naming the file and the byte offset. The tests run

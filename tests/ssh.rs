@@ -1,6 +1,6 @@
 //! `pslite-launch ssh` against real sshd (Debian's openssh-server) on two test hosts
 //! (network namespaces, `scripts/netns.sh`), with a key made by the test; the launcher runs on
-//! a third host (issue 15).
+//! a third host.
 
 mod common;
 

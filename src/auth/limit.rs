@@ -1,4 +1,4 @@
-//! Rate-limited warnings about refused peers (issue 14): a stranger that sends a thousand
+//! Rate-limited warnings about refused peers: a stranger that sends a thousand
 //! messages a second must not write a thousand log lines. No IO here: time is passed in.
 
 use std::collections::HashMap;

@@ -3,7 +3,7 @@
 //! the scheduler (IPv4 or IPv6, the scheduler's family).
 //!
 //! ps-lite binds every interface and announces `DMLC_NODE_HOST` or the first IPv4 address it
-//! finds; on a host with several interfaces that is often the wrong one (issue 15), so here a
+//! finds; on a host with several interfaces that is often the wrong one, so here a
 //! node listens only on the address it announces, and that address is checked to be its own.
 
 use super::vars::Vars;

@@ -1,4 +1,4 @@
-//! Memory bounds (issue 14): how much a worker keeps in flight, how much a server parks for
+//! Memory bounds: how much a worker keeps in flight, how much a server parks for
 //! applications it does not serve yet, the largest frame a node takes, and how many
 //! connections it accepts. With them a worker's loop that never waits blocks instead of
 //! growing queues, a server parks at most what every worker may have in flight, and no peer,

@@ -1,4 +1,4 @@
-//! Durable servers and recovery (issue 13): `PS_CHECKPOINT_DIR`, `PS_CHECKPOINT_SYNC`,
+//! Durable servers and recovery: `PS_CHECKPOINT_DIR`, `PS_CHECKPOINT_SYNC`,
 //! `PS_CHECKPOINT_LOG_MB` and `PS_RECOVERY_TIMEOUT` (rows of the table in [`super`]).
 
 use super::vars::Vars;

@@ -1,4 +1,4 @@
-//! One node's Prometheus metrics (issue 16), kept with `prometheus-client` (the Prometheus
+//! One node's Prometheus metrics, kept with `prometheus-client` (the Prometheus
 //! project's Rust client) and served by [`serve`] on `PS_METRICS_PORT` in the OpenMetrics text
 //! format, which Prometheus scrapes.
 //!

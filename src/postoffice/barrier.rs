@@ -133,7 +133,7 @@ impl BarrierBook {
         None
     }
 
-    /// `node` is gone and will be replaced (issue 13): its arrivals no longer count; its
+    /// `node` is gone and will be replaced: its arrivals no longer count; its
     /// replacement arrives again.
     pub fn leave(&mut self, node: NodeId) {
         for open in self.open.values_mut() {

@@ -1,4 +1,4 @@
-//! A worker process's bytes in flight (issue 14, `PS_MAX_INFLIGHT_BYTES`): requests sent and
+//! A worker process's bytes in flight (`PS_MAX_INFLIGHT_BYTES`): requests sent and
 //! not yet answered, shared by every `KVWorker` of the process. A request that does not fit
 //! waits until earlier ones complete, for at most `PS_TIMEOUT`, so a loop that never waits
 //! keeps bounded memory on this node and on the servers (whose receive queues and parked

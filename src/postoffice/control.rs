@@ -296,7 +296,7 @@ fn kind(request: bool) -> &'static str {
 }
 
 /// Whether command `cmd` (a request or answer, received by the scheduler or not) is obeyed
-/// only from the scheduler (issue 14): node tables and refusals, barrier releases, heartbeat
+/// only from the scheduler: node tables and refusals, barrier releases, heartbeat
 /// answers, TERMINATE, NODE_LOST, NODE_REPLACED notices. (With a token the sender is the
 /// one its connection proved, [`crate::auth`].)
 fn scheduler_only(cmd: Command, at_scheduler: bool, request: bool) -> bool {

@@ -210,7 +210,7 @@ pub(super) fn mark_lost(po: &Postoffice, peer: NodeId, cause: LossCause, error: 
     });
 }
 
-/// The scheduler refused this node's connection (issue 14: the tokens differ, or one side
+/// The scheduler refused this node's connection (the tokens differ, or one side
 /// has none): the start fails with `error`, which says so.
 pub(super) fn on_refused(po: &Postoffice, error: Error) {
     tracing::error!("{error}");

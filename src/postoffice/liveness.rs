@@ -85,7 +85,7 @@ impl Liveness {
         }
     }
 
-    /// A replacement took lost node `id`'s place at `now` (issue 13): it is alive again.
+    /// A replacement took lost node `id`'s place at `now`: it is alive again.
     pub fn revive(&mut self, id: NodeId, now: Instant) {
         self.lost.remove(&id);
         self.last_seen.insert(id, now);

@@ -416,7 +416,7 @@ impl Postoffice {
     /// [`Error::PeerLost`] once any node was lost (a member or not: the job cannot complete),
     /// or if the scheduler stops answering; [`Error::DeclaredLost`] if this node was.
     ///
-    /// A replacement (issue 13) passes at once as many barriers of each group as the node it
+    /// A replacement passes at once as many barriers of each group as the node it
     /// replaces completed ([`inherited_barriers`](Self::inherited_barriers)).
     pub fn barrier(&self, group: i32) -> Result<()> {
         if recovery::pass_inherited(self, group) {

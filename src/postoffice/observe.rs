@@ -1,4 +1,4 @@
-//! What the postoffice shows of itself (issue 16): its metrics server (`PS_METRICS_PORT`,
+//! What the postoffice shows of itself: its metrics server (`PS_METRICS_PORT`,
 //! [`crate::metrics`]), the scheduler's missed heartbeats as a metric, and its lines of the
 //! "who waits on whom" block ([`crate::waits`]): the barrier it waits in, what the scheduler
 //! still misses, lost peers, and when each peer was last heard of.

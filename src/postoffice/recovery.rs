@@ -1,4 +1,4 @@
-//! Recovery (issue 13): a lost server's or worker's place taken by a replacement, and the job
+//! Recovery: a lost server's or worker's place taken by a replacement, and the job
 //! going on.
 //!
 //! With `PS_CHECKPOINT_DIR` set on the scheduler (either van), a server declared lost is not a

@@ -2,7 +2,7 @@
 //! requests parked while their route does not exist yet (ps-lite's `Customer` registry and its
 //! 5-second wait for a server's app). Expired requests are handed back to be refused (one
 //! answer per sender's customer, application and value type), and so
-//! is a request that would pass the parked bytes' cap (issue 14: every worker's
+//! is a request that would pass the parked bytes' cap (every worker's
 //! `PS_MAX_INFLIGHT_BYTES`, [`crate::config::Bounds::parked_bytes`]).
 
 use super::customer::Route;

@@ -1,4 +1,4 @@
-//! The locked-memory limit (`RLIMIT_MEMLOCK`) and what RDMA pins against it (issue 16).
+//! The locked-memory limit (`RLIMIT_MEMLOCK`) and what RDMA pins against it.
 //!
 //! Registering memory for RDMA pins its pages, and the kernel counts them against the
 //! process's `RLIMIT_MEMLOCK` (64 KiB or 8 MiB on many distributions, and in containers). The

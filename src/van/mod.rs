@@ -35,7 +35,7 @@ pub trait Van: Send + Sync {
     /// asynchronous: messages sent before the peer is up are queued.
     fn connect(&self, id: NodeId, host: &str, port: u16) -> Result<()>;
 
-    /// Node `id` was replaced by a new process at `host:port` (issue 13, recovery): whatever
+    /// Node `id` was replaced by a new process at `host:port` (recovery): whatever
     /// this van keeps for the old one (the RDMA van's QP and rings) is dropped and the path
     /// opened anew. The default connects again (the ZMQ van replaces its socket).
     ///
@@ -176,7 +176,7 @@ pub enum VanEvent {
         error: Error,
     },
     /// The scheduler refused this node's connection while it joined: the tokens differ, or
-    /// only one side authenticates (issue 14). [`Error::Config`] saying which; the start fails
+    /// only one side authenticates. [`Error::Config`] saying which; the start fails
     /// with it.
     Refused(Error),
 }

@@ -26,8 +26,8 @@ pub enum Admission {
     /// Every node registered: the node table, the scheduler first, then servers and workers
     /// with their ids. Send it to every node but the scheduler.
     Complete(Vec<Node>),
-    /// A server or worker registered after the start to replace a lost one of its role
-    /// (issue 13): it takes the lost node's id (so its rank, and a server's key range). Send it
+    /// A server or worker registered after the start to replace a lost one of its role: it
+    /// takes the lost node's id (so its rank, and a server's key range). Send it
     /// the table, tell every other node its address, and tell `displaced` (the old holder) that
     /// it was replaced.
     Replaced {

@@ -56,7 +56,7 @@ impl VanState {
         }
     }
 
-    /// `id` was replaced by a new node at `host:port` (issue 13): the old channel is failed and
+    /// `id` was replaced by a new node at `host:port`: the old channel is failed and
     /// dropped (its late completions name an older generation), an endpoint the new node
     /// already sent is kept, and a new channel is prepared and announced.
     ///

@@ -1,4 +1,4 @@
-//! What `pslite-launch doctor` shows of the RDMA stack (issue 16): every device and port —
+//! What `pslite-launch doctor` shows of the RDMA stack: every device and port —
 //! state, link layer, active MTU, GID table with each entry's type (IB/RoCE v1, RoCE v2) and
 //! address — and which device, port and GID index the RDMA van would take with these
 //! `RDMA_*` variables ([`super::device`]'s choice, so the two never disagree).

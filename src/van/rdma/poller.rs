@@ -171,7 +171,7 @@ impl Poller {
 
     /// Hands a whole message from `peer`'s ring up: a malformed container is an
     /// [`Error::Van`], malformed frames an [`Error::Wire`]. A message whose header names
-    /// another sender than the QP's peer is dropped (issue 14: the QP was set up with a
+    /// another sender than the QP's peer is dropped (the QP was set up with a
     /// member over an authenticated connection; its sender is that member).
     fn deliver(&self, whole: Vec<u8>, peer: NodeId) {
         let event = match container::decode(Bytes::from(whole)) {

@@ -1,4 +1,4 @@
-//! The ZMQ van while nodes join (issue 14): the identity a connection claims (`join` before
+//! The ZMQ van while nodes join: the identity a connection claims (`join` before
 //! this node has an id, `node:ID` after), the joining connection's watch for a refused
 //! handshake, and the scheduler's answers to registrations it refuses, sent back over the
 //! connection the registration came on, never to an address the refused node named.
