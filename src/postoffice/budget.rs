@@ -108,11 +108,7 @@ impl Budget {
                 crate::waits::timed_out(&e);
                 return Err(e);
             }
-            st = self
-                .freed
-                .wait_timeout(st, deadline - now)
-                .unwrap_or_else(|p| p.into_inner())
-                .0;
+            st = crate::sync::wait_timeout(&self.freed, st, deadline - now);
         }
     }
 

@@ -74,11 +74,7 @@ impl Membership {
             if let Some(r) = check(&mut st, Instant::now()) {
                 return r;
             }
-            st = self
-                .cv
-                .wait_timeout(st, TICK)
-                .unwrap_or_else(|p| p.into_inner())
-                .0;
+            st = crate::sync::wait_timeout(&self.cv, st, TICK);
         }
     }
 }
