@@ -14,7 +14,8 @@ use std::time::{Duration, Instant};
 /// What was asked of one server: the keys (for the answer, which carries none when they are
 /// the request's), and the request itself while it is not answered and names a cached key list
 /// (sent again, with its keys, if the server does not keep the list) or the cluster replaces
-/// lost servers (sent again to the replacement, [`Tracker::on_replaced`](super::Tracker::on_replaced)).
+/// lost servers (sent again to the replacement,
+/// [`Tracker::on_replaced`](super::Tracker::on_replaced)).
 pub(super) struct Asked {
     pub(super) keys: Bytes,
     pub(super) resend: Option<Message>,
