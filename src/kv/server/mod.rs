@@ -1,9 +1,10 @@
 //! `KVServer`: answers the requests of one application for one value type, through a
 //! [`RequestHandler`] (ps-lite's `KVServer<Val>`, `kv_app.h`).
 //!
-//! - this file: [`KVServer`], the [`RequestHandler`] trait and [`ReqMeta`], and
-//!   `serve_request`, which turns one key-value request into a handler call and its answer
-//!   (key caching: the key list a request names, see [`crate::kv::keycache`]);
+//! - this file: [`KVServer`], the [`RequestHandler`] trait and [`ReqMeta`], and what its
+//!   customer thread does with each event;
+//! - `serve`: `serve_request`, which turns one key-value request into a handler call and its
+//!   answer (key caching: the key list a request names, see [`crate::kv::keycache`]);
 //! - [`default`]: [`DefaultHandler`], sum pushes and answer pulls;
 //! - `zserve`: the responder's driver of zero-copy (rendezvous) pulls.
 //!
@@ -16,20 +17,21 @@
 
 pub mod default;
 pub(crate) mod durable;
+mod serve;
 mod zserve;
 
 pub use default::{serve_sums, serve_sums_of, DefaultHandler};
 
 use super::carrier::{self, Arrival};
 use super::keycache::KeptLists;
-use super::pairs::{decode_checked, encode_owned, KVPairs, KVRequest};
+use super::pairs::{KVPairs, KVRequest};
 use super::value::Value;
 use super::Key;
 use crate::error::Result;
 use crate::postoffice::CustomerEvent;
-use crate::postoffice::{reply_meta, Customer, Postoffice, Route};
-use crate::wire::{KeyRef, Message, Meta, Node, NodeId};
-use bytes::Bytes;
+use crate::postoffice::{Customer, Postoffice, Route};
+use crate::wire::{Message, Node, NodeId};
+use serve::{serve_request, Handling, Incoming};
 use std::marker::PhantomData;
 use std::mem::ManuallyDrop;
 use std::sync::Arc;
@@ -185,73 +187,87 @@ impl<H> Served<H> {
     where
         H: RequestHandler<V>,
     {
-        let Served {
-            handler,
-            durable,
-            rv,
-            lists,
-            timeout,
-            po,
-        } = self;
-        let msg = match carrier::arrival(ev) {
-            None => return,
-            Some(Arrival::KeyValue(msg)) => msg,
-            Some(Arrival::Control { meta, msg }) => {
-                rv.serve(po, &**handler, &meta, msg);
-                return;
-            }
-            Some(Arrival::Written(_)) => {
+        if let Some(msg) = self.key_value(ev) {
+            self.on_request(msg);
+        }
+    }
+
+    /// The key-value request `ev` brings; `None` when it brings something else, which this
+    /// hands where it goes (a rendezvous control message to the responder, what a worker saw
+    /// answered to the checkpoint) or drops.
+    fn key_value<V: Value>(&mut self, ev: CustomerEvent) -> Option<Message>
+    where
+        H: RequestHandler<V>,
+    {
+        match carrier::arrival(ev)? {
+            Arrival::KeyValue(msg) => return Some(msg),
+            Arrival::Control { meta, msg } => self.rv.serve(&self.po, &*self.handler, &meta, msg),
+            Arrival::Written(_) => {
                 tracing::warn!("a key-value server got a remote write; dropped");
-                return;
             }
             // The postoffice refuses what would go to the peer; nothing waits here.
-            Some(Arrival::PeerLost { .. }) => return,
+            Arrival::PeerLost { .. } => {}
             // A replaced worker's requests come from its replacement; nothing to do here.
-            Some(Arrival::PeerReplaced { .. }) => return,
-            Some(Arrival::Content { from, .. }) => {
+            Arrival::PeerReplaced { .. } => {}
+            Arrival::Content { from, .. } => {
                 tracing::warn!(
                     "a key-value server got rendezvous content from {}; dropped",
                     Node::describe(from)
                 );
-                return;
             }
-            Some(Arrival::Answered { from, answered }) => {
-                if let Some(d) = durable {
-                    d.check_answered(po, from, &answered);
+            Arrival::Answered { from, answered } => {
+                if let Some(d) = &mut self.durable {
+                    d.check_answered(&self.po, from, &answered);
                 }
-                return;
             }
-        };
-        // A push, or an application command (which may change values), waits for the
-        // zero-copy writes of stored values still in flight.
+        }
+        None
+    }
+
+    /// Whether key-value request `msg` may be applied: `Err` with the text to refuse it with
+    /// when the checkpoint refuses to serve, or when it may change values (a push, an
+    /// application command) and the zero-copy writes of stored values still in flight did not
+    /// complete within `PS_TIMEOUT`.
+    fn gate(&self, msg: &Message) -> Result<(), String> {
         let may_change = msg.meta.may_change_state();
-        let refusal = durable.as_ref().and_then(|d| d.refusal());
-        let gate = if let Some(why) = refusal {
+        let refusal = self.durable.as_ref().and_then(|d| d.refusal());
+        if let Some(why) = refusal {
             Err(why.to_string())
-        } else if may_change && !rv.in_flight.wait_idle(*timeout) {
+        } else if may_change && !self.rv.in_flight.wait_idle(self.timeout) {
             Err(format!(
                 "zero-copy pulls of this server's values were still being written after {:.0} s (PS_TIMEOUT); the request was not applied",
-                timeout.as_secs_f64()
+                self.timeout.as_secs_f64()
             ))
         } else {
             Ok(())
-        };
+        }
+    }
+
+    /// Serves key-value request `msg` (unless [`gate`](Self::gate) refuses it), then wakes the
+    /// rendezvous pulls that waited for the keys it pushed, and snapshots the checkpoint when
+    /// one is due.
+    fn on_request<V: Value>(&mut self, msg: Message)
+    where
+        H: RequestHandler<V>,
+    {
+        // A push, or an application command (which may change values), waits for the
+        // zero-copy writes of stored values still in flight.
         let req = Incoming {
+            gate: self.gate(&msg),
             msg,
-            gate,
-            parked: rv.has_parked(),
+            parked: self.rv.has_parked(),
         };
         let server = Handling {
-            handler: &mut **handler,
-            lists,
-            durable: durable.as_mut(),
+            handler: &mut *self.handler,
+            lists: &mut self.lists,
+            durable: self.durable.as_mut(),
         };
-        if let Some((m, keys)) = serve_request(po, server, req) {
+        if let Some((m, keys)) = serve_request(&self.po, server, req) {
             // Rendezvous pulls that waited for these keys (tag matching).
-            rv.pushed(po, &m, &**handler, keys);
+            self.rv.pushed(&self.po, &m, &*self.handler, keys);
         }
-        if let Some(d) = durable {
-            d.maybe_snapshot(&**handler);
+        if let Some(d) = &mut self.durable {
+            d.maybe_snapshot(&*self.handler);
         }
     }
 }
@@ -268,228 +284,5 @@ impl<H> Drop for Served<H> {
                 self.timeout.as_secs_f64()
             );
         }
-    }
-}
-
-/// A request's kind as the metrics name it: `push`, `pull`, `push-pull`, or `command` (an
-/// application command without values).
-fn kind_of(m: &Meta) -> &'static str {
-    match (m.kv.push, m.kv.pull) {
-        (true, true) => "push-pull",
-        (true, false) => "push",
-        (false, true) => "pull",
-        (false, false) => "command",
-    }
-}
-
-/// A key-value request as the customer thread hands it on.
-struct Incoming {
-    msg: Message,
-    /// `Err`: refuse the request with this text, applying nothing.
-    gate: Result<(), String>,
-    /// Rendezvous pulls wait for keys' first pushes (the pushed keys are wanted back).
-    parked: bool,
-}
-
-/// What handles a request: the handler, the key lists kept for the workers, the checkpoint.
-struct Handling<'a, H> {
-    handler: &'a mut H,
-    lists: &'a mut KeptLists,
-    durable: Option<&'a mut durable::Durable>,
-}
-
-/// Handles one key-value request and answers it. Returns the request's meta and pushed keys
-/// when rendezvous pulls are parked, so they can be served once the keys have values.
-///
-/// With a checkpoint, a request that may change state (a push or an application command) is
-/// logged: its record written before it is applied, made part of the log after, before the
-/// answer goes out (without fsync a request whose record cannot be written is not applied;
-/// with fsync the write, and so its error, comes after); one applied before this server
-/// restarted is answered as a pull of its keys, applying nothing (issue 13).
-fn serve_request<V: Value>(
-    po: &Postoffice,
-    server: Handling<'_, impl RequestHandler<V>>,
-    req: Incoming,
-) -> Option<(Meta, Vec<Key>)> {
-    let Incoming { msg, gate, parked } = req;
-    let Message { meta: m, mut data } = msg;
-    let started = std::time::Instant::now();
-    let mut reply = Message::new(reply_meta(&m));
-    // The key list first, before anything can refuse the request: what the server keeps under
-    // a digest then always follows the worker's registrations (see `super::keycache`).
-    // Then the gate's refusal, answered as an error text like a malformed reference.
-    let list = key_list(server.lists, &m, &mut data)
-        .and_then(|list| gate.map(|()| list).map_err(Refused::Malformed));
-    let list = match list {
-        Ok(list) => list,
-        Err(Refused::UnknownList { digest }) => {
-            reply.meta.kv.keys = Some(KeyRef::Unknown { digest });
-            send_answer(po, reply);
-            return None;
-        }
-        Err(Refused::Malformed(e)) => {
-            reply.meta.error = Some(e);
-            send_answer(po, reply);
-            return None;
-        }
-    };
-    let mut pushed = None;
-    let result = apply(po, server, (&m, &data, list), |keys| {
-        if parked {
-            pushed = Some(keys.to_vec());
-        }
-    });
-    po.metrics().handled(kind_of(&m), started.elapsed());
-    match result {
-        Ok((res, asked)) if m.kv.pull => {
-            // No keys but values: the request's keys (the worker has them).
-            let as_requested =
-                res.keys.is_empty() && asked && !(res.vals.is_empty() && res.lens.is_empty());
-            if as_requested {
-                reply.meta.kv.keys = Some(KeyRef::AsRequested);
-            }
-            reply.data = encode_owned(res);
-        }
-        Ok(_) => {}
-        Err(e) => reply.meta.error = Some(e),
-    }
-    send_answer(po, reply);
-    pushed.map(|keys| (m, keys))
-}
-
-/// Applies request `m` (its payload `data`, the kept key list `list` it uses) with the
-/// handler: decoded and checked, logged around the handler when it may change state (with a
-/// checkpoint), or, when applied before this server restarted, handled as a plain pull of its
-/// keys. `on_push` gets the keys of a push. Returns the handler's pairs and whether the
-/// request named any keys, or the error text to answer with.
-fn apply<V: Value>(
-    po: &Postoffice,
-    server: Handling<'_, impl RequestHandler<V>>,
-    (m, data, list): (&Meta, &[Bytes], Option<u64>),
-    on_push: impl FnOnce(&[Key]),
-) -> Result<(KVPairs<V>, bool), String> {
-    let Handling {
-        handler,
-        lists,
-        mut durable,
-    } = server;
-    let may_change = m.may_change_state();
-    let again = may_change && durable.as_ref().is_some_and(|d| d.applied_before(m));
-    // Applied before the restart: answered as a plain pull of its keys (no command, no values).
-    let rm = ReqMeta {
-        cmd: if again { 0 } else { m.head },
-        push: m.kv.push && !again,
-        pull: m.kv.pull,
-        sender: m.sender,
-        timestamp: m.tag.timestamp,
-    };
-    // Logged (with a checkpoint): prepared before it is applied, committed after.
-    let logs = may_change && !again;
-    let mut prepared = None;
-    // A kept list's keys were checked (sorted, unique) when it was registered.
-    let mut req = decode_checked::<V>(data, list.is_some())?;
-    if m.kv.push && req.vals.is_empty() && !req.keys.is_empty() {
-        return Err("push without values".to_string());
-    }
-    if let Some(why) = out_of_place(po, m.sender, &req.keys) {
-        return Err(why);
-    }
-    if again {
-        req.vals = std::borrow::Cow::Borrowed(&[]);
-        req.lens = std::borrow::Cow::Borrowed(&[]);
-    }
-    if let (true, Some(d)) = (logs, durable.as_deref_mut()) {
-        prepared = Some(d.prepare(m, data, list)?);
-    }
-    if rm.push {
-        on_push(&req.keys);
-    }
-    req.memo = list
-        .and_then(|d| lists.get(m.sender, m.tag.customer_id, d))
-        .map(|l| &mut l.memo);
-    let asked = !req.keys.is_empty();
-    let result = handler.handle(&rm, req).map(|res| (res, asked));
-    match (result, durable, prepared) {
-        (Ok(r), Some(d), Some(p)) => d.commit(p, m, data, list).map(|()| r),
-        (r, _, _) => r,
-    }
-}
-
-/// Why a request may not be served here, `None` when it may (issue 14: a server serves the
-/// workers of its cluster, and only the keys of its own range — ps-lite's `GetServerKeyRanges`,
-/// [`crate::postoffice::range`]): its sender is not a worker of the node table, or one of its
-/// `keys` (sorted) is outside this server's range. The sender is the one its connection
-/// proved when the cluster has a token ([`crate::auth`]).
-fn out_of_place(po: &Postoffice, sender: NodeId, keys: &[Key]) -> Option<String> {
-    if Node::role_of(sender) != Some(crate::wire::Role::Worker)
-        || Node::rank_of(sender) >= po.num_workers()
-    {
-        return Some(format!(
-            "{} is not a worker of this cluster: only its {} workers send requests to servers",
-            Node::describe(sender),
-            po.num_workers()
-        ));
-    }
-    let me = po.my_id();
-    let range = po.server_key_ranges().get(Node::rank_of(me))?;
-    let inside = |k: Key| k >= range.begin && (k < range.end || range.end == u64::MAX);
-    let outside = [keys.first()?, keys.last()?]
-        .into_iter()
-        .find(|&&k| !inside(k))?;
-    Some(format!(
-        "key {outside} is outside the range of {} [{}, {}): requests are sliced by key range",
-        Node::describe(me),
-        range.begin,
-        range.end
-    ))
-}
-
-/// Why a request is answered without reaching the handler, before anything of it is applied.
-enum Refused {
-    /// It names a key list this server does not keep for the worker: the answer says
-    /// [`KeyRef::Unknown`], and the worker sends the request again with its keys.
-    UnknownList { digest: u64 },
-    /// A malformed key reference: the answer carries this error text.
-    Malformed(String),
-}
-
-/// The key list request `m` uses (key caching, [`crate::kv::keycache`]): registers the list it
-/// sends (`KeyRef::Register`), or puts the kept list's keys into the empty keys frame of `data`
-/// (`KeyRef::Cached`). Returns the digest of the kept list the request uses, `None` when its
-/// keys travel and are not kept.
-///
-/// # Errors
-/// [`Refused`] for a list this server does not keep or a malformed reference.
-fn key_list(lists: &mut KeptLists, m: &Meta, data: &mut [Bytes]) -> Result<Option<u64>, Refused> {
-    let (sender, customer) = (m.sender, m.tag.customer_id);
-    match &m.kv.keys {
-        None => Ok(None),
-        Some(KeyRef::Register { digest, evict }) => Ok(lists
-            .register(sender, customer, *digest, evict, data)
-            .then_some(*digest)),
-        Some(KeyRef::Cached { digest }) => {
-            let keys = lists.get(sender, customer, *digest).map(|l| l.keys.clone());
-            match (keys, data.first_mut()) {
-                (Some(keys), Some(frame)) if frame.is_empty() => {
-                    *frame = keys;
-                    Ok(Some(*digest))
-                }
-                (None, _) => Err(Refused::UnknownList { digest: *digest }),
-                _ => Err(Refused::Malformed(
-                    "malformed request: a cached key list needs an empty keys frame".into(),
-                )),
-            }
-        }
-        Some(other) => Err(Refused::Malformed(format!(
-            "malformed request: {other:?} belongs in an answer, not a request"
-        ))),
-    }
-}
-
-/// Sends `reply`; a failure is logged (the worker's `wait` names this server at its deadline).
-fn send_answer(po: &Postoffice, reply: Message) {
-    let to = reply.meta.recver;
-    if let Err(e) = po.send(reply) {
-        tracing::warn!("cannot answer {}: {e}", Node::describe(to));
     }
 }

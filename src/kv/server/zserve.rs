@@ -25,7 +25,7 @@ use crate::rendezvous::responder::Lookup;
 use crate::rendezvous::{RespAction, Responder, RvMessage, TensorMeta};
 use crate::sync::lock;
 use crate::van::WriteSource;
-use crate::wire::{Meta, Node};
+use crate::wire::{Message, Meta, Node};
 use bytes::Bytes;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
@@ -240,56 +240,70 @@ impl ServerRv {
             let mut meta = reply_meta(req);
             meta.kv.pull = true;
             meta.kv.push = false;
-            let msg = match a {
-                RespAction::Send { to, msg } => {
-                    meta.recver = to;
-                    carrier::control(meta, &msg)
-                }
-                RespAction::WriteStored {
-                    to,
-                    key,
-                    addr,
-                    rkey,
-                    imm,
-                } => {
-                    let content = value(handler, key)
-                        .map(bytemuck::cast_slice::<V, u8>)
-                        .unwrap_or(&[]);
-                    let w = WriteTo {
-                        to,
-                        addr,
-                        rkey,
-                        imm,
-                    };
-                    if self.write_stored(po, handler, content, w) {
-                        continue;
-                    }
-                    meta.recver = to;
-                    carrier::content(meta, imm, Bytes::copy_from_slice(content))
-                }
-                RespAction::WriteClone {
-                    to,
-                    data,
-                    addr,
-                    rkey,
-                    imm,
-                } => {
-                    let w = WriteTo {
-                        to,
-                        addr,
-                        rkey,
-                        imm,
-                    };
-                    if po.memory().can_write(to) && carrier::write_copy(po, &data, w) {
-                        continue;
-                    }
-                    meta.recver = to;
-                    carrier::content(meta, imm, data)
-                }
+            let Some(msg) = self.carry(po, meta, handler, a) else {
+                continue;
             };
             let to = msg.meta.recver;
             if let Err(e) = po.send(msg) {
                 tracing::warn!("cannot answer {}: {e}", Node::describe(to));
+            }
+        }
+    }
+
+    /// Carries out action `a`: `None` when its content went by RDMA write, else the message
+    /// to send (with `meta`, the answer's), a control message or the content.
+    fn carry<V: Value>(
+        &mut self,
+        po: &Postoffice,
+        mut meta: Meta,
+        handler: &impl RequestHandler<V>,
+        a: RespAction,
+    ) -> Option<Message> {
+        match a {
+            RespAction::Send { to, msg } => {
+                meta.recver = to;
+                Some(carrier::control(meta, &msg))
+            }
+            RespAction::WriteStored {
+                to,
+                key,
+                addr,
+                rkey,
+                imm,
+            } => {
+                let content = value(handler, key)
+                    .map(bytemuck::cast_slice::<V, u8>)
+                    .unwrap_or(&[]);
+                let w = WriteTo {
+                    to,
+                    addr,
+                    rkey,
+                    imm,
+                };
+                if self.write_stored(po, handler, content, w) {
+                    return None;
+                }
+                meta.recver = to;
+                Some(carrier::content(meta, imm, Bytes::copy_from_slice(content)))
+            }
+            RespAction::WriteClone {
+                to,
+                data,
+                addr,
+                rkey,
+                imm,
+            } => {
+                let w = WriteTo {
+                    to,
+                    addr,
+                    rkey,
+                    imm,
+                };
+                if po.memory().can_write(to) && carrier::write_copy(po, &data, w) {
+                    return None;
+                }
+                meta.recver = to;
+                Some(carrier::content(meta, imm, data))
             }
         }
     }

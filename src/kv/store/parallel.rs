@@ -10,7 +10,7 @@
 //!   push-pull --len 4096000`, 4 interleaved runs each: 11.95 against 12.33 Gbit/s), so runs are
 //!   split from 8M values on, where a lone large request still gains about 2×.
 
-use super::{sum_into as sum_one, KeyStore, Lens, Resolved};
+use super::{sum_into as sum_one, Lens, Resolved};
 use crate::kv::{Key, Value};
 use rayon::prelude::*;
 
@@ -21,63 +21,46 @@ const PAR_MIN_VALUES: usize = 8 << 20;
 /// Values per parallel summing task.
 const SUM_CHUNK: usize = 256 << 10;
 
-impl<V: Value> KeyStore<V> {
-    /// Resolves the keys of a pull (sorted, unique); large requests in parallel chunks.
-    ///
-    /// # Errors
-    /// A text naming the first key (in key order) that was never pushed.
-    pub fn resolve_pull(&self, keys: &[Key]) -> Result<Resolved, String> {
-        self.find_chunked(keys, None)?
-            .ok_or_else(|| "internal: a pull's lookup ended without a result".to_string())
+/// Finds every key of `keys` (sorted, unique) with `find` (`KeyStore::find_all`, whose
+/// `want` it passes on, cut to each chunk's keys): on the calling thread for fewer than
+/// [`PAR_MIN_KEYS`] keys, else in parallel chunks whose results are joined in key order.
+/// `None` when a chunk's `find` found a key missing (a push's keys not all held).
+///
+/// # Errors
+/// The first error in key order, as one `find` over all the keys would give it.
+pub(super) fn find_chunked<F>(
+    keys: &[Key],
+    want: Option<Lens<'_>>,
+    find: F,
+) -> Result<Option<Resolved>, String>
+where
+    F: Fn(&[Key], Option<Lens<'_>>) -> Result<Option<Resolved>, String> + Sync,
+{
+    if keys.len() < PAR_MIN_KEYS {
+        return find(keys, want);
     }
-
-    /// A large push whose keys are all held: its resolution, found in parallel chunks. `None`
-    /// when the request is small or a key is new (the caller then enters keys one by one).
-    ///
-    /// # Errors
-    /// As [`KeyStore::resolve_push`]: the first key, in key order, whose length differs.
-    pub(super) fn find_push(
-        &self,
-        keys: &[Key],
-        lens: Lens<'_>,
-    ) -> Result<Option<Resolved>, String> {
-        if keys.len() < PAR_MIN_KEYS {
-            return Ok(None);
+    let chunk = keys
+        .len()
+        .div_ceil(rayon::current_num_threads().max(1))
+        .max(PAR_MIN_KEYS / 2);
+    let parts: Vec<Result<Option<Resolved>, String>> = keys
+        .par_chunks(chunk)
+        .enumerate()
+        .map(|(c, k)| find(k, want.map(|l| l.slice(c * chunk, k.len()))))
+        .collect();
+    // In key order: the first error wins, as it would one key at a time.
+    let mut out: Option<Resolved> = None;
+    let mut missing = false;
+    for part in parts {
+        match part? {
+            None => missing = true,
+            Some(r) => match &mut out {
+                Some(o) => o.append(r),
+                None => out = Some(r),
+            },
         }
-        self.find_chunked(keys, Some(lens))
     }
-
-    fn find_chunked(
-        &self,
-        keys: &[Key],
-        want: Option<Lens<'_>>,
-    ) -> Result<Option<Resolved>, String> {
-        if keys.len() < PAR_MIN_KEYS {
-            return self.find_all(keys, want);
-        }
-        let chunk = keys
-            .len()
-            .div_ceil(rayon::current_num_threads().max(1))
-            .max(PAR_MIN_KEYS / 2);
-        let parts: Vec<Result<Option<Resolved>, String>> = keys
-            .par_chunks(chunk)
-            .enumerate()
-            .map(|(c, k)| self.find_all(k, want.map(|l| l.slice(c * chunk, k.len()))))
-            .collect();
-        // In key order: the first error wins, as it would one key at a time.
-        let mut out: Option<Resolved> = None;
-        let mut missing = false;
-        for part in parts {
-            match part? {
-                None => missing = true,
-                Some(r) => match &mut out {
-                    Some(o) => o.append(r),
-                    None => out = Some(r),
-                },
-            }
-        }
-        Ok(if missing { None } else { out })
-    }
+    Ok(if missing { None } else { out })
 }
 
 /// `dst[i] = dst[i].sum(src[i])`, in parallel chunks for very large runs.

@@ -273,7 +273,16 @@ impl<V: Value> KVWorker<V> {
         {
             return Ok(ts);
         }
-        for s in &slices {
+        self.send_parts(&call, &slices, ts)
+    }
+
+    /// Sends request `ts`'s part for each of `slices` (tracked already). Returns `ts`.
+    ///
+    /// # Errors
+    /// As [`Postoffice::send`]: the first part that could not be sent (then the request is
+    /// forgotten), unless the request had already ended (its callback reported that).
+    fn send_parts(&self, call: &Call<'_, V>, slices: &[Slice], ts: Timestamp) -> Result<Timestamp> {
+        for s in slices {
             let part = call.part(s, ts, self.state.app_id, self.state.customer_id);
             let keys = &call.keys[s.keys.clone()];
             let sent = self

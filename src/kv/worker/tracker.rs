@@ -33,85 +33,14 @@ use crate::sync::lock;
 use crate::wire::{KeyRef, Message, Node};
 use bytes::Bytes;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+mod expiry;
+mod pending;
 mod replaced;
 
-/// What was asked of one server: the keys (for the answer, which carries none when they are
-/// the request's), and the request itself while it is not answered and names a cached key list
-/// (sent again, with its keys, if the server does not keep the list) or the cluster replaces
-/// lost servers (sent again to the replacement, [`Tracker::on_replaced`]).
-struct Asked {
-    keys: Bytes,
-    resend: Option<Message>,
-    /// The generation of the path it went out on (how many times its server's id had been
-    /// replaced, [`Postoffice::send_on_path`]); 0 until the send returned. Only kept parts
-    /// record it.
-    path: u32,
-    /// Its bytes of the in-flight budget, until it is answered (then 0).
-    cost: u64,
-}
-
-/// A request waiting for its servers' answers.
-struct Pending<V> {
-    /// Names the request in errors and logs: "timestamp 7 (push of 3 keys)".
-    label: String,
-    /// Ranks of the servers it went to; the vectors below are indexed alike.
-    servers: Vec<usize>,
-    answered: Vec<bool>,
-    asked: Vec<Asked>,
-    /// Pulled parts, in answer order until complete, then by server rank (= key order).
-    parts: Vec<PulledPart>,
-    /// The first failure of any server.
-    error: Option<Error>,
-    callback: Option<Callback<V>>,
-    /// When it was opened: one not answered within `PS_TIMEOUT` of it is ended by
-    /// [`Tracker::expire`].
-    opened: Instant,
-    /// `push`, `pull` or `push-pull` (the metrics' `kind` label).
-    kind: &'static str,
-    /// It may change the servers' state (a push or an application command).
-    changes: bool,
-}
-
-impl<V> Pending<V> {
-    fn complete(&self) -> bool {
-        self.answered.iter().all(|&a| a)
-    }
-
-    /// Takes server `server`'s `outcome` (its part is `slot`): the first error, or its pulled
-    /// pairs.
-    fn take(&mut self, slot: usize, server: usize, outcome: Outcome) {
-        match outcome {
-            Outcome::Failed(e) => {
-                self.error.get_or_insert(e);
-            }
-            Outcome::Pushed => {}
-            Outcome::Pulled { keys, vals, lens } => self.parts.push(PulledPart {
-                server,
-                keys: keys.unwrap_or_else(|| self.asked[slot].keys.clone()),
-                vals,
-                lens,
-            }),
-        }
-    }
-}
-
-/// What one server's answer to a request brought.
-enum Outcome {
-    /// The request failed there (the server's error, or the worker could not send it).
-    Failed(Error),
-    /// A push done.
-    Pushed,
-    /// Pulled pairs; `keys: None` when they are the request's (`KeyRef::AsRequested`).
-    Pulled {
-        keys: Option<Bytes>,
-        vals: Bytes,
-        lens: Bytes,
-    },
-}
+use pending::{not_outstanding, Outcome, Pending};
 
 /// Pending requests by timestamp and the key-cache mirrors of the servers (see the module docs
 /// for the lock order).
@@ -123,10 +52,8 @@ pub(super) struct Tracker<V> {
     settled: Condvar,
     /// The process's bytes in flight: each part's are given back once it is answered.
     budget: Arc<Budget>,
-    /// When [`expire`](Tracker::expire) last looked: milliseconds after `born` (an atomic, so
-    /// the look on every send takes no lock).
-    last_expiry: AtomicU64,
-    born: Instant,
+    /// When [`expire`](Tracker::expire) last looked.
+    looks: expiry::Looks,
     /// The node's metrics: requests sent, their latency per server, parts in flight.
     metrics: Arc<Metrics>,
     /// What the cluster's replacement of lost servers needs ([`replaced`]).
@@ -139,12 +66,7 @@ impl<V> Drop for Tracker<V> {
     fn drop(&mut self) {
         let map = self.pending.get_mut().unwrap_or_else(|p| p.into_inner());
         for p in map.values_mut() {
-            for (answered, asked) in p.answered.iter().zip(&mut p.asked) {
-                if !answered {
-                    self.budget.give(std::mem::take(&mut asked.cost));
-                    self.metrics.unanswered(1);
-                }
-            }
+            p.release_unanswered(&self.budget, &self.metrics);
         }
     }
 }
@@ -168,20 +90,9 @@ impl<V: Value> Tracker<V> {
             pending: Mutex::new(HashMap::new()),
             settled: Condvar::new(),
             budget,
-            last_expiry: AtomicU64::new(0),
-            born: Instant::now(),
+            looks: expiry::Looks::new(),
             metrics,
             replacing: replaced::Replacing::new(keep),
-        }
-    }
-
-    /// Gives back the budget of every part of `p` not answered yet.
-    fn release_unanswered(&self, p: &mut Pending<V>) {
-        for (answered, asked) in p.answered.iter().zip(&mut p.asked) {
-            if !answered {
-                self.budget.give(std::mem::take(&mut asked.cost));
-                self.metrics.unanswered(1);
-            }
         }
     }
 
@@ -215,26 +126,7 @@ impl<V: Value> Tracker<V> {
         costs: &[u64],
         callback: Option<Callback<V>>,
     ) -> bool {
-        let pending = Pending {
-            label,
-            answered: vec![false; servers.len()],
-            // Filled in as each server's request is prepared, before it is sent.
-            asked: (0..servers.len())
-                .map(|i| Asked {
-                    keys: Bytes::new(),
-                    resend: None,
-                    path: 0,
-                    cost: costs.get(i).copied().unwrap_or(0),
-                })
-                .collect(),
-            servers,
-            parts: Vec::new(),
-            error: None,
-            callback,
-            opened: Instant::now(),
-            kind,
-            changes: false,
-        };
+        let pending = Pending::new((label, kind), servers, costs, callback);
         if pending.servers.is_empty() {
             if let Some(cb) = pending.callback {
                 cb(Ok(KVPairs::default()));
@@ -255,7 +147,7 @@ impl<V: Value> Tracker<V> {
         let Some(mut p) = lock(&self.pending).remove(&ts) else {
             return false;
         };
-        self.release_unanswered(&mut p);
+        p.release_unanswered(&self.budget, &self.metrics);
         true
     }
 
@@ -310,9 +202,7 @@ impl<V: Value> Tracker<V> {
             }
             // A request to a server whose channel failed: kept for its replacement (the
             // server's loss is not final), or failed with the server's loss.
-            Err(e)
-                if keep && !po.has_failed() && matches!(e, Error::Van(_) | Error::PeerLost(_)) =>
-            {
+            Err(e) if kept_for_replacement(keep, po.has_failed(), &e) => {
                 tracing::warn!(
                     "a request to {} is kept for its replacement: {e}",
                     Node::describe(Node::server_id(server))
@@ -334,7 +224,7 @@ impl<V: Value> Tracker<V> {
         let resend = copy.then(|| msg.clone());
         if let Some(pd) = lock(&self.pending).get_mut(&msg.meta.tag.timestamp) {
             pd.changes = msg.meta.may_change_state();
-            if let Some(slot) = pd.servers.iter().position(|&s| s == server) {
+            if let Some(slot) = pd.slot(server) {
                 let asked = &mut pd.asked[slot];
                 (asked.keys, asked.resend) = (keys, resend);
             }
@@ -348,7 +238,7 @@ impl<V: Value> Tracker<V> {
             return;
         }
         if let Some(pd) = lock(&self.pending).get_mut(&ts) {
-            if let Some(slot) = pd.servers.iter().position(|&s| s == server) {
+            if let Some(slot) = pd.slot(server) {
                 pd.asked[slot].path = path;
             }
         }
@@ -382,15 +272,9 @@ impl<V: Value> Tracker<V> {
         let server = Node::rank_of(from);
         if let Some(KeyRef::Unknown { .. }) = msg.meta.kv.keys {
             // The server keeps no such list: nothing was applied; ask again with the keys.
-            let asked = lock(&self.pending).get_mut(&ts).and_then(|p| {
-                let slot = p.servers.iter().position(|&s| s == server)?;
-                let a = &mut p.asked[slot];
-                let keys = a.resend.as_ref().and_then(|m| m.meta.kv.keys.as_ref());
-                if !matches!(keys, Some(KeyRef::Cached { .. })) {
-                    return None; // it named no cached list (a copy kept for a replacement)
-                }
-                a.resend.take().map(|req| (a.keys.clone(), req))
-            });
+            let asked = lock(&self.pending)
+                .get_mut(&ts)
+                .and_then(|p| p.take_cached_resend(server));
             let outcome = match asked {
                 Some((keys, req)) => match self.resend_with_keys(po, server, &keys, req) {
                     Ok(()) => return,
@@ -404,32 +288,15 @@ impl<V: Value> Tracker<V> {
             self.settle(ts, server, outcome);
             return;
         }
-        let outcome = if let Some(e) = msg.meta.error {
-            let failed = Error::Remote {
-                node: Node::describe(from),
-                message: e,
-            };
+        let Message { mut meta, data } = msg;
+        let also_refused = std::mem::take(&mut meta.also_refused);
+        let outcome = Outcome::of_answer(meta, data);
+        if let Outcome::Failed(failed) = &outcome {
             // Further requests refused in the same answer.
-            for &also in &msg.meta.also_refused {
+            for &also in &also_refused {
                 self.settle(also, server, Outcome::Failed(failed.clone()));
             }
-            Outcome::Failed(failed)
-        } else if msg.meta.kv.pull {
-            let as_requested = msg.meta.kv.keys == Some(KeyRef::AsRequested);
-            let mut it = msg.data.into_iter();
-            let (keys, vals, lens) = (
-                it.next().unwrap_or_default(),
-                it.next().unwrap_or_default(),
-                it.next().unwrap_or_default(),
-            );
-            Outcome::Pulled {
-                keys: (!as_requested).then_some(keys),
-                vals,
-                lens,
-            }
-        } else {
-            Outcome::Pushed
-        };
+        }
         self.settle(ts, server, outcome);
     }
 
@@ -446,7 +313,7 @@ impl<V: Value> Tracker<V> {
                 );
                 return;
             };
-            let Some(slot) = p.servers.iter().position(|&s| s == server) else {
+            let Some(slot) = p.slot(server) else {
                 tracing::warn!(
                     "answer for {} from {}, which was not asked",
                     p.label,
@@ -499,21 +366,14 @@ impl<V: Value> Tracker<V> {
     /// push never waited for, an answer lost with a dropped connection). Runs at most once a
     /// second; called before each request is sent.
     pub(super) fn expire(&self, now: Instant, timeout: Duration) {
-        let ms = now.saturating_duration_since(self.born).as_millis() as u64;
-        let last = self.last_expiry.load(Ordering::Relaxed);
-        if ms < last + 1000
-            || self
-                .last_expiry
-                .compare_exchange(last, ms, Ordering::Relaxed, Ordering::Relaxed)
-                .is_err()
-        {
+        if !self.looks.due(now) {
             return; // looked within the last second, or another thread looks now
         }
         self.end_incomplete(|p| {
             if now.saturating_duration_since(p.opened) <= timeout {
                 return None;
             }
-            Some(no_answer(p, timeout))
+            Some(p.no_answer(timeout))
         });
     }
 
@@ -529,12 +389,8 @@ impl<V: Value> Tracker<V> {
                     continue;
                 }
                 let Some(error) = why(p) else { continue };
-                self.release_unanswered(p);
-                for (answered, asked) in p.answered.iter_mut().zip(&mut p.asked) {
-                    *answered = true;
-                    asked.resend = None;
-                }
-                p.error.get_or_insert(error);
+                p.release_unanswered(&self.budget, &self.metrics);
+                p.end(error);
                 if p.callback.is_some() {
                     ended.push(ts);
                 }
@@ -604,7 +460,7 @@ impl<V: Value> Tracker<V> {
             }
             let now = Instant::now();
             if now >= deadline {
-                let e = no_answer(p, timeout);
+                let e = p.no_answer(timeout);
                 // The block lists this request too (it takes `pending`: unlocked meanwhile).
                 drop(map);
                 crate::waits::timed_out(&e);
@@ -614,7 +470,7 @@ impl<V: Value> Tracker<V> {
                     return Ok(map);
                 }
                 if let Some(mut p) = map.remove(&ts) {
-                    self.release_unanswered(&mut p);
+                    p.release_unanswered(&self.budget, &self.metrics);
                 }
                 return Err(e);
             }
@@ -627,27 +483,14 @@ impl<V: Value> Tracker<V> {
     }
 }
 
-/// The error for request `p`, not answered within `timeout` (`PS_TIMEOUT`): its label and
-/// the servers that stayed silent.
-fn no_answer<V>(p: &Pending<V>, timeout: Duration) -> Error {
-    let silent: Vec<String> = p
-        .servers
-        .iter()
-        .zip(&p.answered)
-        .filter(|(_, &a)| !a)
-        .map(|(&s, _)| Node::describe(Node::server_id(s)))
-        .collect();
-    Error::Timeout(format!(
-        "{}: no answer within {:.0} s (PS_TIMEOUT) from {}",
-        p.label,
-        timeout.as_secs_f64(),
-        silent.join(", ")
-    ))
+/// Whether a part whose send failed with `e` is kept for its server's replacement (and the
+/// request goes on waiting) rather than failing the request: only when parts are kept
+/// (`keep`, the cluster replaces lost servers), the job has not failed (`failed`: a peer is
+/// lost for good, so no replacement comes), and the send failed for the server's channel
+/// ([`Error::Van`], [`Error::PeerLost`]).
+fn kept_for_replacement(keep: bool, failed: bool, e: &Error) -> bool {
+    keep && !failed && matches!(e, Error::Van(_) | Error::PeerLost(_))
 }
 
-/// The error for a timestamp nobody waits for.
-fn not_outstanding(ts: Timestamp) -> Error {
-    Error::InvalidArgument(format!(
-        "timestamp {ts} is not outstanding (already waited for, or it had a callback)"
-    ))
-}
+#[cfg(test)]
+mod tests;

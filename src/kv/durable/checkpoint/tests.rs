@@ -1,5 +1,6 @@
 //! Tests of one checkpoint directory: generations, torn tails, interrupted snapshots, the lock.
 
+use super::files::LOCK_WAIT;
 use super::*;
 use crate::kv::durable::record::Request;
 
