@@ -1,6 +1,6 @@
 //! [`TableSpec`]: what an embedding table is, in one line that reads the same from every entry
 //! point (`pslite-server --table`, `pslite-launch local --table`, `PS_TABLES`, Python's
-//! `pslite.Table`), and its builder for Rust.
+//! `pslite.Table`), and its builder for Rust. The line's parser is in `spec/parse.rs`.
 //!
 //! ```text
 //! app=0,dim=16,init=normal:0:0.01,opt=adagrad:lr=0.05,admit=count:2,budget=512MiB,evict=lru
@@ -18,7 +18,9 @@
 //! | `evict` | `lru`, `ttl:T` (rows not pushed in the last T pushes of the table go, and LRU when full) | `lru` |
 
 use std::fmt;
-use std::str::FromStr;
+
+mod parse;
+pub use parse::parse_bytes;
 
 /// Largest `dim` a table takes (values per row).
 pub const MAX_DIM: usize = 1 << 20;
@@ -269,349 +271,130 @@ impl TableSpec {
     /// # Errors
     /// "bad table spec 'LINE': FIELD: what is wrong; allowed: …".
     pub fn validate(&self) -> Result<(), String> {
-        let bad =
-            |field: &str, why: String| Err(format!("bad table spec '{self}': {field}: {why}"));
+        self.check_fields()
+            .map_err(|(field, why)| format!("bad table spec '{self}': {field}: {why}"))
+    }
+
+    /// The first field out of its range, as (field, what is wrong; allowed: …).
+    fn check_fields(&self) -> Result<(), (&'static str, String)> {
         if self.dim == 0 || self.dim > MAX_DIM {
-            return bad(
+            return Err((
                 "dim",
                 format!("{} is out of range; allowed: 1 to {MAX_DIM}", self.dim),
-            );
+            ));
         }
-        match self.init {
-            Init::Zeros => {}
-            Init::Uniform { low, high } => {
-                if !(low.is_finite() && high.is_finite() && low < high && (high - low).is_finite())
-                {
-                    return bad(
-                        "init",
-                        format!("uniform:{low}:{high} needs finite bounds A < B"),
-                    );
-                }
-            }
-            Init::Normal { mean, std } => {
-                if !(mean.is_finite() && std.is_finite() && std >= 0.0) {
-                    return bad(
-                        "init",
-                        format!("normal:{mean}:{std} needs a finite mean and STD ≥ 0"),
-                    );
-                }
-            }
-        }
-        let positive = |v: f32| v.is_finite() && v > 0.0;
-        let non_negative = |v: f32| v.is_finite() && v >= 0.0;
-        let fraction = |v: f32| v.is_finite() && (0.0..1.0).contains(&v);
-        let ok = match self.optimizer {
-            Optimizer::Sgd { lr } => positive(lr),
-            Optimizer::Adagrad { lr, eps, init_acc } => {
-                positive(lr) && non_negative(eps) && non_negative(init_acc)
-            }
-            Optimizer::Adam { lr, b1, b2, eps } => {
-                positive(lr) && fraction(b1) && fraction(b2) && positive(eps)
-            }
-            Optimizer::Ftrl {
-                alpha,
-                beta,
-                l1,
-                l2,
-            } => positive(alpha) && non_negative(beta) && non_negative(l1) && non_negative(l2),
-        };
-        if !ok {
-            return bad(
-                "opt",
-                format!(
-                    "{} is out of range; allowed: lr, alpha, eps (adam) > 0; b1, b2 in [0, 1); eps (adagrad), init_acc, beta, l1, l2 ≥ 0",
-                    OptText(&self.optimizer, self.weight_decay)
-                ),
-            );
-        }
-        match self.optimizer {
-            Optimizer::Adagrad { eps, init_acc, .. } if eps == 0.0 && init_acc == 0.0 => {
-                return bad(
-                    "opt",
-                    "adagrad with eps=0 and init_acc=0 divides 0 by 0 at a zero gradient: give eps > 0 or init_acc > 0".into(),
-                );
-            }
-            Optimizer::Ftrl { beta, l2, .. } if beta == 0.0 && l2 == 0.0 => {
-                return bad(
-                    "opt",
-                    "ftrl with beta=0 and l2=0 divides by 0 before a row's first gradient: give beta > 0 or l2 > 0".into(),
-                );
-            }
-            _ => {}
-        }
-        if !non_negative(self.weight_decay) {
-            return bad("opt", format!("wd={} must be ≥ 0", self.weight_decay));
-        }
-        if self.weight_decay != 0.0 && matches!(self.optimizer, Optimizer::Ftrl { .. }) {
-            return bad("opt", "ftrl takes no wd: use its l2".into());
-        }
-        match self.admit {
-            Admission::All => {}
-            Admission::Count { n, width } => {
-                if !(1..=255).contains(&n) {
-                    return bad("admit", format!("count:{n}: allowed: 1 to 255 pushes"));
-                }
-                if !width.is_power_of_two() || !(64..=1 << 32).contains(&width) {
-                    return bad(
-                        "admit",
-                        format!("width={width}: allowed: a power of two from 64 to 2^32"),
-                    );
-                }
-            }
-            Admission::Probability { p } => {
-                if !(p > 0.0 && p <= 1.0) {
-                    return bad("admit", format!("prob:{p}: allowed: 0 < P ≤ 1"));
-                }
-            }
-        }
+        check_init(self.init).map_err(|why| ("init", why))?;
+        check_optimizer(&self.optimizer, self.weight_decay).map_err(|why| ("opt", why))?;
+        check_admission(self.admit).map_err(|why| ("admit", why))?;
         if let Eviction::Ttl { pushes: 0 } = self.evict {
-            return bad("evict", "ttl:0: allowed: ttl:T with T ≥ 1 pushes".into());
+            return Err(("evict", "ttl:0: allowed: ttl:T with T ≥ 1 pushes".into()));
         }
         Ok(())
     }
 }
 
-/// The fields a spec line has.
-const FIELDS: &str = "app, dim, init, seed, opt, admit, budget, evict";
+/// Whether `v` is finite and > 0.
+fn positive(v: f32) -> bool {
+    v.is_finite() && v > 0.0
+}
 
-impl FromStr for TableSpec {
-    type Err = String;
+/// Whether `v` is finite and ≥ 0.
+fn non_negative(v: f32) -> bool {
+    v.is_finite() && v >= 0.0
+}
 
-    /// Parses a spec line (the module's table); fields in any order, each at most once.
-    fn from_str(line: &str) -> Result<TableSpec, String> {
-        let bad = |field: &str, why: String| format!("bad table spec '{line}': {field}: {why}");
-        let mut seen: Vec<&str> = Vec::new();
-        let (mut app, mut dim) = (None, None);
-        let mut spec = TableSpec::new(0, 1);
-        let mut seed = None;
-        let mut opt_text = None;
-        let mut admit_text = None;
-        for part in line.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-            let Some((field, value)) = part.split_once('=') else {
+/// Whether `v` is in [0, 1).
+fn fraction(v: f32) -> bool {
+    v.is_finite() && (0.0..1.0).contains(&v)
+}
+
+/// Checks an initializer's parameters; the error says what is wrong.
+fn check_init(init: Init) -> Result<(), String> {
+    match init {
+        Init::Zeros => {}
+        Init::Uniform { low, high } => {
+            if !(low.is_finite() && high.is_finite() && low < high && (high - low).is_finite()) {
+                return Err(format!("uniform:{low}:{high} needs finite bounds A < B"));
+            }
+        }
+        Init::Normal { mean, std } => {
+            if !(mean.is_finite() && std.is_finite() && std >= 0.0) {
                 return Err(format!(
-                    "bad table spec '{line}': '{part}' is not FIELD=VALUE; fields: {FIELDS}"
+                    "normal:{mean}:{std} needs a finite mean and STD ≥ 0"
                 ));
-            };
-            let (field, value) = (field.trim(), value.trim());
-            if seen.contains(&field) {
-                return Err(bad(field, "given twice".into()));
-            }
-            seen.push(field);
-            match field {
-                "app" => {
-                    app = Some(value.parse::<i32>().map_err(|_| {
-                        bad(
-                            "app",
-                            format!("'{value}' is not an application id (an i32)"),
-                        )
-                    })?)
-                }
-                "dim" => {
-                    dim = Some(
-                        value
-                            .parse::<usize>()
-                            .ok()
-                            .filter(|d| (1..=MAX_DIM).contains(d))
-                            .ok_or_else(|| {
-                                bad("dim", format!("'{value}': allowed: 1 to {MAX_DIM}"))
-                            })?,
-                    )
-                }
-                "init" => spec.init = parse_init(value).map_err(|e| bad("init", e))?,
-                "seed" => {
-                    seed = Some(value.parse::<u64>().map_err(|_| {
-                        bad(
-                            "seed",
-                            format!("'{value}' is not a whole number ≥ 0 (a u64)"),
-                        )
-                    })?)
-                }
-                "opt" => opt_text = Some(value),
-                "admit" => admit_text = Some(value),
-                "budget" => spec.budget = Some(parse_bytes(value).map_err(|e| bad("budget", e))?),
-                "evict" => spec.evict = parse_evict(value).map_err(|e| bad("evict", e))?,
-                other => {
-                    return Err(format!(
-                        "bad table spec '{line}': unknown field '{other}'; fields: {FIELDS}"
-                    ))
-                }
             }
         }
-        spec.app = app.ok_or_else(|| bad("app", "missing: every table names its app".into()))?;
-        spec.dim = dim.ok_or_else(|| bad("dim", "missing: values per row, 1 to 1048576".into()))?;
-        spec.seed = seed.unwrap_or(spec.app as u64);
-        if let Some(t) = opt_text {
-            let (o, wd) = parse_optimizer(t).map_err(|e| bad("opt", e))?;
-            spec.optimizer = o;
-            spec.weight_decay = wd;
-        }
-        if let Some(t) = admit_text {
-            spec.admit = parse_admit(t).map_err(|e| bad("admit", e))?;
-        }
-        spec.validate().map_err(|e| {
-            // The same check names the canonical line; name the one given instead.
-            e.replacen(&format!("'{spec}'"), &format!("'{line}'"), 1)
-        })?;
-        Ok(spec)
     }
+    Ok(())
 }
 
-fn number<T: FromStr>(text: &str, what: &str) -> Result<T, String> {
-    text.trim()
-        .parse::<T>()
-        .map_err(|_| format!("{what} '{text}' is not a number"))
-}
-
-fn parse_init(v: &str) -> Result<Init, String> {
-    let parts: Vec<&str> = v.split(':').collect();
-    match parts.as_slice() {
-        ["zeros"] => Ok(Init::Zeros),
-        ["uniform", a, b] => Ok(Init::Uniform {
-            low: number(a, "A")?,
-            high: number(b, "B")?,
-        }),
-        ["normal", m, s] => Ok(Init::Normal {
-            mean: number(m, "MEAN")?,
-            std: number(s, "STD")?,
-        }),
-        _ => Err(format!(
-            "'{v}'; allowed: zeros, uniform:A:B, normal:MEAN:STD"
-        )),
-    }
-}
-
-/// The optimizer and its weight decay from `NAME[:k=v]*`.
-fn parse_optimizer(v: &str) -> Result<(Optimizer, f32), String> {
-    let mut parts = v.split(':');
-    let name = parts.next().unwrap_or("").trim();
-    let allowed: &[&str] = match name {
-        "sgd" => &["lr", "wd"],
-        "adagrad" => &["lr", "eps", "init_acc", "wd"],
-        "adam" => &["lr", "b1", "b2", "eps", "wd"],
-        "ftrl" => &["alpha", "lr", "beta", "l1", "l2"],
-        _ => {
-            return Err(format!(
-                "unknown optimizer '{name}'; allowed: sgd, adagrad, adam, ftrl"
-            ))
+/// Checks an optimizer's parameters and weight decay `wd`: each in its range, no step that
+/// divides by 0, and no `wd` with FTRL; the error says what is wrong.
+fn check_optimizer(opt: &Optimizer, wd: f32) -> Result<(), String> {
+    let ok = match *opt {
+        Optimizer::Sgd { lr } => positive(lr),
+        Optimizer::Adagrad { lr, eps, init_acc } => {
+            positive(lr) && non_negative(eps) && non_negative(init_acc)
         }
+        Optimizer::Adam { lr, b1, b2, eps } => {
+            positive(lr) && fraction(b1) && fraction(b2) && positive(eps)
+        }
+        Optimizer::Ftrl {
+            alpha,
+            beta,
+            l1,
+            l2,
+        } => positive(alpha) && non_negative(beta) && non_negative(l1) && non_negative(l2),
     };
-    let mut given: Vec<(&str, f32)> = Vec::new();
-    for kv in parts {
-        let Some((k, x)) = kv.split_once('=') else {
-            return Err(format!(
-                "'{kv}' is not NAME=VALUE; {name} takes {}",
-                allowed.join(", ")
-            ));
-        };
-        let k = k.trim();
-        if !allowed.contains(&k) {
-            return Err(format!(
-                "{name} has no '{k}'; it takes {}",
-                allowed.join(", ")
-            ));
-        }
-        if given.iter().any(|&(g, _)| g == k) {
-            return Err(format!("{name}'s '{k}' given twice"));
-        }
-        given.push((k, number(x, k)?));
+    if !ok {
+        return Err(format!(
+            "{} is out of range; allowed: lr, alpha, eps (adam) > 0; b1, b2 in [0, 1); eps (adagrad), init_acc, beta, l1, l2 ≥ 0",
+            OptText(opt, wd)
+        ));
     }
-    let get = |k: &str, default: f32| {
-        given
-            .iter()
-            .find(|&&(g, _)| g == k)
-            .map_or(default, |&(_, x)| x)
-    };
-    let opt = match name {
-        "sgd" => Optimizer::Sgd {
-            lr: get("lr", 0.01),
-        },
-        "adagrad" => Optimizer::Adagrad {
-            lr: get("lr", 0.01),
-            eps: get("eps", 1e-10),
-            init_acc: get("init_acc", 0.0),
-        },
-        "adam" => Optimizer::Adam {
-            lr: get("lr", 0.001),
-            b1: get("b1", 0.9),
-            b2: get("b2", 0.999),
-            eps: get("eps", 1e-8),
-        },
-        _ => {
-            if given.iter().any(|&(g, _)| g == "alpha") && given.iter().any(|&(g, _)| g == "lr") {
-                return Err("ftrl's alpha and lr are the same step size: give one".into());
+    match *opt {
+        Optimizer::Adagrad { eps, init_acc, .. } if eps == 0.0 && init_acc == 0.0 => {
+            return Err(
+                "adagrad with eps=0 and init_acc=0 divides 0 by 0 at a zero gradient: give eps > 0 or init_acc > 0".into(),
+            );
+        }
+        Optimizer::Ftrl { beta, l2, .. } if beta == 0.0 && l2 == 0.0 => {
+            return Err(
+                "ftrl with beta=0 and l2=0 divides by 0 before a row's first gradient: give beta > 0 or l2 > 0".into(),
+            );
+        }
+        _ => {}
+    }
+    if !non_negative(wd) {
+        return Err(format!("wd={wd} must be ≥ 0"));
+    }
+    if wd != 0.0 && matches!(opt, Optimizer::Ftrl { .. }) {
+        return Err("ftrl takes no wd: use its l2".into());
+    }
+    Ok(())
+}
+
+/// Checks admission's parameters; the error says what is wrong and what is allowed.
+fn check_admission(admit: Admission) -> Result<(), String> {
+    match admit {
+        Admission::All => {}
+        Admission::Count { n, width } => {
+            if !(1..=255).contains(&n) {
+                return Err(format!("count:{n}: allowed: 1 to 255 pushes"));
             }
-            Optimizer::Ftrl {
-                alpha: get("alpha", get("lr", 0.05)),
-                beta: get("beta", 1.0),
-                l1: get("l1", 0.0),
-                l2: get("l2", 0.0),
+            if !width.is_power_of_two() || !(64..=1 << 32).contains(&width) {
+                return Err(format!(
+                    "width={width}: allowed: a power of two from 64 to 2^32"
+                ));
             }
         }
-    };
-    Ok((opt, get("wd", 0.0)))
-}
-
-fn parse_admit(v: &str) -> Result<Admission, String> {
-    let parts: Vec<&str> = v.split(':').collect();
-    match parts.as_slice() {
-        ["all"] => Ok(Admission::All),
-        ["count", n] | ["count", n, _] => {
-            let width = match parts.get(2) {
-                None => DEFAULT_SKETCH_WIDTH,
-                Some(w) => {
-                    let w = w
-                        .strip_prefix("width=")
-                        .ok_or_else(|| format!("'{w}'; allowed after count:N: width=W"))?;
-                    number(w, "width")?
-                }
-            };
-            Ok(Admission::Count {
-                n: number(n, "N")?,
-                width,
-            })
+        Admission::Probability { p } => {
+            if !(p > 0.0 && p <= 1.0) {
+                return Err(format!("prob:{p}: allowed: 0 < P ≤ 1"));
+            }
         }
-        ["prob", p] => Ok(Admission::Probability { p: number(p, "P")? }),
-        _ => Err(format!("'{v}'; allowed: all, count:N[:width=W], prob:P")),
     }
-}
-
-fn parse_evict(v: &str) -> Result<Eviction, String> {
-    match v.split_once(':') {
-        None if v == "lru" => Ok(Eviction::Lru),
-        Some(("ttl", t)) => Ok(Eviction::Ttl {
-            pushes: number(t, "T")?,
-        }),
-        _ => Err(format!("'{v}'; allowed: lru, ttl:T (T pushes)")),
-    }
-}
-
-/// Bytes from `1000`, `64KiB`, `512MiB`, `2GiB`, `1TiB`, `10MB` (10^6), `1GB`, `1TB`.
-///
-/// # Errors
-/// A text naming the value and the forms allowed.
-pub fn parse_bytes(v: &str) -> Result<u64, String> {
-    let v = v.trim();
-    let split = v.find(|c: char| !c.is_ascii_digit()).unwrap_or(v.len());
-    let (digits, unit) = v.split_at(split);
-    let scale: u64 = match unit.trim() {
-        "" | "B" => 1,
-        "KiB" => 1 << 10,
-        "MiB" => 1 << 20,
-        "GiB" => 1 << 30,
-        "TiB" => 1 << 40,
-        "KB" | "kB" => 1_000,
-        "MB" => 1_000_000,
-        "GB" => 1_000_000_000,
-        "TB" => 1_000_000_000_000,
-        _ => u64::MAX,
-    };
-    let n = digits.parse::<u64>().ok();
-    match n.and_then(|n| n.checked_mul(scale)).filter(|_| scale != u64::MAX) {
-        Some(b) => Ok(b),
-        None => Err(format!(
-            "'{v}'; allowed: a whole number of bytes, or with KiB, MiB, GiB, TiB (powers of 2) or KB, MB, GB, TB (powers of 10)"
-        )),
-    }
+    Ok(())
 }
 
 /// `bytes` in the largest binary unit that divides it (`512MiB`), else in bytes.
@@ -745,9 +528,19 @@ mod tests {
         }
     }
 
+    /// Asserts that each line fails to parse with an error that names the line and holds
+    /// its wanted text.
+    fn assert_bad(cases: &[(&str, &str)]) {
+        for &(line, want) in cases {
+            let e = line.parse::<TableSpec>().expect_err(line);
+            assert!(e.starts_with(&format!("bad table spec '{line}': ")), "{e}");
+            assert!(e.contains(want), "{line}: {e}");
+        }
+    }
+
     #[test]
-    fn bad_specs_name_the_field_and_what_is_allowed() {
-        for (line, want) in [
+    fn bad_lines_name_the_field_and_what_is_allowed() {
+        assert_bad(&[
             ("dim=4", "app: missing"),
             ("app=0", "dim: missing"),
             ("app=0,dim=0", "dim: '0': allowed: 1 to 1048576"),
@@ -757,6 +550,13 @@ mod tests {
                 "unknown field 'colour'; fields: app, dim",
             ),
             ("app=0,dim=4,dim=5", "dim: given twice"),
+            ("app=0,dim=4,junk", "'junk' is not FIELD=VALUE"),
+        ]);
+    }
+
+    #[test]
+    fn bad_inits_name_what_is_allowed() {
+        assert_bad(&[
             (
                 "app=0,dim=4,init=gauss",
                 "init: 'gauss'; allowed: zeros, uniform:A:B",
@@ -765,6 +565,16 @@ mod tests {
                 "app=0,dim=4,init=uniform:1:1",
                 "init: uniform:1:1 needs finite bounds A < B",
             ),
+            (
+                "app=0,dim=4,init=uniform:-3e38:3e38",
+                "needs finite bounds A < B",
+            ),
+        ]);
+    }
+
+    #[test]
+    fn bad_optimizers_name_what_is_allowed() {
+        assert_bad(&[
             (
                 "app=0,dim=4,opt=rmsprop",
                 "opt: unknown optimizer 'rmsprop'; allowed: sgd",
@@ -790,10 +600,12 @@ mod tests {
                 "app=0,dim=4,opt=ftrl:beta=0",
                 "ftrl with beta=0 and l2=0 divides by 0",
             ),
-            (
-                "app=0,dim=4,init=uniform:-3e38:3e38",
-                "needs finite bounds A < B",
-            ),
+        ]);
+    }
+
+    #[test]
+    fn bad_admissions_name_what_is_allowed() {
+        assert_bad(&[
             (
                 "app=0,dim=4,admit=count:0",
                 "admit: count:0: allowed: 1 to 255",
@@ -810,6 +622,12 @@ mod tests {
                 "app=0,dim=4,admit=maybe",
                 "admit: 'maybe'; allowed: all, count:N",
             ),
+        ]);
+    }
+
+    #[test]
+    fn bad_budgets_and_evictions_name_what_is_allowed() {
+        assert_bad(&[
             (
                 "app=0,dim=4,budget=12XB",
                 "budget: '12XB'; allowed: a whole number of bytes",
@@ -822,12 +640,7 @@ mod tests {
                 "app=0,dim=4,evict=ttl:0",
                 "ttl:0: allowed: ttl:T with T ≥ 1",
             ),
-            ("app=0,dim=4,junk", "'junk' is not FIELD=VALUE"),
-        ] {
-            let e = line.parse::<TableSpec>().expect_err(line);
-            assert!(e.starts_with(&format!("bad table spec '{line}': ")), "{e}");
-            assert!(e.contains(want), "{line}: {e}");
-        }
+        ]);
     }
 
     #[test]

@@ -17,19 +17,30 @@
 //! evicted, so the evicted rows are exactly the oldest ones). Freed records are chained
 //! through their key words (a free list that takes no memory of its own) and reused
 //! last-freed first.
+//!
+//! Beside this file: `table/parts.rs`, a request's lookups in parts (from several threads for a
+//! large request); `table/snapshot.rs`, save and restore.
 
 use super::admit::Admit;
 use super::index::{self, Index};
 use super::init::initial_row;
-use super::lookup;
-use super::optim::{init_slots, step};
+use super::optim::init_slots;
 use super::rows::{Rows, FREE};
-use super::spec::{bytes_text, Eviction, Optimizer, TableSpec};
-use crate::kv::durable::bytes::Reader;
+use super::spec::{bytes_text, Eviction, TableSpec};
+use parts::{step_row, PullRows, StepHeld};
+
+mod parts;
+mod snapshot;
 
 /// A stamp is `push << POS_BITS | position of the key in the push` (clamped), so stamps are
 /// ordered by push, then by key order within a push.
 const POS_BITS: u32 = 24;
+
+/// The stamp of the key at position `i` of push number `push`.
+#[inline]
+fn stamp_of(push: u64, i: usize) -> u64 {
+    push << POS_BITS | (i as u64).min((1 << POS_BITS) - 1)
+}
 
 /// An eviction pass frees about `1 / EVICT_SHARE` of the rows.
 const EVICT_SHARE: usize = 64;
@@ -39,9 +50,6 @@ const SAMPLE: usize = 1024;
 
 /// A key with no slot (the free list's end).
 const NONE: u32 = u32::MAX;
-
-/// Fewest keys a request has for a table to split it among threads.
-const SPLIT_MIN: usize = 16384;
 
 /// Bytes counted for the table's own fields.
 const FIXED_BYTES: usize = 4096;
@@ -89,41 +97,6 @@ impl std::fmt::Debug for Table {
             .field("rows", &self.len())
             .field("bytes", &self.bytes())
             .finish()
-    }
-}
-
-/// Runs `jobs` at once, the first on the calling thread and each other on a thread of its own,
-/// and gives their results in order. A job's panic is raised again here.
-fn run_all<T: Send, F: FnOnce() -> T + Send>(jobs: Vec<F>) -> Vec<T> {
-    let mut jobs = jobs.into_iter();
-    let Some(first) = jobs.next() else {
-        return Vec::new();
-    };
-    std::thread::scope(|s| {
-        let others: Vec<_> = jobs.map(|j| s.spawn(j)).collect();
-        let mut results = vec![first()];
-        results.extend(
-            others
-                .into_iter()
-                .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p))),
-        );
-        results
-    })
-}
-
-/// One optimizer step (`opt` with weight decay) on a held record's `values` (its row, then its
-/// slots) with `grad` (`dim` values); the row after the step goes to `out` when given.
-#[inline]
-fn step_row(
-    (opt, wd): (&Optimizer, f32),
-    values: &mut [f32],
-    grad: &[f32],
-    out: Option<&mut [f32]>,
-) {
-    let (w, slots) = values.split_at_mut(grad.len());
-    step(opt, wd, w, slots, grad);
-    if let Some(o) = out {
-        o.copy_from_slice(w);
     }
 }
 
@@ -285,49 +258,16 @@ impl Table {
                 keys.len()
             ));
         }
-        let threads = self.threads_for(keys);
-        let (index, rows, spec) = (&self.index, &self.rows, &self.spec);
-        let part = |keys: &[u64], out: &mut [f32]| {
-            let mut initialized = 0;
-            lookup::each(index, rows, keys, 16 + dim * 4, |i, slot| {
-                let row = &mut out[i * dim..(i + 1) * dim];
-                match slot {
-                    Some(slot) => row.copy_from_slice(&rows.values(slot)[..dim]),
-                    None => {
-                        initialized += 1;
-                        initial_row(&spec.init, spec.seed, keys[i], row);
-                    }
-                }
-            });
-            initialized
+        let threads = parts::threads_for(self.threads, keys);
+        let pull = PullRows {
+            index: &self.index,
+            rows: &self.rows,
+            spec: &self.spec,
+            dim,
         };
-        let initialized: u64 = if threads > 1 {
-            let per = keys.len().div_ceil(threads);
-            let part = &part;
-            run_all(
-                keys.chunks(per)
-                    .zip(out.chunks_mut(per * dim))
-                    .map(|(k, o)| move || part(k, o))
-                    .collect(),
-            )
-            .into_iter()
-            .sum()
-        } else {
-            part(keys, out)
-        };
+        let initialized = pull.run(keys, out, threads);
         self.counts.initialized_on_pull += initialized;
         Ok(())
-    }
-
-    /// Threads to split the request of `keys` among: [`set_threads`](Self::set_threads)'s,
-    /// for a request of at least [`SPLIT_MIN`] keys in strictly increasing order (so no two
-    /// threads step one row), else one.
-    fn threads_for(&self, keys: &[u64]) -> usize {
-        if self.threads > 1 && keys.len() >= SPLIT_MIN && keys.windows(2).all(|w| w[0] < w[1]) {
-            self.threads
-        } else {
-            1
-        }
     }
 
     /// Sets how many threads (at least one) a request of at least 16384 keys in increasing
@@ -358,6 +298,33 @@ impl Table {
         grads: &[f32],
         mut out: Option<&mut [f32]>,
     ) -> Result<(), String> {
+        self.check_push(keys, grads, out.as_deref())?;
+        self.counts.pushes += 1;
+        let push = self.counts.pushes;
+        if push >= self.next_sweep {
+            self.sweep(push);
+        }
+        // First the rows held, each stepped where it is (from several threads for a large
+        // request); then, in order, the keys not held: admitted and created, or dropped.
+        let threads = parts::threads_for(self.threads, keys);
+        let missing = {
+            let raw = self.rows.raw();
+            let held = StepHeld {
+                index: &self.index,
+                raw: &raw,
+                opt: (self.spec.optimizer, self.spec.weight_decay),
+                grads,
+                dim: self.dim,
+                push,
+            };
+            held.run(keys, out.as_deref_mut(), threads)
+        };
+        self.step_not_held(push, &missing, keys, grads, out);
+        Ok(())
+    }
+
+    /// Checks a push's lengths: `grads` and `out` (when given) `keys.len() · dim` values.
+    fn check_push(&self, keys: &[u64], grads: &[f32], out: Option<&[f32]>) -> Result<(), String> {
         let dim = self.dim;
         if grads.len() != keys.len() * dim {
             return Err(format!(
@@ -368,7 +335,7 @@ impl Table {
                 keys.len() * dim
             ));
         }
-        if let Some(o) = out.as_deref() {
+        if let Some(o) = out {
             if o.len() != grads.len() {
                 return Err(format!(
                     "table app {}: {} values for the rows of {} keys of dim {dim}",
@@ -378,66 +345,24 @@ impl Table {
                 ));
             }
         }
-        self.counts.pushes += 1;
-        let push = self.counts.pushes;
-        if push >= self.next_sweep {
-            self.sweep(push);
-        }
-        let stamp_of = |i: usize| push << POS_BITS | (i as u64).min((1 << POS_BITS) - 1);
-        // First the rows held, each stepped where it is (from several threads for a large
-        // request); then, in order, the keys not held: admitted and created, or dropped.
-        let threads = self.threads_for(keys);
+        Ok(())
+    }
+
+    /// The second half of push number `push`: the keys at positions `missing` of `keys`, which
+    /// the table did not hold, in order: each created and stepped when admission admits it
+    /// (or when an earlier one of them created it), else counted as not admitted (its initial
+    /// row to `out`).
+    fn step_not_held(
+        &mut self,
+        push: u64,
+        missing: &[usize],
+        keys: &[u64],
+        grads: &[f32],
+        mut out: Option<&mut [f32]>,
+    ) {
+        let dim = self.dim;
         let (opt, wd) = (self.spec.optimizer, self.spec.weight_decay);
-        let missing: Vec<usize> = {
-            let index = &self.index;
-            let raw = self.rows.raw();
-            let raw = &raw;
-            let part = |first: usize, keys: &[u64], mut out: Option<&mut [f32]>| {
-                let mut missing = Vec::new();
-                lookup::each(index, raw, keys, usize::MAX, |j, slot| {
-                    let Some(slot) = slot else {
-                        missing.push(first + j);
-                        return;
-                    };
-                    // SAFETY: within a part, each key once per step at a time; between parts,
-                    // keys strictly increase (`threads_for`), so no two threads hold a slot.
-                    let (stamp, values) = unsafe { raw.stamp_and_values(slot) };
-                    let i = first + j;
-                    *stamp = stamp_of(i);
-                    step_row(
-                        (&opt, wd),
-                        values,
-                        &grads[i * dim..(i + 1) * dim],
-                        out.as_deref_mut().map(|o| &mut o[j * dim..(j + 1) * dim]),
-                    );
-                });
-                missing
-            };
-            if threads > 1 {
-                let per = keys.len().div_ceil(threads);
-                let mut outs: Vec<Option<&mut [f32]>> = match out.as_deref_mut() {
-                    Some(o) => o.chunks_mut(per * dim).map(Some).collect(),
-                    None => keys.chunks(per).map(|_| None).collect(),
-                };
-                let part = &part;
-                run_all(
-                    keys.chunks(per)
-                        .zip(outs.iter_mut())
-                        .enumerate()
-                        .map(|(t, (k, o))| {
-                            let o = o.take();
-                            move || part(t * per, k, o)
-                        })
-                        .collect(),
-                )
-                .into_iter()
-                .flatten()
-                .collect()
-            } else {
-                part(0, keys, out.as_deref_mut())
-            }
-        };
-        for i in missing {
+        for &i in missing {
             let key = keys[i];
             let slot = match self.find(key) {
                 // Created earlier in this push (the key is given twice).
@@ -457,7 +382,7 @@ impl Table {
                 }
             };
             let (stamp, values) = self.rows.stamp_and_values_mut(slot);
-            *stamp = stamp_of(i);
+            *stamp = stamp_of(push, i);
             step_row(
                 (&opt, wd),
                 values,
@@ -465,7 +390,6 @@ impl Table {
                 out.as_deref_mut().map(|o| &mut o[i * dim..(i + 1) * dim]),
             );
         }
-        Ok(())
     }
 
     /// A row for `key` (not held): a free slot, a new one, or one freed by evicting the least
@@ -563,136 +487,4 @@ impl Table {
             self.evict_through(threshold);
         }
     }
-
-    /// The table's state as bytes: a header, the spec line, counts, the records of every slot
-    /// handed out (free ones too, with their links: a restored table reuses the same slots in
-    /// the same order), the free list's head and the admission sketch (its counters and the
-    /// pushes counted since they last halved). Little-endian.
-    pub fn save_into(&self, out: &mut Vec<u8>) {
-        out.clear();
-        out.extend_from_slice(MAGIC);
-        let spec = self.spec.to_string();
-        out.extend_from_slice(&(spec.len() as u64).to_le_bytes());
-        out.extend_from_slice(spec.as_bytes());
-        let c = self.counts;
-        for v in [
-            c.pushes,
-            c.admitted,
-            c.not_admitted,
-            c.evicted,
-            c.initialized_on_pull,
-            self.next_sweep,
-            self.rows.used() as u64,
-        ] {
-            out.extend_from_slice(&v.to_le_bytes());
-        }
-        let words: usize = self.rows.words().map(<[u64]>::len).sum();
-        out.extend_from_slice(&(words as u64 * 8).to_le_bytes());
-        out.reserve(words * 8 + self.admit.bytes() + 32);
-        for chunk in self.rows.words() {
-            out.extend_from_slice(bytemuck::cast_slice(chunk));
-        }
-        out.extend_from_slice(&u64::from(self.free).to_le_bytes());
-        out.extend_from_slice(&(self.free_len as u64).to_le_bytes());
-        let (counters, added): (&[u8], u64) = match &self.admit {
-            Admit::Count { sketch, .. } => (sketch.counters(), sketch.added()),
-            _ => (&[], 0),
-        };
-        out.extend_from_slice(&(counters.len() as u64).to_le_bytes());
-        out.extend_from_slice(counters);
-        out.extend_from_slice(&added.to_le_bytes());
-    }
-
-    /// Replaces the table's state with what [`save_into`](Self::save_into) wrote.
-    ///
-    /// # Errors
-    /// A text naming what is wrong: another table's spec (both named), a truncation (with its
-    /// offset), rows beyond this table's budget. The table is unchanged then.
-    pub fn restore(&mut self, state: &[u8]) -> Result<(), String> {
-        let mut fresh = Table::new(&self.spec)?;
-        let mut r = Reader::new("saved table", state);
-        let header = r.take(MAGIC.len(), "the header")?;
-        if header == OLD_MAGIC {
-            return Err(
-                "saved table: saved by an older pslite-rs ('pslite-table/1'), whose pushes stepped \
-                 and created rows in another order: its log would not replay to the same table; \
-                 start the table afresh (an empty PS_CHECKPOINT_DIR)"
-                    .into(),
-            );
-        }
-        if header != MAGIC {
-            return Err(
-                "saved table: not an embedding table's state (no 'pslite-table/2' header)".into(),
-            );
-        }
-        let spec = r.sized("the spec line")?;
-        let mine = self.spec.to_string();
-        if spec != mine.as_bytes() {
-            return Err(format!(
-                "saved table: it was saved by a table with spec '{}', this server's is '{mine}'",
-                String::from_utf8_lossy(spec)
-            ));
-        }
-        let c = TableCounts {
-            pushes: r.u64("the push count")?,
-            admitted: r.u64("the admitted count")?,
-            not_admitted: r.u64("the not-admitted count")?,
-            evicted: r.u64("the evicted count")?,
-            initialized_on_pull: r.u64("the initialized-on-pull count")?,
-        };
-        fresh.next_sweep = r.u64("the next TTL sweep")?;
-        let used = usize::try_from(r.u64("the slots used")?)
-            .map_err(|_| "saved table: too many slots".to_string())?;
-        let words = r.sized("the rows")?;
-        fresh.rows.fill(used, words)?;
-        let head = r.u64("the free list's head")?;
-        let free_len = r.u64("the free list's length")?;
-        // The free list: slots below `used`, each free, as many as it says (no cycle).
-        let (mut at, mut walked) = (head, 0u64);
-        while at != u64::from(NONE) {
-            if at >= used as u64 || fresh.rows.stamp(at as u32) != FREE || walked >= used as u64 {
-                return Err(format!(
-                    "saved table: the free list is damaged at slot {at} (step {walked} of {used} slots)"
-                ));
-            }
-            at = fresh.rows.key(at as u32);
-            walked += 1;
-        }
-        if walked != free_len {
-            return Err(format!(
-                "saved table: the free list holds {walked} slots, its count says {free_len}"
-            ));
-        }
-        fresh.free = head as u32;
-        fresh.free_len = walked as usize;
-        if let Admit::Count { sketch, .. } = &mut fresh.admit {
-            sketch.restore(&mut r)?;
-        } else {
-            r.sized("the admission sketch")?;
-            r.u64("the admission sketch's pushes since its last halving")?;
-        }
-        r.finish("the saved table")?;
-        for slot in 0..used as u32 {
-            if fresh.rows.stamp(slot) != FREE {
-                if !fresh.index.has_room() {
-                    let rows = &fresh.rows;
-                    fresh.index.grow(|s| rows.key(s));
-                }
-                let key = fresh.rows.key(slot);
-                if fresh.find(key).is_some() {
-                    return Err(format!("saved table: key {key} held twice"));
-                }
-                fresh.index.insert(key, slot);
-            }
-        }
-        fresh.counts = c;
-        *self = fresh;
-        Ok(())
-    }
 }
-
-/// The first bytes of a saved table.
-const MAGIC: &[u8] = b"pslite-table/2\n";
-
-/// The first bytes of a table saved before a push stepped the rows held first ([`Table::push`]).
-const OLD_MAGIC: &[u8] = b"pslite-table/1\n";
