@@ -162,6 +162,9 @@ pub fn spawn(launch: &Launch<'_>, node: Node) -> Result<Proc, String> {
     })
 }
 
+/// Variables set in a node's environment: (name, value).
+type Vars<'a> = Vec<(&'a str, String)>;
+
 /// The variables `node` is started with: the cluster's, its role and rank, the launcher's
 /// mark, a free metrics port where asked; and whether it got its own key
 /// (`PS_AUTH_NODE_KEY`) in place of the cluster's token (the [`SHARED_SECRET`] variables
@@ -169,11 +172,8 @@ pub fn spawn(launch: &Launch<'_>, node: Node) -> Result<Proc, String> {
 ///
 /// # Errors
 /// As [`node_key`].
-fn node_vars<'a>(
-    launch: &Launch<'a>,
-    node: &Node,
-) -> Result<(Vec<(&'a str, String)>, bool), String> {
-    let mut vars: Vec<(&str, String)> = launch.env.to_vec();
+fn node_vars<'a>(launch: &Launch<'a>, node: &Node) -> Result<(Vars<'a>, bool), String> {
+    let mut vars: Vars<'a> = launch.env.to_vec();
     vars.push(("DMLC_ROLE", node.role.to_string()));
     if let Some(r) = node.rank {
         vars.push(("PSLITE_RANK", r.to_string()));
