@@ -120,95 +120,15 @@ fn node_key(node: &Node, vars: &[(&str, String)]) -> Result<Option<String>, Stri
 /// Starts `node` with its role, rank and arguments, its output lines prefixed with
 /// `[<name>] `; prints its pid to stderr.
 pub fn spawn(launch: &Launch<'_>, node: Node) -> Result<Proc, String> {
-    let mut vars: Vec<(&str, String)> = launch.env.to_vec();
-    vars.push(("DMLC_ROLE", node.role.to_string()));
-    if let Some(r) = node.rank {
-        vars.push(("PSLITE_RANK", r.to_string()));
-    }
-    vars.push((LAUNCHER_VAR, "1".into()));
-    // A server or worker gets its own key instead of the cluster's token: it can then prove
-    // its own identity only (pslite::auth). The scheduler keeps the token.
-    let key = node_key(&node, &vars)?;
-    if let Some(k) = &key {
-        vars.retain(|(name, _)| !SHARED_SECRET.contains(name));
-        vars.push(("PS_AUTH_NODE_KEY", k.clone()));
-    }
-    if launch.metrics {
-        // Any free port, chosen by the node as it binds (no race between nodes picking ports),
-        // which prints where: "[server 0] pslite: server metrics at http://…/metrics".
-        vars.push(("PS_METRICS_PORT", "0".into()));
-    }
-    let (mut cmd, block) = match (&node.host, &launch.remote) {
+    let (vars, keyed) = node_vars(launch, &node)?;
+    let (cmd, block) = match (&node.host, &launch.remote) {
         (Some(host), Some(remote)) => {
-            let mut cmd = Command::new(&remote.ssh[0]);
-            let mut words = vec![quote(&remote.exe)];
-            match &node.command {
-                Some(line) => words.extend(["remote-cmd".into(), quote(line)]),
-                None => {
-                    words.extend(["remote".into(), node.role.into()]);
-                    words.extend(node.args.iter().map(|a| quote(a)));
-                }
-            }
-            // A node starts in $HOME where the directory is missing; a command (whose paths
-            // are the launcher's, relative to it) fails instead, the shell naming it.
-            let cd = match &node.command {
-                Some(_) => format!("cd {} || exit 1", quote(&remote.cwd)),
-                None => format!("cd {} 2>/dev/null", quote(&remote.cwd)),
-            };
-            let line = format!("{cd}; exec {}", words.join(" "));
-            cmd.args(&remote.ssh[1..])
-                .arg(host)
-                .arg(line)
-                .stdin(Stdio::piped());
-            let inherited = std::env::vars_os().filter(|(name, _)| {
-                key.is_none() || !SHARED_SECRET.iter().any(|s| name.as_os_str() == *s)
-            });
-            (cmd, Some(env_block(inherited, &vars)?))
+            let (cmd, block) = ssh_command(remote, host, &node, keyed, &vars)?;
+            (cmd, Some(block))
         }
-        _ => {
-            let mut cmd = match &node.command {
-                Some(line) => {
-                    let mut cmd = Command::new("sh");
-                    // Python flushes each line, so the prefixed output keeps its order. A
-                    // process group of its own: stopping the node stops every process the
-                    // command started (`cd x && python t.py` runs python as a grandchild).
-                    cmd.args(["-c", line])
-                        .env("PYTHONUNBUFFERED", "1")
-                        .process_group(0);
-                    cmd
-                }
-                None => {
-                    let mut cmd = Command::new(launch.exe);
-                    cmd.args(["node", node.role]).args(&node.args);
-                    cmd
-                }
-            };
-            if key.is_some() {
-                for name in SHARED_SECRET {
-                    cmd.env_remove(name);
-                }
-            }
-            cmd.envs(vars.iter().map(|(k, v)| (k, v)))
-                .stdin(Stdio::null());
-            if !launch.metrics {
-                cmd.env_remove("PS_METRICS_PORT");
-            }
-            (cmd, None)
-        }
+        _ => (local_command(launch, &node, keyed, &vars), None),
     };
-    cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
-    // SAFETY: prctl is async-signal-safe; it only asks the kernel to signal the child when the
-    // launcher dies.
-    unsafe {
-        cmd.pre_exec(|| {
-            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
-            Ok(())
-        });
-    }
-    let mut child = cmd.spawn().map_err(|e| {
-        let program = cmd.get_program().to_string_lossy();
-        format!("cannot start {} ({program}): {e}", node.name)
-    })?;
+    let mut child = start_child(cmd, &node.name)?;
     let stdin = match (block, child.stdin.take()) {
         (Some(block), Some(mut stdin)) => {
             // A node that cannot be told its variables fails on its own, naming why.
@@ -239,6 +159,138 @@ pub fn spawn(launch: &Launch<'_>, node: Node) -> Result<Proc, String> {
         readers,
         running: true,
         _stdin: stdin,
+    })
+}
+
+/// Variables set in a node's environment: (name, value).
+type Vars<'a> = Vec<(&'a str, String)>;
+
+/// The variables `node` is started with: the cluster's, its role and rank, the launcher's
+/// mark, a free metrics port where asked; and whether it got its own key
+/// (`PS_AUTH_NODE_KEY`) in place of the cluster's token (the [`SHARED_SECRET`] variables
+/// then left out).
+///
+/// # Errors
+/// As [`node_key`].
+fn node_vars<'a>(launch: &Launch<'a>, node: &Node) -> Result<(Vars<'a>, bool), String> {
+    let mut vars: Vars<'a> = launch.env.to_vec();
+    vars.push(("DMLC_ROLE", node.role.to_string()));
+    if let Some(r) = node.rank {
+        vars.push(("PSLITE_RANK", r.to_string()));
+    }
+    vars.push((LAUNCHER_VAR, "1".into()));
+    // A server or worker gets its own key instead of the cluster's token: it can then prove
+    // its own identity only (pslite::auth). The scheduler keeps the token.
+    let key = node_key(node, &vars)?;
+    if let Some(k) = &key {
+        vars.retain(|(name, _)| !SHARED_SECRET.contains(name));
+        vars.push(("PS_AUTH_NODE_KEY", k.clone()));
+    }
+    if launch.metrics {
+        // Any free port, chosen by the node as it binds (no race between nodes picking ports),
+        // which prints where: "[server 0] pslite: server metrics at http://…/metrics".
+        vars.push(("PS_METRICS_PORT", "0".into()));
+    }
+    Ok((vars, key.is_some()))
+}
+
+/// The ssh command that starts `node` on `host` (`pslite-launch remote ROLE ARGS`, or
+/// `remote-cmd` with its command) in the launcher's directory there, and the block of
+/// variables to write to its standard input: `vars` and the launcher's own cluster
+/// variables, less the [`SHARED_SECRET`] ones when the node is `keyed`.
+///
+/// # Errors
+/// As [`env_block`].
+fn ssh_command(
+    remote: &Remote,
+    host: &str,
+    node: &Node,
+    keyed: bool,
+    vars: &[(&str, String)],
+) -> Result<(Command, String), String> {
+    let mut cmd = Command::new(&remote.ssh[0]);
+    let mut words = vec![quote(&remote.exe)];
+    match &node.command {
+        Some(line) => words.extend(["remote-cmd".into(), quote(line)]),
+        None => {
+            words.extend(["remote".into(), node.role.into()]);
+            words.extend(node.args.iter().map(|a| quote(a)));
+        }
+    }
+    // A node starts in $HOME where the directory is missing; a command (whose paths
+    // are the launcher's, relative to it) fails instead, the shell naming it.
+    let cd = match &node.command {
+        Some(_) => format!("cd {} || exit 1", quote(&remote.cwd)),
+        None => format!("cd {} 2>/dev/null", quote(&remote.cwd)),
+    };
+    let line = format!("{cd}; exec {}", words.join(" "));
+    cmd.args(&remote.ssh[1..])
+        .arg(host)
+        .arg(line)
+        .stdin(Stdio::piped());
+    let inherited = std::env::vars_os()
+        .filter(|(name, _)| !keyed || !SHARED_SECRET.iter().any(|s| name.as_os_str() == *s));
+    Ok((cmd, env_block(inherited, vars)?))
+}
+
+/// The command that starts `node` on this machine: `pslite-launch node ROLE ARGS`, or its
+/// command under `sh -c` in a process group of its own, with `vars` on top of the launcher's
+/// environment (less the [`SHARED_SECRET`] variables when the node is `keyed`, and less
+/// `PS_METRICS_PORT` without `--metrics`).
+fn local_command(
+    launch: &Launch<'_>,
+    node: &Node,
+    keyed: bool,
+    vars: &[(&str, String)],
+) -> Command {
+    let mut cmd = match &node.command {
+        Some(line) => {
+            let mut cmd = Command::new("sh");
+            // Python flushes each line, so the prefixed output keeps its order. A
+            // process group of its own: stopping the node stops every process the
+            // command started (`cd x && python t.py` runs python as a grandchild).
+            cmd.args(["-c", line])
+                .env("PYTHONUNBUFFERED", "1")
+                .process_group(0);
+            cmd
+        }
+        None => {
+            let mut cmd = Command::new(launch.exe);
+            cmd.args(["node", node.role]).args(&node.args);
+            cmd
+        }
+    };
+    if keyed {
+        for name in SHARED_SECRET {
+            cmd.env_remove(name);
+        }
+    }
+    cmd.envs(vars.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::null());
+    if !launch.metrics {
+        cmd.env_remove("PS_METRICS_PORT");
+    }
+    cmd
+}
+
+/// Starts `cmd` (node `name`) with its standard output and error piped, and SIGTERM sent to
+/// it should the launcher die.
+///
+/// # Errors
+/// The process cannot be started (the text names the node and the program).
+fn start_child(mut cmd: Command, name: &str) -> Result<Child, String> {
+    cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+    // SAFETY: prctl is async-signal-safe; it only asks the kernel to signal the child when the
+    // launcher dies.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+            Ok(())
+        });
+    }
+    cmd.spawn().map_err(|e| {
+        let program = cmd.get_program().to_string_lossy();
+        format!("cannot start {name} ({program}): {e}")
     })
 }
 

@@ -94,30 +94,12 @@ pub fn placement(
         return Err("--servers and --workers must be at least 1".into());
     }
     let need = 1 + servers + workers;
-    let mut found = None;
-    for (rank_var, count_var) in SOURCES {
-        let Some(rank) = number(get, rank_var)? else {
-            continue;
-        };
-        let count = match count_var {
-            Some(c) => {
-                number(get, c)?.ok_or_else(|| format!("{rank_var} is set but {c} is not"))?
-            }
-            None => need,
-        };
-        found = Some((rank, count, rank_var, count_var));
-        break;
-    }
-    let Some((rank, count, rank_var, count_var)) = found else {
-        return Err(
-            "no task rank in the environment: run under Slurm (srun: SLURM_PROCID, \
-                    SLURM_NTASKS), Open MPI (mpirun: OMPI_COMM_WORLD_RANK, \
-                    OMPI_COMM_WORLD_SIZE), an MPI with PMI (PMI_RANK, PMI_SIZE), a Kubernetes \
-                    Indexed Job (JOB_COMPLETION_INDEX), or set PSLITE_TASK_RANK and \
-                    PSLITE_TASK_COUNT"
-                .into(),
-        );
-    };
+    let TaskRank {
+        rank,
+        count,
+        rank_var,
+        count_var,
+    } = task_rank(get, need)?;
     if count != need {
         return Err(format!(
             "{}={count}, but --servers {servers} --workers {workers} need {need} tasks \
@@ -136,45 +118,117 @@ pub fn placement(
         r => ("worker", Some(r - 1 - servers)),
     };
     let slurm = rank_var == "SLURM_PROCID";
-    let uri = match root_uri
-        .map(str::to_string)
-        .or_else(|| get("DMLC_PS_ROOT_URI"))
-    {
-        Some(u) if !u.trim().is_empty() => u.trim().to_string(),
-        _ => match (slurm, node_list(get)) {
-            (true, Some((var, list))) => first_host(var, &list)?,
-            _ => {
-                return Err(format!(
-                    "no scheduler address: {rank_var} gives no host list, so set --root-uri or \
-                     DMLC_PS_ROOT_URI to the address of task 0's host"
-                ))
-            }
-        },
-    };
-    let port = match root_port {
-        Some(p) => p,
-        None => match get("DMLC_PS_ROOT_PORT") {
-            Some(p) => p
-                .trim()
-                .parse::<u16>()
-                .ok()
-                .filter(|&p| p > 0)
-                .ok_or_else(|| format!("DMLC_PS_ROOT_PORT={p:?}: expected a port 1–65535"))?,
-            None if slurm => slurm_port(get)?,
-            None => {
-                return Err(format!(
-                    "no scheduler port: set --root-port or DMLC_PS_ROOT_PORT (the same in every \
-                     task; {rank_var} gives none)"
-                ))
-            }
-        },
-    };
+    let uri = scheduler_uri(get, root_uri, slurm, rank_var)?;
+    let port = scheduler_port(get, root_port, slurm, rank_var)?;
     Ok(Placement {
         role,
         rank: rank_in_role,
         task: (rank, rank_var),
         root: (uri, port),
     })
+}
+
+/// This task's rank and the task count, as the first of [`SOURCES`] that is set gives them.
+struct TaskRank {
+    /// This task's rank.
+    rank: usize,
+    /// The number of tasks (the count variable's, or `need` where the source has none).
+    count: usize,
+    /// The variable the rank came from.
+    rank_var: &'static str,
+    /// The variable the count came from (none: the source gives no count).
+    count_var: Option<&'static str>,
+}
+
+/// This task's rank and the task count from the first of [`SOURCES`] whose rank variable is
+/// set; a source without a count variable counts `need` tasks.
+///
+/// # Errors
+/// A variable that is not a whole number; a rank variable without its count variable; no
+/// rank variable at all (the text names the launchers and their variables).
+fn task_rank(get: &dyn Fn(&str) -> Option<String>, need: usize) -> Result<TaskRank, String> {
+    for (rank_var, count_var) in SOURCES {
+        let Some(rank) = number(get, rank_var)? else {
+            continue;
+        };
+        let count = match count_var {
+            Some(c) => {
+                number(get, c)?.ok_or_else(|| format!("{rank_var} is set but {c} is not"))?
+            }
+            None => need,
+        };
+        return Ok(TaskRank {
+            rank,
+            count,
+            rank_var,
+            count_var,
+        });
+    }
+    Err(
+        "no task rank in the environment: run under Slurm (srun: SLURM_PROCID, \
+                SLURM_NTASKS), Open MPI (mpirun: OMPI_COMM_WORLD_RANK, \
+                OMPI_COMM_WORLD_SIZE), an MPI with PMI (PMI_RANK, PMI_SIZE), a Kubernetes \
+                Indexed Job (JOB_COMPLETION_INDEX), or set PSLITE_TASK_RANK and \
+                PSLITE_TASK_COUNT"
+            .into(),
+    )
+}
+
+/// The scheduler's address: `root_uri` (`--root-uri`), else `DMLC_PS_ROOT_URI`, else under
+/// Slurm (`slurm`) the first host of the step's node list.
+///
+/// # Errors
+/// None of them is given (the text names `rank_var`, the rank's source), or the node list
+/// cannot be read.
+fn scheduler_uri(
+    get: &dyn Fn(&str) -> Option<String>,
+    root_uri: Option<&str>,
+    slurm: bool,
+    rank_var: &str,
+) -> Result<String, String> {
+    match root_uri
+        .map(str::to_string)
+        .or_else(|| get("DMLC_PS_ROOT_URI"))
+    {
+        Some(u) if !u.trim().is_empty() => Ok(u.trim().to_string()),
+        _ => match (slurm, node_list(get)) {
+            (true, Some((var, list))) => first_host(var, &list),
+            _ => Err(format!(
+                "no scheduler address: {rank_var} gives no host list, so set --root-uri or \
+                 DMLC_PS_ROOT_URI to the address of task 0's host"
+            )),
+        },
+    }
+}
+
+/// The scheduler's port: `root_port` (`--root-port`), else `DMLC_PS_ROOT_PORT`, else under
+/// Slurm (`slurm`) the one drawn from the job and step ids ([`slurm_port`]).
+///
+/// # Errors
+/// A `DMLC_PS_ROOT_PORT` that is not a port 1–65535; none of them given (the text names
+/// `rank_var`, the rank's source); Slurm without a job id.
+fn scheduler_port(
+    get: &dyn Fn(&str) -> Option<String>,
+    root_port: Option<u16>,
+    slurm: bool,
+    rank_var: &str,
+) -> Result<u16, String> {
+    match root_port {
+        Some(p) => Ok(p),
+        None => match get("DMLC_PS_ROOT_PORT") {
+            Some(p) => p
+                .trim()
+                .parse::<u16>()
+                .ok()
+                .filter(|&p| p > 0)
+                .ok_or_else(|| format!("DMLC_PS_ROOT_PORT={p:?}: expected a port 1–65535")),
+            None if slurm => slurm_port(get),
+            None => Err(format!(
+                "no scheduler port: set --root-port or DMLC_PS_ROOT_PORT (the same in every \
+                 task; {rank_var} gives none)"
+            )),
+        },
+    }
 }
 
 /// A port every task of one Slurm job step agrees on: 20000 + (job id × 7 + step id) mod 10000.

@@ -5,8 +5,8 @@
 mod common;
 
 use pslite::apps::ctr::{
-    self, auc::auc, reference, table_specs, CtrArgs, Generator, Report, Split, TableSpec, BIAS_KEY,
-    CTR_EMB_APP, CTR_WIDE_APP,
+    self, auc::auc, reference, table_specs, CtrArgs, CtrData, CtrTraining, Generator, Report,
+    Split, TableSpec, BIAS_KEY, CTR_EMB_APP, CTR_WIDE_APP,
 };
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
@@ -15,11 +15,18 @@ use std::thread;
 /// The options of the cluster runs: a click log of 10 fields and 200 000 training samples
 /// (smaller than the command line's default, so the debug build trains it in seconds).
 fn small() -> CtrArgs {
+    let d = CtrArgs::defaults();
     CtrArgs {
-        fields: 10,
-        train: 200_000,
-        epochs: 2,
-        ..CtrArgs::defaults()
+        data: CtrData {
+            fields: 10,
+            train: 200_000,
+            ..d.data
+        },
+        training: CtrTraining {
+            epochs: 2,
+            ..d.training
+        },
+        ..d
     }
 }
 
@@ -31,7 +38,9 @@ fn the_same_seed_gives_the_same_samples_and_shards_partition_the_set() {
     let all = g1.dataset(Split::Train, 3001, 0, 1);
     assert_eq!(all, g2.dataset(Split::Train, 3001, 0, 1));
     // Another seed, another log; another split, other samples.
-    let other = Generator::new(&CtrArgs { seed: 2, ..small() }.gen_config()).expect("valid");
+    let mut seed_2 = small();
+    seed_2.data.seed = 2;
+    let other = Generator::new(&seed_2.gen_config()).expect("valid");
     assert_ne!(all.ids, other.dataset(Split::Train, 3001, 0, 1).ids);
     assert_ne!(all.ids, g1.dataset(Split::Test, 3001, 0, 1).ids);
     // Three shards: row i goes to shard i mod 3, with the same sample as in the whole set.
@@ -58,7 +67,7 @@ fn the_default_log_has_the_tuned_ctr_and_best_possible_auc() {
     let g = Generator::new(&a.gen_config()).expect("valid");
     let v = g.vocabularies();
     assert_eq!((v.len(), v[0], v[25]), (26, 10, 100_000));
-    let test = g.dataset(Split::Test, a.test, 0, 1);
+    let test = g.dataset(Split::Test, a.data.test, 0, 1);
     let (ctr, bayes) = (test.ctr(), test.bayes_auc());
     assert!((0.2..=0.3).contains(&ctr), "test CTR {ctr}");
     assert!((0.75..=0.80).contains(&bayes), "best possible AUC {bayes}");
@@ -137,8 +146,12 @@ fn two_servers_two_workers_approach_the_best_auc_and_match_the_reference() {
             _ => None,
         })
         .collect();
-    assert_eq!(epochs.len(), a.epochs, "one report per epoch: {reports:?}");
-    let last = &epochs[a.epochs - 1];
+    assert_eq!(
+        epochs.len(),
+        a.training.epochs,
+        "one report per epoch: {reports:?}"
+    );
+    let last = &epochs[a.training.epochs - 1];
     assert_eq!((last.workers, last.servers), (2, 2));
     let reference = reference::run(&a).expect("reference trains");
     let (dist, refr, bayes) = (last.auc, reference.auc(), last.bayes_auc);
@@ -156,13 +169,20 @@ fn two_servers_two_workers_approach_the_best_auc_and_match_the_reference() {
 
 #[test]
 fn require_auc_fails_a_run_below_it() {
+    let d = CtrArgs::defaults();
     let a = CtrArgs {
-        fields: 4,
-        train: 2_000,
-        test: 2_000,
-        epochs: 1,
+        data: CtrData {
+            fields: 4,
+            train: 2_000,
+            test: 2_000,
+            ..d.data
+        },
+        training: CtrTraining {
+            epochs: 1,
+            ..d.training
+        },
         require_auc: Some(0.99),
-        ..CtrArgs::defaults()
+        ..d
     };
     let (_, results) = cluster_run(1, 1, &a);
     let err = results[0].clone().expect_err("below the requirement");
@@ -174,12 +194,19 @@ fn require_auc_fails_a_run_below_it() {
 
 #[test]
 fn a_server_table_of_another_dimension_is_named() {
+    let d = CtrArgs::defaults();
     let a = CtrArgs {
-        fields: 4,
-        train: 1_000,
-        test: 1_000,
-        epochs: 1,
-        ..CtrArgs::defaults()
+        data: CtrData {
+            fields: 4,
+            train: 1_000,
+            test: 1_000,
+            ..d.data
+        },
+        training: CtrTraining {
+            epochs: 1,
+            ..d.training
+        },
+        ..d
     };
     // The servers' embedding table has dimension 8, the workers' model 4.
     let specs: Vec<TableSpec> = table_specs(&a)
@@ -189,8 +216,18 @@ fn a_server_table_of_another_dimension_is_named() {
     let c = common::cluster_with(1, 1, 30.0, move |po| {
         Ok(Box::new(pslite::kv::table::serve_tables(po, &specs)?))
     });
-    let err =
-        ctr::run(&c.workers[0], &CtrArgs { dim: 4, ..a }, |_| {}).expect_err("dimensions differ");
+    let err = ctr::run(
+        &c.workers[0],
+        &CtrArgs {
+            training: CtrTraining {
+                dim: 4,
+                ..a.training
+            },
+            ..a
+        },
+        |_| {},
+    )
+    .expect_err("dimensions differ");
     c.finish();
     assert!(err.to_string().contains("--print-tables"), "{err}");
 }

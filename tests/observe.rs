@@ -155,7 +155,10 @@ fn metrics_grow_during_a_bench_and_count_its_requests() {
         requests,
         "{end}"
     );
-    assert!(requests > report.requests, "set-up pushes come on top");
+    assert!(
+        requests > report.figures.requests,
+        "set-up pushes come on top"
+    );
     assert_eq!(sample(&end, "pslite_inflight_requests"), 0.0, "{end}");
     assert_eq!(sample(&end, "pslite_inflight_bytes"), 0.0, "{end}");
     let got = sample(
@@ -165,7 +168,7 @@ fn metrics_grow_during_a_bench_and_count_its_requests() {
         &end,
         r#"pslite_received_bytes_total{peer="server 1",van="zmq"}"#,
     );
-    assert_eq!(got as u64, report.received_bytes, "{end}");
+    assert_eq!(got as u64, report.traffic.received_bytes, "{end}");
     c.finish();
 }
 

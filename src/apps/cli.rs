@@ -150,54 +150,7 @@ pub fn run_worker(cli: &WorkerCli) -> Result<()> {
     let cfg = Config::from_env(Role::Worker, &cli.cfg)?;
     init_logging(&cfg);
     let po = Postoffice::start(cfg)?;
-    let result = match &cli.app {
-        WorkerApp::KvApp(a) => kv_app::run(&po, a).and_then(|rep| {
-            println!("worker {}: {}", po.my_rank(), rep.timing());
-            println!(
-                "worker {}: error: {}, {}",
-                po.my_rank(),
-                rep.push_errors,
-                rep.push_pull_errors
-            );
-            if rep.push_errors + rep.push_pull_errors > 0 {
-                return Err(Error::InvalidArgument(format!(
-                    "kv-app: {} values wrong after pushes, {} after push-pulls",
-                    rep.push_errors, rep.push_pull_errors
-                )));
-            }
-            Ok(())
-        }),
-        WorkerApp::Bench(a) => bench::run(&po, a).and_then(|rep| {
-            bench::progress::report_to_launcher(&rep);
-            match a.json.as_deref() {
-                Some("-") => println!("{}", serde_json::to_string(&rep).unwrap_or_default()),
-                Some(file) => {
-                    append_line(file, &serde_json::to_string(&rep).unwrap_or_default())?;
-                    println!("{}", rep.text());
-                }
-                None => println!("{}", rep.text()),
-            }
-            Ok(())
-        }),
-        WorkerApp::Lr(a) => lr::run(&po, a, |rep| {
-            if a.json {
-                println!("{}", serde_json::to_string(rep).unwrap_or_default());
-            } else {
-                println!("{}", rep.text());
-            }
-        })
-        .map(|_| ()),
-        WorkerApp::Table(a) => super::table_app::run(&po, a).map(|rep| {
-            if a.json {
-                println!("{}", serde_json::to_string(&rep).unwrap_or_default());
-            } else {
-                println!("{}", rep.text());
-            }
-        }),
-        WorkerApp::Ctr(a) => {
-            super::ctr::run(&po, a, |rep| println!("{}", rep.line(a.json))).map(|_| ())
-        }
-    };
+    let result = run_app(&po, &cli.app);
     if let Err(e @ Error::Timeout(_)) = &result {
         // Before finalize, which may wait for the same silent nodes.
         crate::waits::timed_out(e);
@@ -208,4 +161,73 @@ pub fn run_worker(cli: &WorkerCli) -> Result<()> {
         Err(e) => po.finalize_failed(e),
     };
     result.and(fin)
+}
+
+/// Runs `app` on this worker and prints its report: text lines, or JSON where asked.
+///
+/// # Errors
+/// The application's error; a kv-app whose values came back wrong; a `bench --json FILE`
+/// that cannot be written.
+fn run_app(po: &std::sync::Arc<Postoffice>, app: &WorkerApp) -> Result<()> {
+    match app {
+        WorkerApp::KvApp(a) => {
+            kv_app::run(po, a).and_then(|rep| kv_app_outcome(po.my_rank(), &rep))
+        }
+        WorkerApp::Bench(a) => bench::run(po, a).and_then(|rep| print_bench(a, &rep)),
+        WorkerApp::Lr(a) => lr::run(po, a, |rep| {
+            if a.json {
+                println!("{}", serde_json::to_string(rep).unwrap_or_default());
+            } else {
+                println!("{}", rep.text());
+            }
+        })
+        .map(|_| ()),
+        WorkerApp::Table(a) => super::table_app::run(po, a).map(|rep| {
+            if a.json {
+                println!("{}", serde_json::to_string(&rep).unwrap_or_default());
+            } else {
+                println!("{}", rep.text());
+            }
+        }),
+        WorkerApp::Ctr(a) => {
+            super::ctr::run(po, a, |rep| println!("{}", rep.line(a.json))).map(|_| ())
+        }
+    }
+}
+
+/// Prints worker `rank`'s kv-app report as ps-lite does (its timing, then `error: a, b`).
+///
+/// # Errors
+/// [`Error::InvalidArgument`] counting the wrong values, when any came back wrong.
+fn kv_app_outcome(rank: usize, rep: &kv_app::KvAppReport) -> Result<()> {
+    println!("worker {rank}: {}", rep.timing());
+    println!(
+        "worker {rank}: error: {}, {}",
+        rep.push_errors, rep.push_pull_errors
+    );
+    if rep.push_errors + rep.push_pull_errors > 0 {
+        return Err(Error::InvalidArgument(format!(
+            "kv-app: {} values wrong after pushes, {} after push-pulls",
+            rep.push_errors, rep.push_pull_errors
+        )));
+    }
+    Ok(())
+}
+
+/// Hands the bench report to the launcher, then prints it: one JSON line (`--json`), or
+/// appended to `--json FILE` with the text line printed, or the text line alone.
+///
+/// # Errors
+/// `--json FILE` cannot be written.
+fn print_bench(a: &bench::BenchArgs, rep: &bench::BenchReport) -> Result<()> {
+    bench::progress::report_to_launcher(rep);
+    match a.json.as_deref() {
+        Some("-") => println!("{}", serde_json::to_string(rep).unwrap_or_default()),
+        Some(file) => {
+            append_line(file, &serde_json::to_string(rep).unwrap_or_default())?;
+            println!("{}", rep.text());
+        }
+        None => println!("{}", rep.text()),
+    }
+    Ok(())
 }

@@ -67,3 +67,13 @@ pub fn exit_with(name: &str, r: Result<()>) -> ! {
         }
     }
 }
+
+/// The epoch progress bar of a training application: `steps` steps drawn on standard error by
+/// worker 0 (`rank` 0) when standard error is a terminal; hidden otherwise.
+fn training_bar(rank: usize, steps: u64) -> indicatif::ProgressBar {
+    if rank == 0 && std::io::stderr().is_terminal() {
+        indicatif::ProgressBar::new(steps)
+    } else {
+        indicatif::ProgressBar::hidden()
+    }
+}

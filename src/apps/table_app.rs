@@ -161,19 +161,7 @@ pub fn run(po: &Arc<Postoffice>, a: &TableAppArgs) -> Result<TableAppReport> {
     let mut pushed = 0u64;
     let t0 = Instant::now();
     for round in 0..a.rounds {
-        keys.clear();
-        if a.universe == 0 {
-            let first = (round * po.num_workers() as u64 + me) * a.keys as u64;
-            keys.extend((first..first + a.keys as u64).map(|r| key_of(a.seed, r)));
-        } else {
-            let base = fmix64(a.seed ^ fmix64(me ^ fmix64(round)));
-            keys.extend((0..a.keys as u64).map(|d| {
-                let u = unit(fmix64(base ^ d.wrapping_mul(0xA076_1D64_78BD_642F)));
-                key_of(a.seed, ranks.rank(u, a.universe))
-            }));
-        }
-        keys.sort_unstable();
-        keys.dedup();
+        round_keys(a, &ranks, (me, po.num_workers() as u64), round, &mut keys);
         grads.clear();
         grads.extend(
             keys.iter()
@@ -189,26 +177,7 @@ pub fn run(po: &Arc<Postoffice>, a: &TableAppArgs) -> Result<TableAppReport> {
     let seconds = t0.elapsed().as_secs_f64();
     po.barrier(WORKER_GROUP)?;
     let digest = if a.digest && me == 0 {
-        let all: Vec<(Key, u64)> = {
-            let mut v: Vec<(Key, u64)> = (0..a.universe).map(|r| (key_of(a.seed, r), r)).collect();
-            v.sort_unstable();
-            v
-        };
-        let sorted: Vec<Key> = all.iter().map(|&(k, _)| k).collect();
-        let mut vals = vec![0.0f32; sorted.len() * a.dim];
-        kv.pull_into(&sorted, &mut vals)?;
-        // In rank order, so the digest does not depend on how keys sort.
-        let mut by_rank = vec![0u32; vals.len()];
-        for (i, &(_, r)) in all.iter().enumerate() {
-            let r = r as usize;
-            for j in 0..a.dim {
-                by_rank[r * a.dim + j] = vals[i * a.dim + j].to_bits();
-            }
-        }
-        Some(format!(
-            "{:016x}",
-            xxhash_rust::xxh3::xxh3_64(bytemuck::cast_slice(&by_rank))
-        ))
+        Some(digest(&kv, a)?)
     } else {
         None
     };
@@ -220,4 +189,57 @@ pub fn run(po: &Arc<Postoffice>, a: &TableAppArgs) -> Result<TableAppReport> {
         rows_per_s: pushed as f64 / seconds.max(1e-9),
         digest,
     })
+}
+
+/// Sets `keys` to the keys worker `me` of `workers` pushes in `round`: `--keys` draws from the
+/// universe's ranks, or with `--universe 0` the next `--keys` ranks never pushed before;
+/// sorted and unique.
+fn round_keys(
+    a: &TableAppArgs,
+    ranks: &Ranks,
+    (me, workers): (u64, u64),
+    round: u64,
+    keys: &mut Vec<Key>,
+) {
+    keys.clear();
+    if a.universe == 0 {
+        let first = (round * workers + me) * a.keys as u64;
+        keys.extend((first..first + a.keys as u64).map(|r| key_of(a.seed, r)));
+    } else {
+        let base = fmix64(a.seed ^ fmix64(me ^ fmix64(round)));
+        keys.extend((0..a.keys as u64).map(|d| {
+            let u = unit(fmix64(base ^ d.wrapping_mul(0xA076_1D64_78BD_642F)));
+            key_of(a.seed, ranks.rank(u, a.universe))
+        }));
+    }
+    keys.sort_unstable();
+    keys.dedup();
+}
+
+/// The digest of the table: xxh3 of the bits of every rank's row, in rank order, as 16 hex
+/// digits (pulled through `kv`).
+///
+/// # Errors
+/// The pull's errors.
+fn digest(kv: &KVWorker<f32>, a: &TableAppArgs) -> Result<String> {
+    let all: Vec<(Key, u64)> = {
+        let mut v: Vec<(Key, u64)> = (0..a.universe).map(|r| (key_of(a.seed, r), r)).collect();
+        v.sort_unstable();
+        v
+    };
+    let sorted: Vec<Key> = all.iter().map(|&(k, _)| k).collect();
+    let mut vals = vec![0.0f32; sorted.len() * a.dim];
+    kv.pull_into(&sorted, &mut vals)?;
+    // In rank order, so the digest does not depend on how keys sort.
+    let mut by_rank = vec![0u32; vals.len()];
+    for (i, &(_, r)) in all.iter().enumerate() {
+        let r = r as usize;
+        for j in 0..a.dim {
+            by_rank[r * a.dim + j] = vals[i * a.dim + j].to_bits();
+        }
+    }
+    Ok(format!(
+        "{:016x}",
+        xxhash_rust::xxh3::xxh3_64(bytemuck::cast_slice(&by_rank))
+    ))
 }

@@ -6,7 +6,7 @@
 //! modes count it), latency per request, and the reference: the keys/s of one `memcpy` of the
 //! same key and value bytes (N × (8 + len)) on this machine, measured in the same run.
 
-use super::{progress::Progress, BenchArgs, BenchReport, Measured};
+use super::{progress::Progress, BenchArgs, BenchReport, ManyKeysFigures, Measured};
 use crate::error::{Error, Result};
 use crate::kv::{KVWorker, Key, Op, SArray};
 use crate::postoffice::{Postoffice, WORKER_GROUP};
@@ -52,22 +52,12 @@ pub fn run(po: &Arc<Postoffice>, a: &BenchArgs, n: usize) -> Result<BenchReport>
         ));
     }
     let len = a.len;
-    let kv = KVWorker::<u8>::new(po, 0, 0)?;
-    let step = u64::MAX / n as u64;
-    let keys: Vec<Key> = (0..n as u64).map(|i| i * step).collect();
-    let want = pattern(n, len);
-    // Later pushes add zeros (one shared buffer, no copy per request): the sums stay `want`.
-    let zeros = SArray::from_vec(vec![0u8; n * len]);
-    if po.my_rank() == 0 {
-        kv.wait(kv.push(&keys, &want, None)?)?;
-    }
-    po.barrier(WORKER_GROUP)?;
+    let mut requests = Requests::start(po, n, len)?;
     let memcpy = memcpy_keys_per_s(n, len);
 
     let phases = a.mode.phases();
     let limit_time = Duration::from_secs_f64(a.seconds.unwrap_or(10.0).max(0.0));
     let mut bar = Progress::new(po.my_rank(), a.repeat, limit_time);
-    let mut out = vec![0u8; n * len];
     let (mut lat, mut rounds, mut pushed, mut pulled) = (Vec::new(), 0usize, 0u64, 0u64);
     let start = Instant::now();
     while a
@@ -75,26 +65,12 @@ pub fn run(po: &Arc<Postoffice>, a: &BenchArgs, n: usize) -> Result<BenchReport>
         .map_or(start.elapsed() < limit_time, |r| rounds < r)
     {
         for &op in phases {
-            let t0 = Instant::now();
-            match op {
-                Op::Push => kv.wait(kv.push_shared(&keys, &zeros, None)?)?,
-                Op::Pull => kv.pull_into(&keys, &mut out)?,
-                Op::PushPull => kv.push_pull_into(&keys, &zeros[..], None, &mut out)?,
-            }
-            lat.push(t0.elapsed());
+            lat.push(requests.phase(op)?);
             if op.pushes() {
                 pushed += (n * len) as u64;
             }
             if op.pulls() {
-                if out != want {
-                    let i = out.iter().zip(&want).position(|(a, b)| a != b).unwrap_or(0);
-                    return Err(Error::InvalidArgument(format!(
-                        "bench: key {} came back with wrong bytes",
-                        keys[i / len]
-                    )));
-                }
                 pulled += (n * len) as u64;
-                out.fill(0);
             }
         }
         rounds += 1;
@@ -115,9 +91,83 @@ pub fn run(po: &Arc<Postoffice>, a: &BenchArgs, n: usize) -> Result<BenchReport>
         elapsed,
     };
     Ok(BenchReport {
-        keys_per_request: Some(n),
-        keys_per_s: Some(keys_per_s),
-        memcpy_keys_per_s: Some(memcpy),
+        many_keys: ManyKeysFigures {
+            keys_per_request: Some(n),
+            keys_per_s: Some(keys_per_s),
+            memcpy_keys_per_s: Some(memcpy),
+        },
         ..BenchReport::of(po, a, m)
     })
+}
+
+/// The requests of a many-keys run: its keys, the values every pull must return, and the
+/// buffers pushed from and pulled into.
+struct Requests {
+    kv: KVWorker<u8>,
+    /// `n` keys spread evenly over the key space.
+    keys: Vec<Key>,
+    /// What every pull must return: rank 0's pattern (later pushes add zeros).
+    want: Vec<u8>,
+    /// Pushed from one shared buffer, no copy per request: the sums stay `want`.
+    zeros: SArray<u8>,
+    /// Where pulls land (`n` × `len` bytes).
+    out: Vec<u8>,
+    /// Bytes per value.
+    len: usize,
+}
+
+impl Requests {
+    /// `n` keys of `len`-byte values; worker rank 0 pushes the pattern, then the workers meet
+    /// at a barrier.
+    ///
+    /// # Errors
+    /// As [`KVWorker::new`], the push and the barrier.
+    fn start(po: &Arc<Postoffice>, n: usize, len: usize) -> Result<Requests> {
+        let kv = KVWorker::<u8>::new(po, 0, 0)?;
+        let step = u64::MAX / n as u64;
+        let keys: Vec<Key> = (0..n as u64).map(|i| i * step).collect();
+        let want = pattern(n, len);
+        let zeros = SArray::from_vec(vec![0u8; n * len]);
+        if po.my_rank() == 0 {
+            kv.wait(kv.push(&keys, &want, None)?)?;
+        }
+        po.barrier(WORKER_GROUP)?;
+        Ok(Requests {
+            kv,
+            keys,
+            want,
+            zeros,
+            out: vec![0u8; n * len],
+            len,
+        })
+    }
+
+    /// One request of `op` on every key, waited for; returns its latency (the check of a
+    /// pull's bytes, after it, is not counted).
+    ///
+    /// # Errors
+    /// The request's errors; [`Error::InvalidArgument`] naming the first key whose pulled
+    /// bytes differ from the pattern.
+    fn phase(&mut self, op: Op) -> Result<Duration> {
+        let (kv, keys) = (&self.kv, &self.keys);
+        let t0 = Instant::now();
+        match op {
+            Op::Push => kv.wait(kv.push_shared(keys, &self.zeros, None)?)?,
+            Op::Pull => kv.pull_into(keys, &mut self.out)?,
+            Op::PushPull => kv.push_pull_into(keys, &self.zeros[..], None, &mut self.out)?,
+        }
+        let took = t0.elapsed();
+        if op.pulls() {
+            if self.out != self.want {
+                let (out, want) = (&self.out, &self.want);
+                let i = out.iter().zip(want).position(|(a, b)| a != b).unwrap_or(0);
+                return Err(Error::InvalidArgument(format!(
+                    "bench: key {} came back with wrong bytes",
+                    keys[i / self.len]
+                )));
+            }
+            self.out.fill(0);
+        }
+        Ok(took)
+    }
 }

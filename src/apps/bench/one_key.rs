@@ -3,7 +3,7 @@
 //! checked against the pattern worker rank 0 pushed (see the counting and checking rules in
 //! [`super`]).
 
-use super::{BenchArgs, BenchReport, Measured};
+use super::{BenchArgs, BenchReport, Measured, RendezvousFigures};
 use crate::error::{Error, Result};
 use crate::kv::{KVPairs, KVWorker, Key, Op, RequestOptions, SArray};
 use crate::postoffice::{Postoffice, WORKER_GROUP};
@@ -43,8 +43,17 @@ pub(super) struct OneKeyBench<'a> {
     bufs: Vec<Option<PoolBuf<u8>>>,
     tx: Sender<Done>,
     rx: Receiver<Done>,
+    counts: Counts,
+}
+
+/// What a one-key run has counted so far.
+#[derive(Default)]
+struct Counts {
+    /// Each completed request's latency, call to completion.
     latencies: Vec<Duration>,
+    /// Value bytes pushed.
     pushed: u64,
+    /// Value bytes pulled.
     pulled: u64,
     /// Requests sent through the `KVWorker`'s tracker (not rendezvous pulls), set-up included.
     sent: usize,
@@ -80,25 +89,26 @@ impl<'a> OneKeyBench<'a> {
             po,
             a,
             kv,
-            sent: if po.my_rank() == 0 { patterns.len() } else { 0 },
+            counts: Counts {
+                sent: if po.my_rank() == 0 { patterns.len() } else { 0 },
+                ..Counts::default()
+            },
             keys,
             patterns,
             zeros,
             bufs,
             tx,
             rx,
-            latencies: Vec::new(),
-            pushed: 0,
-            pulled: 0,
         })
     }
 
     /// Forgets the latencies and byte counts so far (after a warm-up); returns the bytes
     /// (pushed, pulled) forgotten.
     pub(super) fn forget_counts(&mut self) -> (u64, u64) {
-        self.latencies.clear();
-        let counts = (self.pushed, self.pulled);
-        (self.pushed, self.pulled) = (0, 0);
+        let c = &mut self.counts;
+        c.latencies.clear();
+        let counts = (c.pushed, c.pulled);
+        (c.pushed, c.pulled) = (0, 0);
         counts
     }
 
@@ -132,7 +142,7 @@ impl<'a> OneKeyBench<'a> {
                         let _ = tx.send((i, Instant::now(), r.map(Got::Pairs)));
                     };
                     let options = RequestOptions::callback(cb);
-                    self.sent += 1;
+                    self.counts.sent += 1;
                     if op.pushes() {
                         self.kv
                             .request_shared(op, &[*k], &self.zeros, &[], options)?;
@@ -159,10 +169,10 @@ impl<'a> OneKeyBench<'a> {
             e
         })?;
         let got = r?;
-        self.latencies.push(at - issued[i]);
+        self.counts.latencies.push(at - issued[i]);
         let len = self.a.len;
         if op.pushes() {
-            self.pushed += len as u64;
+            self.counts.pushed += len as u64;
         }
         if op.pulls() {
             let bytes: &[u8] = match &got {
@@ -176,7 +186,7 @@ impl<'a> OneKeyBench<'a> {
                     bytes.len(),
                 )));
             }
-            self.pulled += len as u64;
+            self.counts.pulled += len as u64;
         }
         if let Got::Buf(b) = got {
             self.bufs[i] = Some(b);
@@ -209,16 +219,18 @@ impl<'a> OneKeyBench<'a> {
         let m = Measured {
             keys: self.keys.len(),
             rounds,
-            latencies: self.latencies,
-            pushed: self.pushed,
-            pulled: self.pulled,
+            latencies: self.counts.latencies,
+            pushed: self.counts.pushed,
+            pulled: self.counts.pulled,
             elapsed,
         };
         BenchReport {
-            zero_copy: self.a.zero_copy,
-            meta_round_trips_first,
-            meta_round_trips_after,
-            requests_total: Some(self.sent),
+            rendezvous: RendezvousFigures {
+                zero_copy: self.a.zero_copy,
+                meta_round_trips_first,
+                meta_round_trips_after,
+            },
+            requests_total: Some(self.counts.sent),
             ..BenchReport::of(self.po, self.a, m)
         }
     }

@@ -35,7 +35,6 @@ pub use train::{Evaluation, Store, Trainer};
 use crate::error::{Error, Result};
 use crate::kv::{KVWorker, Key};
 use crate::postoffice::{Postoffice, WORKER_GROUP};
-use std::io::IsTerminal;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -47,39 +46,12 @@ pub const CTR_EMB_APP: i32 = 11;
 /// Options of `ctr`.
 #[derive(Clone, Debug, clap::Args)]
 pub struct CtrArgs {
-    /// Seed of the synthetic click log (vocabularies, ground truth, samples).
-    #[arg(long, default_value_t = 1)]
-    pub seed: u64,
-    /// Training samples (all workers together).
-    #[arg(long, default_value_t = 1_000_000)]
-    pub train: u64,
-    /// Test samples (worker 0 evaluates them after every epoch).
-    #[arg(long, default_value_t = 50_000)]
-    pub test: u64,
-    /// Categorical fields per sample.
-    #[arg(long, default_value_t = 26)]
-    pub fields: usize,
-    /// Vocabulary of the largest field (ids); the smallest has 10, the others spread
-    /// geometrically between.
-    #[arg(long, default_value_t = 100_000)]
-    pub vocab: usize,
-    /// Embedding dimension of the model (the embedding table's `dim` on the servers).
-    #[arg(long, default_value_t = 8)]
-    pub dim: usize,
-    /// Samples per minibatch (per worker).
-    #[arg(long, default_value_t = 256)]
-    pub batch: usize,
-    /// Passes over the training data.
-    #[arg(long, default_value_t = 1)]
-    pub epochs: usize,
-    /// AdaGrad learning rate for `--print-tables` and `--reference`: the servers' rate is the
-    /// one in their `--table` specs, which this does not change.
-    #[arg(long, default_value_t = 0.05)]
-    pub learning_rate: f32,
-    /// Standard deviation of the embeddings' initial values, for `--print-tables` and
-    /// `--reference` (as `--learning-rate`).
-    #[arg(long, default_value_t = 0.01)]
-    pub init_std: f32,
+    /// The synthetic click log.
+    #[command(flatten)]
+    pub data: CtrData,
+    /// The model and its training.
+    #[command(flatten)]
+    pub training: CtrTraining,
     /// Print one JSON object per report instead of text.
     #[arg(long)]
     pub json: bool,
@@ -97,20 +69,67 @@ pub struct CtrArgs {
     pub print_tables: bool,
 }
 
+/// The synthetic click log of `ctr` (part of [`CtrArgs`]).
+#[derive(Clone, Debug, clap::Args)]
+pub struct CtrData {
+    /// Seed of the synthetic click log (vocabularies, ground truth, samples).
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Training samples (all workers together).
+    #[arg(long, default_value_t = 1_000_000)]
+    pub train: u64,
+    /// Test samples (worker 0 evaluates them after every epoch).
+    #[arg(long, default_value_t = 50_000)]
+    pub test: u64,
+    /// Categorical fields per sample.
+    #[arg(long, default_value_t = 26)]
+    pub fields: usize,
+    /// Vocabulary of the largest field (ids); the smallest has 10, the others spread
+    /// geometrically between.
+    #[arg(long, default_value_t = 100_000)]
+    pub vocab: usize,
+}
+
+/// The model and its training in `ctr` (part of [`CtrArgs`]).
+#[derive(Clone, Debug, clap::Args)]
+pub struct CtrTraining {
+    /// Embedding dimension of the model (the embedding table's `dim` on the servers).
+    #[arg(long, default_value_t = 8)]
+    pub dim: usize,
+    /// Samples per minibatch (per worker).
+    #[arg(long, default_value_t = 256)]
+    pub batch: usize,
+    /// Passes over the training data.
+    #[arg(long, default_value_t = 1)]
+    pub epochs: usize,
+    /// AdaGrad learning rate for `--print-tables` and `--reference`: the servers' rate is the
+    /// one in their `--table` specs, which this does not change.
+    #[arg(long, default_value_t = 0.05)]
+    pub learning_rate: f32,
+    /// Standard deviation of the embeddings' initial values, for `--print-tables` and
+    /// `--reference` (as `--learning-rate`).
+    #[arg(long, default_value_t = 0.01)]
+    pub init_std: f32,
+}
+
 impl CtrArgs {
     /// The options with their defaults (as the command line gives them).
     pub fn defaults() -> CtrArgs {
         CtrArgs {
-            seed: 1,
-            train: 1_000_000,
-            test: 50_000,
-            fields: 26,
-            vocab: 100_000,
-            dim: 8,
-            batch: 256,
-            epochs: 1,
-            learning_rate: 0.05,
-            init_std: 0.01,
+            data: CtrData {
+                seed: 1,
+                train: 1_000_000,
+                test: 50_000,
+                fields: 26,
+                vocab: 100_000,
+            },
+            training: CtrTraining {
+                dim: 8,
+                batch: 256,
+                epochs: 1,
+                learning_rate: 0.05,
+                init_std: 0.01,
+            },
             json: false,
             require_auc: None,
             reference: false,
@@ -122,10 +141,10 @@ impl CtrArgs {
     /// The generator's options.
     pub fn gen_config(&self) -> GenConfig {
         GenConfig {
-            seed: self.seed,
-            fields: self.fields,
-            vocab_min: 10.min(self.vocab),
-            vocab_max: self.vocab,
+            seed: self.data.seed,
+            fields: self.data.fields,
+            vocab_min: 10.min(self.data.vocab),
+            vocab_max: self.data.vocab,
             ..GenConfig::default()
         }
     }
@@ -136,10 +155,12 @@ impl CtrArgs {
     /// [`Error::InvalidArgument`] naming the first bad one.
     pub fn check(&self) -> Result<()> {
         let bad = |t: String| Err(Error::InvalidArgument(t));
-        if self.batch == 0 || self.epochs == 0 || self.dim == 0 || self.train == 0 {
+        let training = &self.training;
+        if training.batch == 0 || training.epochs == 0 || training.dim == 0 || self.data.train == 0
+        {
             return bad("--batch, --epochs, --dim and --train must be at least 1".into());
         }
-        if !(self.learning_rate > 0.0 && self.init_std >= 0.0) {
+        if !(training.learning_rate > 0.0 && training.init_std >= 0.0) {
             return bad("--learning-rate must be > 0 and --init-std ≥ 0".into());
         }
         self.gen_config()
@@ -160,13 +181,13 @@ pub const ADAGRAD_INIT_ACC: f32 = 0.001;
 pub fn table_specs(a: &CtrArgs) -> [String; 2] {
     let opt = format!(
         "opt=adagrad:lr={}:init_acc={ADAGRAD_INIT_ACC}",
-        a.learning_rate
+        a.training.learning_rate
     );
     [
         format!("app={CTR_WIDE_APP},dim=1,init=zeros,{opt}"),
         format!(
             "app={CTR_EMB_APP},dim={},init=normal:0:{},{opt}",
-            a.dim, a.init_std
+            a.training.dim, a.training.init_std
         ),
     ]
 }
@@ -366,46 +387,24 @@ pub fn run(
     mut report: impl FnMut(&Report),
 ) -> Result<Option<Evaluation>> {
     a.check()?;
-    let (rank, workers) = (po.my_rank(), po.num_workers());
     if a.print_tables || a.reference_only {
-        if rank == 0 {
-            if a.print_tables {
-                report(&Report::Tables {
-                    specs: table_specs(a),
-                });
-            } else {
-                let r = reference::run(a)?;
-                report(&Report::Reference(r.clone()));
-                require(a, r.auc())?;
-                return Ok(r.epochs.last().copied());
-            }
-        }
-        return Ok(None);
+        return run_worker0_only(po, a, &mut report);
     }
+    let (rank, workers) = (po.my_rank(), po.num_workers());
     let gen = Generator::new(&a.gen_config()).map_err(Error::InvalidArgument)?;
-    let train = gen.dataset(Split::Train, a.train, rank as u64, workers as u64);
-    let test = (rank == 0).then(|| gen.dataset(Split::Test, a.test, 0, 1));
+    let train = gen.dataset(Split::Train, a.data.train, rank as u64, workers as u64);
+    let test = (rank == 0).then(|| gen.dataset(Split::Test, a.data.test, 0, 1));
     if let Some(t) = &test {
-        report(&Report::Data {
-            train: a.train,
-            test: a.test,
-            ctr: t.ctr(),
-            bayes_auc: t.bayes_auc(),
-            vocabularies: gen.vocabularies(),
-        });
+        report(&data_report(a, &gen, t));
     }
     let mut tables = ServerTables::new(po)?;
-    let mut trainer = Trainer::new(a.dim);
-    let steps = train.rows().div_ceil(a.batch);
-    let bar = if rank == 0 && std::io::stderr().is_terminal() {
-        indicatif::ProgressBar::new((steps * a.epochs) as u64)
-    } else {
-        indicatif::ProgressBar::hidden()
-    };
+    let mut trainer = Trainer::new(a.training.dim);
+    let (batch, epochs) = (a.training.batch, a.training.epochs);
+    let bar = super::training_bar(rank, (train.rows().div_ceil(batch) * epochs) as u64);
     let mut last = None;
-    for epoch in 1..=a.epochs {
+    for epoch in 1..=epochs {
         let t0 = Instant::now();
-        let train_loss = trainer.epoch(&mut tables, &train, a.batch, || bar.inc(1))?;
+        let train_loss = trainer.epoch(&mut tables, &train, batch, || bar.inc(1))?;
         let seconds = t0.elapsed().as_secs_f64();
         po.barrier(WORKER_GROUP)?;
         if let Some(test) = &test {
@@ -436,6 +435,44 @@ pub fn run(
         require(a, e.auc)?;
     }
     Ok(last)
+}
+
+/// `--print-tables` and `--reference-only`: worker 0 reports the two table specs, or trains the
+/// in-process reference and reports it; the other workers do nothing. Returns the reference's
+/// last epoch's test figures (worker 0 with `--reference-only`), else `None`.
+///
+/// # Errors
+/// The reference's errors; its final test AUC below `--require-auc`.
+fn run_worker0_only(
+    po: &Postoffice,
+    a: &CtrArgs,
+    report: &mut impl FnMut(&Report),
+) -> Result<Option<Evaluation>> {
+    if po.my_rank() != 0 {
+        return Ok(None);
+    }
+    if a.print_tables {
+        report(&Report::Tables {
+            specs: table_specs(a),
+        });
+        return Ok(None);
+    }
+    let r = reference::run(a)?;
+    report(&Report::Reference(r.clone()));
+    require(a, r.auc())?;
+    Ok(r.epochs.last().copied())
+}
+
+/// Worker 0's report of the data: the sizes of `a`, and the test set `test`'s click-through
+/// rate and best possible AUC.
+fn data_report(a: &CtrArgs, gen: &Generator, test: &Dataset) -> Report {
+    Report::Data {
+        train: a.data.train,
+        test: a.data.test,
+        ctr: test.ctr(),
+        bayes_auc: test.bayes_auc(),
+        vocabularies: gen.vocabularies(),
+    }
 }
 
 /// `--require-auc`'s check of the final test AUC `auc`.

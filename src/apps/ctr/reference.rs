@@ -106,15 +106,15 @@ impl ReferenceReport {
 pub fn run(a: &CtrArgs) -> Result<ReferenceReport> {
     a.check()?;
     let gen = Generator::new(&a.gen_config()).map_err(Error::InvalidArgument)?;
-    let train = gen.dataset(Split::Train, a.train, 0, 1);
-    let test = gen.dataset(Split::Test, a.test, 0, 1);
+    let train = gen.dataset(Split::Train, a.data.train, 0, 1);
+    let test = gen.dataset(Split::Test, a.data.test, 0, 1);
     let [wide, emb] = table_specs(a);
     let mut tables = LocalTables::new(&wide, &emb)?;
-    let mut trainer = Trainer::new(a.dim);
+    let mut trainer = Trainer::new(a.training.dim);
     let t0 = Instant::now();
-    let mut epochs = Vec::with_capacity(a.epochs);
-    for _ in 0..a.epochs {
-        trainer.epoch(&mut tables, &train, a.batch, || {})?;
+    let mut epochs = Vec::with_capacity(a.training.epochs);
+    for _ in 0..a.training.epochs {
+        trainer.epoch(&mut tables, &train, a.training.batch, || {})?;
         epochs.push(trainer.evaluate(&mut tables, &test)?);
     }
     Ok(ReferenceReport {

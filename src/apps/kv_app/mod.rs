@@ -141,6 +141,17 @@ fn pull_all<V: Value>(
     Ok(())
 }
 
+/// The data every worker pushes: `nkeys` keys spread evenly over the key space, and their
+/// values, `len` per key, value i being `i mod 1000 + 1`.
+fn data<V: Value>(nkeys: usize, len: usize) -> (Vec<Key>, Vec<V>) {
+    let step = u64::MAX / nkeys as u64;
+    let keys: Vec<Key> = (0..nkeys as u64).map(|i| i * step).collect();
+    let vals: Vec<V> = (0..nkeys * len)
+        .map(|i| V::from_u32((i % 1000) as u32 + 1))
+        .collect();
+    (keys, vals)
+}
+
 fn run_typed<V: Value>(po: &Arc<Postoffice>, a: &KvAppArgs) -> Result<KvAppReport> {
     if a.keys == 0 || a.len == 0 {
         return Err(Error::InvalidArgument(
@@ -149,11 +160,7 @@ fn run_typed<V: Value>(po: &Arc<Postoffice>, a: &KvAppArgs) -> Result<KvAppRepor
     }
     let kv = KVWorker::<V>::new(po, 0, 0)?;
     let w = po.num_workers();
-    let step = u64::MAX / a.keys as u64;
-    let keys: Vec<Key> = (0..a.keys as u64).map(|i| i * step).collect();
-    let vals: Vec<V> = (0..a.keys * a.len)
-        .map(|i| V::from_u32((i % 1000) as u32 + 1))
-        .collect();
+    let (keys, vals) = data::<V>(a.keys, a.len);
     // With checkpoints a lost worker may be replaced: progress keys tell its replacement
     // what to push (see `progress`), and the barriers its predecessor passed which phases
     // are behind.

@@ -26,6 +26,33 @@ pub struct Plan<V> {
     pub len: usize,
 }
 
+/// This worker's progress key in each server's key range, in the servers' order: worker w
+/// takes begin + 1 + w, or the next key of w's residue class (modulo the workers) that is not
+/// among `data_keys` (sorted), so no two workers share one.
+///
+/// # Errors
+/// [`Error::InvalidArgument`] when a server's key range has no such key.
+fn progress_keys(po: &Postoffice, data_keys: &[Key]) -> Result<Vec<Key>> {
+    let mut keys = Vec::new();
+    for r in po.server_key_ranges() {
+        let step = po.num_workers().max(1) as u64;
+        let mut k = r.begin.saturating_add(1 + po.my_rank() as u64);
+        while data_keys.binary_search(&k).is_ok() && k < r.end {
+            k = k.saturating_add(step);
+        }
+        if k >= r.end {
+            return Err(Error::InvalidArgument(format!(
+                "kv-app: no free key for worker {}'s progress key in [{}, {})",
+                po.my_rank(),
+                r.begin,
+                r.end
+            )));
+        }
+        keys.push(k);
+    }
+    Ok(keys)
+}
+
 impl<V: Value> Plan<V> {
     /// The pushes of `data_keys` (sorted) with `vals` (`len` each) by worker `rank`, with a
     /// progress key per server when `progress` is set.
@@ -39,27 +66,11 @@ impl<V: Value> Plan<V> {
         progress: bool,
     ) -> Result<Plan<V>> {
         let ranges = po.server_key_ranges();
-        let mut extra = Vec::new();
-        if progress {
-            for r in ranges {
-                // Worker w takes begin + 1 + w, or the next free one of w's residue class (no
-                // two workers share one).
-                let step = po.num_workers().max(1) as u64;
-                let mut k = r.begin.saturating_add(1 + po.my_rank() as u64);
-                while data_keys.binary_search(&k).is_ok() && k < r.end {
-                    k = k.saturating_add(step);
-                }
-                if k >= r.end {
-                    return Err(Error::InvalidArgument(format!(
-                        "kv-app: no free key for worker {}'s progress key in [{}, {})",
-                        po.my_rank(),
-                        r.begin,
-                        r.end
-                    )));
-                }
-                extra.push(k);
-            }
-        }
+        let mut extra = if progress {
+            progress_keys(po, data_keys)?
+        } else {
+            Vec::new()
+        };
         // Data keys are sorted: the few progress keys are merged in.
         extra.sort_unstable();
         let mut plan = Plan {

@@ -20,7 +20,6 @@ use crate::error::{Error, Result};
 use crate::kv::{KVWorker, Key, Op, RequestOptions};
 use crate::postoffice::{Postoffice, WORKER_GROUP};
 use std::collections::HashMap;
-use std::io::IsTerminal;
 use std::ops::Range;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -150,34 +149,15 @@ pub fn run(
     a: &LrArgs,
     mut report: impl FnMut(&EpochReport),
 ) -> Result<Vec<EpochReport>> {
-    if a.batch == 0 || a.epochs == 0 {
-        return Err(Error::InvalidArgument(
-            "--batch and --epochs must be at least 1".into(),
-        ));
-    }
-    let cfg = OptConfig {
-        optimizer: a.optimizer,
-        learning_rate: a.learning_rate,
-        l2: a.l2,
-    };
-    OptConfig::decode(&cfg.encode()).map_err(Error::InvalidArgument)?;
+    let cfg = checked_options(a)?;
     let (rank, w_count) = (po.my_rank(), po.num_workers());
-    let train = Dataset::read(&a.train, |r| r % w_count == rank)?;
-    let test = if rank == 0 {
-        Some(Dataset::read(&a.test, |_| true)?)
-    } else {
-        None
-    };
+    let (train, test) = read_data(a, rank, w_count)?;
     let kv = KVWorker::<f32>::new(po, LR_APP, 0)?;
     configure_servers(po, &kv, &cfg)?;
 
     let test_keys = test.as_ref().map(|t| keys_for(t.idx.iter().copied()));
     let batches = train.rows().div_ceil(a.batch);
-    let bar = if rank == 0 && std::io::stderr().is_terminal() {
-        indicatif::ProgressBar::new((batches * a.epochs) as u64)
-    } else {
-        indicatif::ProgressBar::hidden()
-    };
+    let bar = super::training_bar(rank, (batches * a.epochs) as u64);
     let mut reports = Vec::new();
     let mut scratch = Minibatch::default();
     let resume = Resume::new(po.inherited_barriers(WORKER_GROUP), a.asynchronous);
@@ -198,9 +178,7 @@ pub fn run(
             .zip(test_keys.as_ref())
             .filter(|_| !resume.evaluated(epoch));
         if let Some((test, (keys, pos))) = to_evaluate {
-            let mut tw = vec![0.0f32; keys.len()];
-            kv.pull_into(keys, &mut tw)?;
-            let (accuracy, logloss) = evaluate(test, &tw, pos);
+            let (accuracy, logloss) = evaluate_servers(&kv, test, keys, pos)?;
             let rep = EpochReport {
                 epoch,
                 accuracy,
@@ -222,6 +200,57 @@ pub fn run(
     }
     bar.finish_and_clear();
     Ok(reports)
+}
+
+/// Checks the options; returns the servers' optimizer configuration they give.
+///
+/// # Errors
+/// [`Error::InvalidArgument`]: `--batch` or `--epochs` below 1, or an optimizer configuration
+/// the servers would refuse (the text names why).
+fn checked_options(a: &LrArgs) -> Result<OptConfig> {
+    if a.batch == 0 || a.epochs == 0 {
+        return Err(Error::InvalidArgument(
+            "--batch and --epochs must be at least 1".into(),
+        ));
+    }
+    let cfg = OptConfig {
+        optimizer: a.optimizer,
+        learning_rate: a.learning_rate,
+        l2: a.l2,
+    };
+    OptConfig::decode(&cfg.encode()).map_err(Error::InvalidArgument)?;
+    Ok(cfg)
+}
+
+/// Worker `rank`'s shard of the training data (rows r with r mod `workers` = `rank`) and, on
+/// worker 0, the whole test set.
+///
+/// # Errors
+/// As [`Dataset::read`]: unreadable or malformed data, naming file and line.
+fn read_data(a: &LrArgs, rank: usize, workers: usize) -> Result<(Dataset, Option<Dataset>)> {
+    let train = Dataset::read(&a.train, |r| r % workers == rank)?;
+    let test = if rank == 0 {
+        Some(Dataset::read(&a.test, |_| true)?)
+    } else {
+        None
+    };
+    Ok((train, test))
+}
+
+/// Accuracy and mean log-loss on `test` of the servers' current weights of `keys` (the test
+/// set's, indexed through `pos`), pulled through `kv`.
+///
+/// # Errors
+/// The pull's errors.
+fn evaluate_servers(
+    kv: &KVWorker<f32>,
+    test: &Dataset,
+    keys: &[Key],
+    pos: &HashMap<u32, usize>,
+) -> Result<(f64, f64)> {
+    let mut tw = vec![0.0f32; keys.len()];
+    kv.pull_into(keys, &mut tw)?;
+    Ok(evaluate(test, &tw, pos))
 }
 
 /// Where a worker that replaces a lost one (issue 13) takes up the training: from the barriers
