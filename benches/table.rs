@@ -69,8 +69,37 @@ fn main() {
         .expect("spec");
     let mut zipf = Zipf::new(universe, 1.05);
     let mut table = Table::new(&spec).expect("table");
-    // Warm-up: every key of the universe gets its row, so the requests measure lookups and
-    // updates of held rows (creating a row costs its initializer: see BENCHMARKS.md).
+    warm_up(&mut table, universe);
+    let created = table.counts().admitted;
+    println!(
+        "dim {DIM}, AdaGrad, Zipf 1.05 over {universe} keys, {request_keys} draws per request; table holds {} rows",
+        table.len()
+    );
+    // Threads a request is split among: one, then every core (at most 4).
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get().min(4));
+    let splits: Vec<usize> = if cores > 1 { vec![1, cores] } else { vec![1] };
+    let m = measure(&mut table, &mut zipf, request_keys, requests, &splits);
+    let median_unique = median(m.uniques) as usize;
+    println!("unique keys per request (median)     {median_unique:>12}");
+    let memcpy = median(m.memcpy_rps);
+    println!(
+        "memcpy of the rows (one thread)      {:>12.3} M rows/s",
+        memcpy / 1e6
+    );
+    report_splits(&splits, m.figures);
+    println!(
+        "(medians of {requests} requests; rows created while measuring: {})",
+        table.counts().admitted - created
+    );
+    let record_bytes = table.bytes();
+    drop(table);
+    ceiling(record_bytes, median_unique, memcpy, &splits);
+    overhead();
+}
+
+/// Gives every key of the universe its row, so the requests measure lookups and updates of
+/// held rows (creating a row costs its initializer: see BENCHMARKS.md).
+fn warm_up(table: &mut Table, universe: usize) {
     let all: Vec<u64> = {
         let mut k: Vec<u64> = (0..universe as u64).map(|r| fmix64(r ^ 0xabcd)).collect();
         k.sort_unstable();
@@ -82,17 +111,26 @@ fn main() {
             .push(chunk, &vec![0.01; chunk.len() * DIM], None)
             .expect("push");
     }
-    drop(all);
-    let created = table.counts().admitted;
-    println!(
-        "dim {DIM}, AdaGrad, Zipf 1.05 over {universe} keys, {request_keys} draws per request; table holds {} rows",
-        table.len()
-    );
-    // Threads a request is split among: one, then every core (at most 4).
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get().min(4));
-    let splits: Vec<usize> = if cores > 1 { vec![1, cores] } else { vec![1] };
+}
+
+/// What the requests measured: per request the memcpy's rows/s and the unique keys; per split,
+/// pull rows/s, push rows/s, and their ratios to memcpy.
+struct Measured {
+    memcpy_rps: Vec<f64>,
+    uniques: Vec<f64>,
+    figures: Vec<[Vec<f64>; 4]>,
+}
+
+/// `requests` requests of `request_keys` Zipf draws: one memcpy of the rows, then per split a
+/// pull and a push.
+fn measure(
+    table: &mut Table,
+    zipf: &mut Zipf,
+    request_keys: usize,
+    requests: usize,
+    splits: &[usize],
+) -> Measured {
     let (mut memcpy_rps, mut uniques) = (vec![], vec![]);
-    // Per split: pull rows/s, push rows/s, and their ratios to memcpy.
     let mut figures = vec![[vec![], vec![], vec![], vec![]]; splits.len()];
     let source = vec![1.0f32; request_keys * DIM];
     for _ in 0..requests {
@@ -122,12 +160,15 @@ fn main() {
             }
         }
     }
-    let median_unique = median(uniques) as usize;
-    println!("unique keys per request (median)     {median_unique:>12}");
-    println!(
-        "memcpy of the rows (one thread)      {:>12.3} M rows/s",
-        median(memcpy_rps.clone()) / 1e6
-    );
+    Measured {
+        memcpy_rps,
+        uniques,
+        figures,
+    }
+}
+
+/// Prints each split's medians: lookups and updates per second, and their ratios to memcpy.
+fn report_splits(splits: &[usize], figures: Vec<[Vec<f64>; 4]>) {
     for (&threads, f) in splits.iter().zip(figures) {
         let [p, u, pr, ur] = f.map(median);
         let t = if threads == 1 {
@@ -144,15 +185,6 @@ fn main() {
             u / 1e6
         );
     }
-    println!(
-        "(medians of {requests} requests; rows created while measuring: {})",
-        table.counts().admitted - created
-    );
-    let memcpy = median(memcpy_rps);
-    let record_bytes = table.bytes();
-    drop(table);
-    ceiling(record_bytes, median_unique, memcpy, &splits);
-    overhead();
 }
 
 /// What the memory allows: rows whose cache lines are read (and some written back) at random

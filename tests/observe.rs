@@ -141,17 +141,23 @@ fn metrics_grow_during_a_bench_and_count_its_requests() {
     let count = "pslite_request_seconds_count";
     assert!(total(&second, count) > total(&first, count));
     let report = run.join().expect("no panic").expect("the bench ran");
-    let end = scrape(addr);
+    counts_after_the_bench(&scrape(addr), &report);
+    c.finish();
+}
+
+/// The metrics `end` scraped after a bench: every request the bench `report`s counted once,
+/// nothing in flight, the bytes received from both servers the bench's.
+fn counts_after_the_bench(end: &str, report: &pslite::apps::bench::BenchReport) {
     let requests = report
         .requests_total
         .expect("a one-key bench counts its requests");
     assert_eq!(
-        total(&end, count) as usize,
+        total(end, "pslite_request_seconds_count") as usize,
         requests,
         "the latency histograms count every request the bench sent\n{end}"
     );
     assert_eq!(
-        total(&end, "pslite_requests_total") as usize,
+        total(end, "pslite_requests_total") as usize,
         requests,
         "{end}"
     );
@@ -159,17 +165,16 @@ fn metrics_grow_during_a_bench_and_count_its_requests() {
         requests > report.figures.requests,
         "set-up pushes come on top"
     );
-    assert_eq!(sample(&end, "pslite_inflight_requests"), 0.0, "{end}");
-    assert_eq!(sample(&end, "pslite_inflight_bytes"), 0.0, "{end}");
+    assert_eq!(sample(end, "pslite_inflight_requests"), 0.0, "{end}");
+    assert_eq!(sample(end, "pslite_inflight_bytes"), 0.0, "{end}");
     let got = sample(
-        &end,
+        end,
         r#"pslite_received_bytes_total{peer="server 0",van="zmq"}"#,
     ) + sample(
-        &end,
+        end,
         r#"pslite_received_bytes_total{peer="server 1",van="zmq"}"#,
     );
     assert_eq!(got as u64, report.traffic.received_bytes, "{end}");
-    c.finish();
 }
 
 /// A cluster of 2 servers and 1 worker running a long bench, with `PS_TIMEOUT` seconds.

@@ -49,13 +49,20 @@ struct Sim {
     history: HashMap<u64, Vec<Vec<u8>>>,
     serving: bool,
     queue: Vec<Wire>,
-    /// Destination memory by address.
-    mem: HashMap<u64, Vec<u8>>,
-    next_addr: u64,
+    /// The requester's destinations.
+    dest: Destinations,
     key_of: HashMap<u32, u64>,
     outcomes: HashMap<u32, Result<Vec<u8>, String>>,
     started: Vec<u32>,
     round_trips: u64,
+}
+
+/// The destination memory the simulated requester allocates.
+#[derive(Default)]
+struct Destinations {
+    /// Destination memory by address.
+    mem: HashMap<u64, Vec<u8>>,
+    next_addr: u64,
     /// The destination allocated for each outstanding request (the driver's own table).
     alloc_of: HashMap<u32, Dest>,
 }
@@ -66,7 +73,10 @@ impl Sim {
             req: Requester::new(validation),
             resp: Responder::new(DType::U8, validation),
             serving: true,
-            next_addr: 4096,
+            dest: Destinations {
+                next_addr: 4096,
+                ..Destinations::default()
+            },
             ..Sim::default()
         }
     }
@@ -76,15 +86,15 @@ impl Sim {
             match a {
                 ReqAction::Allocate { index, bytes } => {
                     // Reuse the request's destination when it is big enough, else replace it.
-                    let dest = match self.alloc_of.get(&index).copied() {
+                    let dest = match self.dest.alloc_of.get(&index).copied() {
                         Some(d) if d.capacity >= bytes => d,
                         old => {
                             if let Some(d) = old {
-                                self.mem.remove(&d.addr);
+                                self.dest.mem.remove(&d.addr);
                             }
-                            let addr = self.next_addr;
-                            self.next_addr += bytes + 64;
-                            self.mem.insert(addr, vec![0; bytes as usize]);
+                            let addr = self.dest.next_addr;
+                            self.dest.next_addr += bytes + 64;
+                            self.dest.mem.insert(addr, vec![0; bytes as usize]);
                             Dest {
                                 addr,
                                 rkey: 7,
@@ -92,7 +102,7 @@ impl Sim {
                             }
                         }
                     };
-                    self.alloc_of.insert(index, dest);
+                    self.dest.alloc_of.insert(index, dest);
                     let more = self.req.allocated(index, dest);
                     self.run_req(more);
                 }
@@ -102,10 +112,11 @@ impl Sim {
                 }
                 ReqAction::Complete { index, meta } => {
                     let dest = self
+                        .dest
                         .alloc_of
                         .remove(&index)
                         .expect("completed request had a destination");
-                    let mut bytes = self.mem.remove(&dest.addr).expect("memory");
+                    let mut bytes = self.dest.mem.remove(&dest.addr).expect("memory");
                     bytes.truncate(meta.bytes as usize);
                     assert!(
                         self.outcomes.insert(index, Ok(bytes)).is_none(),
@@ -113,8 +124,8 @@ impl Sim {
                     );
                 }
                 ReqAction::Fail { index, error } => {
-                    if let Some(d) = self.alloc_of.remove(&index) {
-                        self.mem.remove(&d.addr);
+                    if let Some(d) = self.dest.alloc_of.remove(&index) {
+                        self.dest.mem.remove(&d.addr);
                     }
                     assert!(
                         self.outcomes.insert(index, Err(error)).is_none(),
@@ -151,7 +162,7 @@ impl Sim {
 
     /// An RDMA write: lands in memory (if the address is still allocated), then the immediate.
     fn write(&mut self, addr: u64, imm: u32, data: &[u8]) {
-        if let Some(m) = self.mem.get_mut(&addr) {
+        if let Some(m) = self.dest.mem.get_mut(&addr) {
             assert!(
                 data.len() <= m.len(),
                 "write of {} bytes overflows a {}-byte destination",
@@ -244,7 +255,7 @@ proptest! {
         }
         prop_assert_eq!(sim.req.outstanding(), 0, "request indices leaked");
         prop_assert_eq!(sim.resp.waiting(), (0, 0), "responder kept requests or clones");
-        prop_assert!(sim.mem.is_empty(), "destinations leaked: {}", sim.mem.len());
+        prop_assert!(sim.dest.mem.is_empty(), "destinations leaked: {}", sim.dest.mem.len());
         for index in &sim.started {
             let key = sim.key_of[index];
             match sim.outcomes.get(index) {
