@@ -7,7 +7,7 @@
 //!   ERROR_STATUS): a data message marked [`Rendezvous::Control`], frame 0 the encoded
 //!   [`RvMessage`].
 //! - **Content** (the value a pull asked for), where the van can write to the requester
-//!   ([`Postoffice::can_write`], the RDMA van): one RDMA WRITE WITH IMMEDIATE into the
+//!   ([`Memory::can_write`](crate::postoffice::Postoffice::memory), the RDMA van): one RDMA WRITE WITH IMMEDIATE into the
 //!   destination the request named, the immediate being the request index (TF verbs' write of
 //!   the tensor); the requester's van reports it as a [`CustomerEvent::RemoteWrite`].
 //! - **Content** elsewhere (the ZMQ van, or a write that failed): a data message marked
@@ -150,7 +150,7 @@ pub(super) fn write(po: &Postoffice, src: WriteSource, w: WriteTo) -> bool {
 
 /// Writes a copy of `content` from a registered pool buffer (one copy here, none on the
 /// requester). False: the caller sends the content as a message instead (pool exhausted, or as
-/// [`write`]).
+/// [`write()`]).
 pub(super) fn write_copy(po: &Postoffice, content: &[u8], w: WriteTo) -> bool {
     let Ok(mut buf) = po.pool().and_then(|p| p.alloc::<u8>(content.len())) else {
         return false;

@@ -1,5 +1,5 @@
 //! One node's Prometheus metrics, kept with `prometheus-client` (the Prometheus
-//! project's Rust client) and served by [`serve`] on `PS_METRICS_PORT` in the OpenMetrics text
+//! project's Rust client) and served by [`serve()`] on `PS_METRICS_PORT` in the OpenMetrics text
 //! format, which Prometheus scrapes.
 //!
 //! Every node of a process has its own [`Metrics`] (nodes run as threads of one process in

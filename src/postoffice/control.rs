@@ -97,7 +97,7 @@ fn deliver_data(po: &Postoffice, msg: Message) {
 }
 
 /// Obeys control message `msg` of kind `cmd` (once its sender may give it): ACK and
-/// TERMINATE on every node, the rest on the scheduler ([`scheduler::driver::scheduler_obeys`]) or
+/// TERMINATE on every node, the rest on the scheduler ([`scheduler_obeys`](super::scheduler::driver::scheduler_obeys)) or
 /// on a server or worker ([`node_obeys`]).
 fn on_control(po: &Postoffice, cmd: Command, msg: Message) {
     let scheduler = po.scheduler.is_some();

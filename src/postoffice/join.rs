@@ -135,7 +135,7 @@ pub(super) fn update_table(po: &Postoffice, meta: &Meta, table: NodeTable) {
 
 /// The `ps-heartbeat` thread of a server or worker: a heartbeat to the scheduler every
 /// `PS_HEARTBEAT_INTERVAL` until the node stops; a scheduler silent for longer than
-/// `PS_HEARTBEAT_TIMEOUT` ends the job ([`check_scheduler`](failure::check_scheduler)).
+/// `PS_HEARTBEAT_TIMEOUT` ends the job ([`check_scheduler`](super::failure::check_scheduler)).
 pub(super) fn heartbeat_loop(weak: &Weak<Postoffice>) {
     let mut next = Instant::now();
     let mut last_look = None;

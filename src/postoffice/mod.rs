@@ -408,8 +408,8 @@ impl Postoffice {
         &self.metrics
     }
 
-    /// Blocks until every node of `group` (sum of [`super::SCHEDULER_GROUP`],
-    /// [`super::SERVER_GROUP`], [`super::WORKER_GROUP`]) called `barrier` with the same group.
+    /// Blocks until every node of `group` (sum of [`SCHEDULER_GROUP`],
+    /// [`SERVER_GROUP`], [`WORKER_GROUP`]) called `barrier` with the same group.
     ///
     /// # Errors
     /// [`Error::Timeout`] naming the nodes that did not arrive within `PS_TIMEOUT`;

@@ -140,7 +140,7 @@ pub(super) fn barrier_with(
 
 /// An error when the scheduler has not been heard of for `PS_HEARTBEAT_TIMEOUT` while this
 /// node waits in a barrier of `group`. Waits look at least every [`TICK`]: a gap longer
-/// than [`scheduler::PAUSED`] means this process was paused, and the scheduler gets a whole timeout again (its answer,
+/// than [`PAUSED`](super::scheduler::PAUSED) means this process was paused, and the scheduler gets a whole timeout again (its answer,
 /// maybe NODE_LOST for this node, may be waiting unread).
 fn scheduler_silent(
     po: &Postoffice,

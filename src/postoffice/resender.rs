@@ -1,6 +1,6 @@
 //! Resend (`PS_RESEND`, ps-lite's `Resender`): stamps data messages on the way out, acknowledges
 //! and de-duplicates them on the way in, and hands back what stays unacknowledged, driving the
-//! sans-IO [`ResendBook`](super::resend::ResendBook). Also `PS_DROP_MSG`, which drops a share
+//! sans-IO [`super::resend::ResendBook`]. Also `PS_DROP_MSG`, which drops a share
 //! of received data messages for tests. The sends themselves (ACKs, messages sent again) are
 //! the postoffice's ([`super::pipeline`]).
 //!

@@ -3,7 +3,7 @@
 //!
 //! On the RDMA van a value goes to the worker as one RDMA WRITE WITH IMMEDIATE straight from
 //! where the handler keeps it — TF verbs' first requirement, a write from the source tensor —
-//! when the handler shows its memory ([`RequestHandler::value_regions`]; the default handler's
+//! when the handler shows its memory ([`ServesValues::value_regions`](super::ServesValues::value_regions); the default handler's
 //! key store does): each region is registered once, on the first write from it, as TF's
 //! allocator visitor registers each region its allocator adds. Otherwise (another handler, a
 //! value outside the regions, a registration the device refused) the value is copied into a

@@ -2,7 +2,7 @@
 //! rendezvous ([`crate::rendezvous::Requester`], sans-IO) carried out on a `KVWorker`.
 //!
 //! The caller's thread starts a pull ([`KVWorker::zpull`] and its blocking forms); the customer
-//! thread feeds the requester what arrives through the [`carrier`](crate::kv::carrier):
+//! thread feeds the requester what arrives through the [`crate::kv::carrier`]:
 //! META_DATA_RESPONSE / ERROR_STATUS ([`on_control`]), content as a message
 //! ([`on_content_message`], copied into the destination) or as an RDMA write that already
 //! landed ([`on_remote_write`]). The requester's actions are carried out here

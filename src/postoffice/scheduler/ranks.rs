@@ -13,7 +13,7 @@ pub(super) fn id_of(role: Role, rank: usize) -> NodeId {
 }
 
 /// Ranks for the nodes of one role, in registration order. A node proven as an id (`id >= 0`,
-/// distinct ranks below `n`: [`Scheduler::add_node`] refuses the rest) keeps that id's rank;
+/// distinct ranks below `n`: [`Scheduler::add_node`](super::Scheduler::add_node) refuses the rest) keeps that id's rank;
 /// the others get the requested ranks when these are a permutation of the ranks left, else
 /// the ranks left in order.
 pub fn assign_ranks(nodes: &[&Node]) -> Vec<usize> {

@@ -5,7 +5,7 @@
 //!
 //! **The refusal's path.** The scheduler's ROUTER remembers, for each ADD_NODE request from a
 //! node without an id, the routing id of its connection, under the address the node announced.
-//! A refusal for that address ([`Van::answer_joiner`](crate::van::Van::answer_joiner)) is
+//! A refusal for that address ([`crate::van::Van::answer_joiner`]) is
 //! queued and sent on the ROUTER by the receiving thread (the socket's only user), so the
 //! scheduler opens no connection for it. The joining node reads it off its DEALER to the
 //! scheduler (which otherwise only sends) until it has its id, and takes nothing else from

@@ -20,7 +20,7 @@ pub struct LogWriter {
     len: u64,
     /// Bytes of disk the file has (its size, or more: preallocated, see [`PREALLOCATE`]).
     reserved: u64,
-    /// Without fsync: the file mapped, records written with stores ([`super::mapped`]), made
+    /// Without fsync: the file mapped, records written with stores ([`crate::kv::durable::mapped`]), made
     /// at the first append. `Err` once mapping failed: `pwrite` from then on.
     map: std::result::Result<Option<Mapped>, ()>,
 }
