@@ -1,4 +1,4 @@
-//! Checkpoint log micro-benchmark (issue 13): what logging one pushed MB costs the server.
+//! Checkpoint log micro-benchmark: what logging one pushed MB costs the server.
 //! `cargo bench --bench log [-- DIR]` (default: the system's temporary directory; give a
 //! directory on the disk the checkpoints go to) appends 1,024,000-byte records to a log of
 //! 256 MiB, round after round over the same file as the server's reused logs do, and prints

@@ -18,7 +18,7 @@
 //! accepts no replacement, so `--restart` needs it.
 //!
 //! `--worker-cmd CMD` runs each worker as the shell command CMD instead (`python train.py`: a
-//! Python worker, issue 17), with the same variables.
+//! Python worker), with the same variables.
 //!
 //! `pslite-launch ssh --hostfile FILE --servers S --workers W -- <pslite-worker args…>` runs
 //! the cluster on hosts reached by ssh, ps-lite tracker style: see [`ssh`].
@@ -135,7 +135,7 @@ struct Local {
     #[arg(long)]
     no_metrics: bool,
     /// A shell command each worker runs instead of pslite-worker, e.g. `python train.py`
-    /// (a Python worker, issue 17): it gets the same variables (DMLC_ROLE=worker,
+    /// (a Python worker): it gets the same variables (DMLC_ROLE=worker,
     /// DMLC_PS_ROOT_URI, PSLITE_RANK, …) and PYTHONUNBUFFERED=1. The scheduler and servers
     /// are pslite's own.
     #[arg(long, value_name = "CMD", conflicts_with = "worker_args")]
@@ -229,7 +229,7 @@ fn cluster_env(
         ("DMLC_NUM_WORKER", workers.to_string()),
         ("DMLC_PS_VAN_TYPE", van.to_string()),
     ];
-    // Secure by default (issue 14).
+    // Secure by default.
     let off = std::env::var("PS_AUTH").is_ok_and(|v| v.trim() == "none");
     if !given("PS_AUTH_TOKEN") && !given("PS_AUTH_TOKEN_FILE") && !off {
         let token = pslite::auth::Token::generate()?;

@@ -40,7 +40,7 @@ pub fn peak_rss_bytes() -> Option<u64> {
 pub fn init_logging(cfg: &Config) {
     tune_allocator();
     init_tracing(cfg);
-    // A node run by our binaries logs "who waits on whom" on SIGUSR1 (issue 16).
+    // A node run by our binaries logs "who waits on whom" on SIGUSR1.
     crate::waits::on_sigusr1();
 }
 

@@ -8,7 +8,7 @@
 //! | [`server`] | `KVServer`, `RequestHandler`, `ReqMeta`, `serve_request` (`mod.rs`); [`DefaultHandler`] (`default.rs`); the rendezvous responder's driver (`zserve.rs`) |
 //! | [`request`] | [`Op`], [`RequestOptions`], [`Callback`]: what a request asks |
 //! | `carrier` | how rendezvous traffic travels (control and content messages, RDMA writes): encoded and decoded for both drivers |
-//! | [`durable`] | checkpoint files (issue 13, not wired in yet): snapshots replaced atomically, the request log; checksums name the file and offset of any damage |
+//! | [`durable`] | checkpoint files (`PS_CHECKPOINT_DIR`): snapshots replaced atomically, the request log; checksums name the file and offset of any damage |
 //! | [`keycache`] | key caching, sans-IO: the worker's mirror of what each server keeps, the server's kept lists |
 //! | [`table`] | embedding tables: [`table::TableSpec`], [`table::Table`] (rows, initializers, optimizers, admission, eviction under a budget), [`table::TableHandler`] and [`table::serve_tables`] |
 //! | [`pairs`], [`slicer`], [`sarray`], [`value`], [`store`] | frames and shapes, key-range slicing, shared arrays, value types, the default handler's key store |

@@ -1,4 +1,4 @@
-//! `kv-app` across a worker's replacement (issue 13): with `PS_CHECKPOINT_DIR` set, every push
+//! `kv-app` across a worker's replacement: with `PS_CHECKPOINT_DIR` set, every push
 //! of a worker also adds 1 to a *progress key* of its own on each server (one key per worker
 //! and server, in that server's key range, pushed in the same request as the worker's keys of
 //! that server, so applied with them or not at all). A worker that replaces a lost one pulls

@@ -253,7 +253,7 @@ fn evaluate_servers(
     Ok(evaluate(test, &tw, pos))
 }
 
-/// Where a worker that replaces a lost one (issue 13) takes up the training: from the barriers
+/// Where a worker that replaces a lost one takes up the training: from the barriers
 /// of the workers its predecessor passed. Sync mode: two per epoch, after the training and
 /// after worker 0's evaluation; the epoch the predecessor was in is trained again from its
 /// start, on the servers' current weights, so its pushes so far are applied once more (SGD

@@ -1,6 +1,6 @@
 //! Which state-changing requests a durable server applied recently, so that a request a worker
 //! sends again after the server was replaced is answered without being applied twice
-//! (issue 13: "nothing applied twice"). Sans-IO.
+//! ("nothing applied twice"). Sans-IO.
 //!
 //! A request is named by its sender, the sender's customer id and the request's timestamp
 //! (`Meta::timestamp`, which a `KVWorker` never reuses). Only the last [`KEEP`] per sender and

@@ -1,6 +1,6 @@
 //! Checkpoint files mapped into memory: without fsync (`PS_CHECKPOINT_SYNC=0`, Linux on x86-64
 //! and AArch64, ext4, XFS or tmpfs) log records and snapshots are written with CPU stores into
-//! the files' page-cache pages instead of `pwrite` (issue 13: what checkpointing costs).
+//! the files' page-cache pages instead of `pwrite` (what checkpointing costs).
 //!
 //! Why: `pwrite` looks up, locks and marks every 4 KiB page on the way, and copies with
 //! ordinary stores, which first read each destination line into the cache (and so push the

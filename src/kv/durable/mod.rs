@@ -1,4 +1,4 @@
-//! Durable server state (issue 13, groundwork; not wired into `KVServer` yet): the on-disk
+//! Durable server state (`KVServer`'s side is [`crate::kv::server`]'s `durable.rs`): the on-disk
 //! framing of a server's checkpoint — snapshot files and the request log — with checksums that
 //! turn every damage into an error naming the file and the byte offset, never into silently
 //! wrong values.

@@ -1,5 +1,5 @@
 //! One thread per process that faults a log mapping's next pages in while the server serves
-//! (issue 13: what checkpointing costs), and unmaps mappings their owners are done with.
+//! (what checkpointing costs), and unmaps mappings their owners are done with.
 //!
 //! Why: a new server's first pass through its log writes into fresh page-cache pages, which
 //! the kernel must allocate and zero (`MADV_POPULATE_WRITE`: read the unwritten blocks as

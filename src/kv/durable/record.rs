@@ -1,5 +1,5 @@
 //! What a durable server's request log holds: one entry per state-changing request it
-//! applied, written before the request is answered (issue 13), and one per worker replaced.
+//! applied, written before the request is answered, and one per worker replaced.
 //! Sans-IO: bytes in, bytes out; [`super::log`] frames and checksums each entry.
 //!
 //! An entry (little-endian) starts with its kind `u8`:

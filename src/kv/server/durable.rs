@@ -1,4 +1,4 @@
-//! A `KVServer`'s durable side (issue 13, `PS_CHECKPOINT_DIR`): at start it creates a fresh
+//! A `KVServer`'s durable side (`PS_CHECKPOINT_DIR`): at start it creates a fresh
 //! checkpoint, or, on a server that replaces a lost one, restores the handler from the
 //! snapshot and the log; while serving it logs every state-changing request before the answer
 //! goes out, answers a request applied before the restart without applying it again, and

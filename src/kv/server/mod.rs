@@ -71,7 +71,7 @@ pub trait RequestHandler<V: Value>: Send + 'static {
         None
     }
 
-    /// The handler's state as bytes, for a checkpoint snapshot (issue 13: durable servers;
+    /// The handler's state as bytes, for a checkpoint snapshot (durable servers;
     /// [`crate::kv::durable`] frames and checksums them). Default: `None`, a handler whose
     /// state cannot be saved.
     fn save(&self) -> Option<Vec<u8>> {

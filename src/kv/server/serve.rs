@@ -46,7 +46,7 @@ pub(super) struct Handling<'a, H> {
 /// logged: its record written before it is applied, made part of the log after, before the
 /// answer goes out (without fsync a request whose record cannot be written is not applied;
 /// with fsync the write, and so its error, comes after); one applied before this server
-/// restarted is answered as a pull of its keys, applying nothing (issue 13).
+/// restarted is answered as a pull of its keys, applying nothing.
 pub(super) fn serve_request<V: Value>(
     po: &Postoffice,
     server: Handling<'_, impl RequestHandler<V>>,
@@ -156,7 +156,7 @@ fn apply<V: Value>(
     }
 }
 
-/// Why a request may not be served here, `None` when it may (issue 14: a server serves the
+/// Why a request may not be served here, `None` when it may (a server serves the
 /// workers of its cluster, and only the keys of its own range — ps-lite's `GetServerKeyRanges`,
 /// [`crate::postoffice::range`]): its sender is not a worker of the node table, or one of its
 /// `keys` (sorted) is outside this server's range. The sender is the one its connection

@@ -67,11 +67,7 @@ impl InFlight {
             if now >= deadline {
                 return false;
             }
-            n = self
-                .cv
-                .wait_timeout(n, deadline - now)
-                .unwrap_or_else(|p| p.into_inner())
-                .0;
+            n = crate::sync::wait_timeout(&self.cv, n, deadline - now);
         }
         true
     }

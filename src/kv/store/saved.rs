@@ -1,5 +1,5 @@
 //! A key store as bytes: the payload of a [`DefaultHandler`](crate::kv::DefaultHandler)'s
-//! checkpoint snapshot (issue 13; the snapshot file around it is [`crate::kv::durable`]).
+//! checkpoint snapshot (the snapshot file around it is [`crate::kv::durable`]).
 //!
 //! Layout (little-endian): the value type's name (`u8` length, then e.g. `f32`), the key count
 //! `n` (`u64`), the keys (`u64` × n, ascending), their lengths (`u32` × n), then the values

@@ -139,7 +139,7 @@ impl<V: Value> KVWorker<V> {
         };
         Ok(KVWorker {
             state,
-            // A replacement's requests are numbered apart from its predecessor's (issue 13).
+            // A replacement's requests are numbered apart from its predecessor's.
             next_ts: AtomicI32::new(first_timestamp(po.incarnation())),
             _customer: customer,
             imm_slot,
@@ -303,8 +303,8 @@ impl<V: Value> KVWorker<V> {
     }
 
     /// Takes the bytes of `call`'s parts (one per slice, returned) from the process's
-    /// in-flight budget, waiting for earlier requests to complete while they do not fit
-    /// (issue 14); a customer thread (a callback) never waits, as it settles the answers that
+    /// in-flight budget, waiting for earlier requests to complete while they do not fit; a
+    /// customer thread (a callback) never waits, as it settles the answers that
     /// free room.
     ///
     /// # Errors
@@ -426,7 +426,7 @@ fn on_event<V: Value>(state: &WorkerState<V>, ev: CustomerEvent) {
         }
         Some(Arrival::Written(w)) => zpull::on_remote_write(state, w),
         Some(Arrival::PeerLost { peer, error }) => {
-            // The job cannot complete (a lost peer fails it, issue 12): every request ends now.
+            // The job cannot complete (a lost peer fails it): every request ends now.
             tracing::debug!(
                 "failing every pending request: {} is gone",
                 crate::wire::Node::describe(peer)

@@ -474,11 +474,8 @@ impl<V: Value> Tracker<V> {
                 }
                 return Err(e);
             }
-            map = self
-                .settled
-                .wait_timeout(map, (deadline - now).min(Duration::from_millis(200)))
-                .unwrap_or_else(|p| p.into_inner())
-                .0;
+            let tick = (deadline - now).min(Duration::from_millis(200));
+            map = crate::sync::wait_timeout(&self.settled, map, tick);
         }
     }
 }

@@ -1,5 +1,5 @@
 //! One `KVServer`'s checkpoint directory: the snapshot, the request log that follows it, and
-//! the recently applied requests (issue 13).
+//! the recently applied requests.
 //!
 //! Files in the directory (`PS_CHECKPOINT_DIR/server-R/appA-T/` for server rank R,
 //! application A and value type T):

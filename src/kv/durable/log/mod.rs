@@ -8,7 +8,7 @@
 //! its record: reading stops at a record header of zeros (or at the end of the file). So a
 //! log file can be *reused* — a retired log becomes the next generation's with a terminator
 //! written at its start, and its pages, already in memory, are overwritten instead of fresh
-//! ones being allocated on the answer's path (`PS_CHECKPOINT_SYNC=0`; issue 13's cost) — and
+//! ones being allocated on the answer's path (`PS_CHECKPOINT_SYNC=0`: what checkpointing costs) — and
 //! what follows the terminator, left from the file's earlier use, is never read; the
 //! generation in the length checksum keeps a stale record from passing for a current one.
 //!
