@@ -170,9 +170,7 @@ pub fn run_worker(cli: &WorkerCli) -> Result<()> {
 /// that cannot be written.
 fn run_app(po: &std::sync::Arc<Postoffice>, app: &WorkerApp) -> Result<()> {
     match app {
-        WorkerApp::KvApp(a) => {
-            kv_app::run(po, a).and_then(|rep| kv_app_outcome(po.my_rank(), &rep))
-        }
+        WorkerApp::KvApp(a) => kv_app::run(po, a).and_then(|rep| report_kv_app(po.my_rank(), &rep)),
         WorkerApp::Bench(a) => bench::run(po, a).and_then(|rep| print_bench(a, &rep)),
         WorkerApp::Lr(a) => lr::run(po, a, |rep| {
             if a.json {
@@ -199,7 +197,7 @@ fn run_app(po: &std::sync::Arc<Postoffice>, app: &WorkerApp) -> Result<()> {
 ///
 /// # Errors
 /// [`Error::InvalidArgument`] counting the wrong values, when any came back wrong.
-fn kv_app_outcome(rank: usize, rep: &kv_app::KvAppReport) -> Result<()> {
+fn report_kv_app(rank: usize, rep: &kv_app::KvAppReport) -> Result<()> {
     println!("worker {rank}: {}", rep.timing());
     println!(
         "worker {rank}: error: {}, {}",

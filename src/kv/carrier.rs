@@ -7,7 +7,7 @@
 //!   ERROR_STATUS): a data message marked [`Rendezvous::Control`], frame 0 the encoded
 //!   [`RvMessage`].
 //! - **Content** (the value a pull asked for), where the van can write to the requester
-//!   ([`Memory::can_write`](crate::postoffice::Postoffice::memory), the RDMA van): one RDMA WRITE WITH IMMEDIATE into the
+//!   (`po.memory().can_write(to)`, the RDMA van): one RDMA WRITE WITH IMMEDIATE into the
 //!   destination the request named, the immediate being the request index (TF verbs' write of
 //!   the tensor); the requester's van reports it as a [`CustomerEvent::RemoteWrite`].
 //! - **Content** elsewhere (the ZMQ van, or a write that failed): a data message marked

@@ -1,6 +1,7 @@
-//! Joining the cluster: a server or worker registers with the scheduler (ADD_NODE), takes its
-//! id from the node table the scheduler sends, and connects to its peers; afterwards it sends
-//! heartbeats (ps-lite's `Van::Start` and `Van::Heartbeat`).
+//! Joining the cluster: the van bound where this node listens (`bind`); a server or worker
+//! registers with the scheduler (ADD_NODE), takes its id from the node table the scheduler
+//! sends, and connects to its peers; afterwards it sends heartbeats, and every node passes the
+//! start-up barrier (`join_and_meet`; ps-lite's `Van::Start` and `Van::Heartbeat`).
 
 use super::{Postoffice, ALL_GROUP, SCHEDULER};
 use crate::config::Config;

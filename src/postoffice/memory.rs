@@ -40,35 +40,28 @@ impl Memory {
     pub(super) fn route_of_imm(&self, imm: Imm) -> Option<Route> {
         lock(&self.imm_slots).get(&imm.slot()).copied()
     }
-    /// This node's registered memory pool (`PS_POOL_BYTES`), reserved — and registered with
-    /// the van, which makes it a target of remote writes — on first use.
-    ///
-    /// # Errors
-    /// [`Error::Van`] if the memory cannot be reserved or registered.
+
+    /// The pool of node `my_id` ([`Postoffice::pool`](super::Postoffice::pool)).
     pub(super) fn pool(&self, my_id: NodeId) -> Result<&MemoryPool> {
-        let m = self;
-        if let Some(p) = m.pool.get() {
+        if let Some(p) = self.pool.get() {
             return Ok(p);
         }
-        let _one = lock(&m.pool_init);
-        if let Some(p) = m.pool.get() {
+        let _one = lock(&self.pool_init);
+        if let Some(p) = self.pool.get() {
             return Ok(p);
         }
         let p = MemoryPool::new(self.pool_bytes, 0x5053_0000 | (my_id as u32 & 0xffff))?;
-        // SAFETY: the pool lives as long as this postoffice, which drops the van first.
+        // SAFETY: the pool lives as long as this `Memory`, which drops the van (its `van`
+        // field, declared first) before the pool.
         if let Some(rm) = self.van.remote_memory() {
             // SAFETY: as above.
             p.set_keys(unsafe { rm.register_memory(p.base(), p.size(), true) }?);
         }
-        Ok(m.pool.get_or_init(|| p))
+        Ok(self.pool.get_or_init(|| p))
     }
 
-    /// Reserves an immediate slot for `route`: remote writes whose immediate has this slot in
-    /// as its [`Imm::slot`] are delivered to `route` as [`super::CustomerEvent::RemoteWrite`]s.
-    /// Slots 0–[`Imm::MAX_SLOT`].
-    ///
-    /// # Errors
-    /// [`Error::InvalidArgument`] when all 255 slots are taken.
+    /// Reserves an immediate slot for `route`
+    /// ([`Postoffice::register_imm_slot`](super::Postoffice::register_imm_slot)).
     pub(super) fn register_imm_slot(&self, route: Route) -> Result<u8> {
         let mut slots = lock(&self.imm_slots);
         let slot = (0..=Imm::MAX_SLOT)
@@ -80,7 +73,8 @@ impl Memory {
         Ok(slot)
     }
 
-    /// Frees an immediate slot.
+    /// Frees an immediate slot
+    /// ([`Postoffice::release_imm_slot`](super::Postoffice::release_imm_slot)).
     pub(super) fn release_imm_slot(&self, slot: u8) {
         lock(&self.imm_slots).remove(&slot);
     }

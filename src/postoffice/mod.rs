@@ -19,7 +19,7 @@
 //! its heartbeats; `control` is the receiving thread (commands in, answers out); `scheduler`
 //! is the sans-IO [`scheduler::Scheduler`] with its IO in `scheduler/driver.rs`; `routes`
 //! hands data messages to customers; `memory` holds the registered pool, immediate slots and
-//! the van's remote writes; `resender` stamps, acknowledges, de-duplicates and resends data
+//! the van's memory registrations (a remote write is a pipeline step); `resender` stamps, acknowledges, de-duplicates and resends data
 //! messages (`PS_RESEND`); `failure` handles lost peers and `recovery` replaced ones
 //! (`PS_CHECKPOINT_DIR`); `observe` serves metrics and the "who waits on whom" lines;
 //! `barrier`, `liveness`, `scheduler` and `resend` are sans-IO state.
@@ -86,6 +86,10 @@ pub const ALL_GROUP: i32 = 7;
 pub struct Postoffice {
     cfg: Config,
     van: Arc<dyn Van>,
+    /// The registered pool, immediate slots and remote memory ([`memory`]). It holds the van's
+    /// other reference: declared right after `van`, so the van is dropped with it, before the
+    /// other parts, and (`Memory`'s own field order) before the pool it registered.
+    memory: Memory,
     /// This node, the node table, barrier waits ([`node`]).
     node: node::Membership,
     /// The scheduler's state and its IO's; `None` on servers and workers.
@@ -95,7 +99,6 @@ pub struct Postoffice {
     budget: Arc<budget::Budget>,
     /// Stopped, and the threads to join.
     life: Lifecycle,
-    memory: Memory,
     /// Resend's state ([`resender`]).
     resender: resender::Resender,
     /// The peers known to be gone, and those whose replacement is awaited ([`failure`]).
@@ -449,7 +452,8 @@ impl Postoffice {
         self.memory.release_imm_slot(slot)
     }
 
-    /// This node's registered memory and the van's remote writes ([`memory`]).
+    /// This node's registered memory, immediate slots and the van's registrations
+    /// ([`memory`]).
     pub(crate) fn memory(&self) -> &Memory {
         &self.memory
     }

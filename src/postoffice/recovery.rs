@@ -35,7 +35,7 @@
 //! [`Postoffice::barrier`] passes at once and which tell an application where to take up the
 //! work ([`Postoffice::inherited_barriers`]), and its incarnation, from which its `KVWorker`
 //! numbers requests apart from its predecessor's (late answers to those match nothing).
-//! Every message carries its sender's incarnation (`Meta::incarnation`), and a node told of a
+//! Every message carries its sender's incarnation (`Stamp::incarnation`), and a node told of a
 //! replacement (NODE_REPLACED carries the new incarnation; the scheduler knows it) drops what
 //! earlier holders of the id still send: requests the dead worker had in flight are not applied
 //! after the replacement took over, barrier requests of a displaced node do not count as its

@@ -2,7 +2,7 @@
 //!
 //! Frame 0 is the bincode 2 (standard config, varint integers) encoding of [`Meta`], at most
 //! [`MAX_META_BYTES`]. Frames 1.. are payload, each at most [`MAX_FRAME_BYTES`], and their count and
-//! lengths must equal `Meta::frame_lens`. Anything else is a [`WireError`]; decoding never panics.
+//! lengths must equal `Stamp::frame_lens`. Anything else is a [`WireError`]; decoding never panics.
 
 use super::{Message, Meta};
 use bytes::Bytes;
@@ -213,6 +213,38 @@ mod tests {
         let mut frames = vec![Bytes::from(head)];
         frames.extend(msg.data.iter().cloned());
         frames
+    }
+
+    #[test]
+    fn frame_0_keeps_its_flat_field_order() {
+        // Every field in its place on the wire, written out apart from `WireMeta`: bincode
+        // writes a tuple's elements one after the other, as it writes a struct's fields.
+        let mut m = sample().meta;
+        m.error = Some("refused".into());
+        m.also_refused = vec![5, 6];
+        m.stamp.frame_lens = vec![7];
+        let flat = (
+            (m.head, m.tag.app_id, m.tag.customer_id, m.tag.timestamp),
+            (
+                m.sender, m.recver, m.request, m.kv.push, m.kv.pull, m.kv.dtype,
+            ),
+            (
+                m.body.clone(),
+                m.error.clone(),
+                m.control.clone(),
+                m.kv.keys.clone(),
+            ),
+            (m.rendezvous, m.stamp.seq, m.stamp.frame_lens.clone()),
+            (m.stamp.incarnation, m.also_refused.clone()),
+        );
+        let want = bincode::serde::encode_to_vec(&flat, config()).expect("encodes");
+        assert_eq!(
+            bincode::serde::encode_to_vec(&m, config()).expect("encodes"),
+            want
+        );
+        let (back, _): (Meta, usize) =
+            bincode::serde::decode_from_slice(&want, config()).expect("decodes");
+        assert_eq!(back, m);
     }
 
     #[test]

@@ -68,7 +68,7 @@ pub enum ControlMsg {
     /// (ps-lite's `ACK`, batched: one per peer once the oldest waited a tenth of
     /// `PS_RESEND_TIMEOUT`, at most 20 ms, or 256 wait).
     Ack {
-        /// The sequence numbers acknowledged (`Meta::seq` of the data messages), in the order
+        /// The sequence numbers acknowledged (`Stamp::seq` of the data messages), in the order
         /// received.
         seqs: Vec<u64>,
     },
@@ -93,7 +93,7 @@ pub enum ControlMsg {
         incarnation: u32,
     },
     /// Recovery cross-check: worker → a replacement server (a request routed like the data
-    /// requests of `Meta::app_id` and `Meta::dtype`, parked until that application is
+    /// requests of `RequestTag::app_id` and `KvHeader::dtype`, parked until that application is
     /// served). The replacement refuses to serve when its restored log lacks one. Not in
     /// ps-lite.
     Answered {

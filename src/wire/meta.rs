@@ -211,8 +211,9 @@ pub struct Stamp {
     pub frame_lens: Vec<u64>,
 }
 
-/// The message header (ps-lite `Meta`). Bincode-encoded as frame 0.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+/// The message header (ps-lite `Meta`). Bincode-encoded as frame 0 with every field flat, in
+/// the order of ps-lite's `meta.proto` extended: the sections group fields in Rust only.
+#[derive(Clone, Debug, PartialEq, Default)]
 pub struct Meta {
     /// Application command (ps-lite's `head`; `KVWorker` uses 0 unless a `cmd` is given).
     pub head: i32,
@@ -242,6 +243,124 @@ pub struct Meta {
     pub rendezvous: Option<Rendezvous>,
     /// Resend number, incarnation and frame lengths, stamped on the way out.
     pub stamp: Stamp,
+}
+
+/// Frame 0 carries [`Meta`] flat: every field in this order (bincode names none, so the order
+/// is the format; `frame_0_keeps_its_flat_field_order` pins it).
+impl Serialize for Meta {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let mut w = s.serialize_struct("Meta", 19)?;
+        w.serialize_field("head", &self.head)?;
+        w.serialize_field("app_id", &self.tag.app_id)?;
+        w.serialize_field("customer_id", &self.tag.customer_id)?;
+        w.serialize_field("timestamp", &self.tag.timestamp)?;
+        w.serialize_field("sender", &self.sender)?;
+        w.serialize_field("recver", &self.recver)?;
+        w.serialize_field("request", &self.request)?;
+        w.serialize_field("push", &self.kv.push)?;
+        w.serialize_field("pull", &self.kv.pull)?;
+        w.serialize_field("dtype", &self.kv.dtype)?;
+        w.serialize_field("body", &self.body)?;
+        w.serialize_field("error", &self.error)?;
+        w.serialize_field("control", &self.control)?;
+        w.serialize_field("keys", &self.kv.keys)?;
+        w.serialize_field("rendezvous", &self.rendezvous)?;
+        w.serialize_field("seq", &self.stamp.seq)?;
+        w.serialize_field("frame_lens", &self.stamp.frame_lens)?;
+        w.serialize_field("incarnation", &self.stamp.incarnation)?;
+        w.serialize_field("also_refused", &self.also_refused)?;
+        w.end()
+    }
+}
+
+impl<'de> Deserialize<'de> for Meta {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Meta, D::Error> {
+        d.deserialize_struct("Meta", &WIRE_FIELDS, FlatMeta)
+    }
+}
+
+/// The field names of frame 0, in their order (see [`Meta`]'s `Serialize`).
+const WIRE_FIELDS: [&str; 19] = [
+    "head",
+    "app_id",
+    "customer_id",
+    "timestamp",
+    "sender",
+    "recver",
+    "request",
+    "push",
+    "pull",
+    "dtype",
+    "body",
+    "error",
+    "control",
+    "keys",
+    "rendezvous",
+    "seq",
+    "frame_lens",
+    "incarnation",
+    "also_refused",
+];
+
+/// Reads frame 0's flat fields back into [`Meta`]'s sections.
+struct FlatMeta;
+
+impl<'de> serde::de::Visitor<'de> for FlatMeta {
+    type Value = Meta;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "the {} fields of a message header", WIRE_FIELDS.len())
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Meta, A::Error> {
+        let mut at = 0;
+        let mut next = || {
+            at += 1;
+            at - 1
+        };
+        macro_rules! field {
+            () => {{
+                let i = next();
+                seq.next_element()?
+                    .ok_or_else(|| serde::de::Error::invalid_length(i, &self))?
+            }};
+        }
+        let (head, app_id, customer_id, timestamp) = (field!(), field!(), field!(), field!());
+        let (sender, recver, request) = (field!(), field!(), field!());
+        let (push, pull, dtype) = (field!(), field!(), field!());
+        let (body, error, control, keys, rendezvous) =
+            (field!(), field!(), field!(), field!(), field!());
+        let (seq_no, frame_lens, incarnation, also_refused) =
+            (field!(), field!(), field!(), field!());
+        Ok(Meta {
+            head,
+            tag: RequestTag {
+                app_id,
+                customer_id,
+                timestamp,
+            },
+            sender,
+            recver,
+            request,
+            kv: KvHeader {
+                push,
+                pull,
+                dtype,
+                keys,
+            },
+            body,
+            error,
+            also_refused,
+            control,
+            rendezvous,
+            stamp: Stamp {
+                seq: seq_no,
+                incarnation,
+                frame_lens,
+            },
+        })
+    }
 }
 
 impl Meta {

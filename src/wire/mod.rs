@@ -40,7 +40,7 @@ pub type Key = u64;
 /// One message: a header and its payload frames (zero or more byte buffers).
 ///
 /// For key-value requests and responses (ps-lite's `KVPairs`) the frames are, in order:
-/// keys (`u64` little-endian, 8 bytes each), values (`meta.dtype`, native little-endian),
+/// keys (`u64` little-endian, 8 bytes each), values (`meta.kv.dtype`, native little-endian),
 /// lengths (`u32`, 4 bytes each; empty when every key has the same length).
 #[derive(Clone, Debug, Default)]
 pub struct Message {

@@ -52,7 +52,7 @@ pub fn run(po: &Arc<Postoffice>, a: &BenchArgs, n: usize) -> Result<BenchReport>
         ));
     }
     let len = a.len;
-    let mut requests = Requests::start(po, n, len)?;
+    let mut requests = ManyKeysRun::start(po, n, len)?;
     let memcpy = memcpy_keys_per_s(n, len);
 
     let phases = a.mode.phases();
@@ -102,7 +102,7 @@ pub fn run(po: &Arc<Postoffice>, a: &BenchArgs, n: usize) -> Result<BenchReport>
 
 /// The requests of a many-keys run: its keys, the values every pull must return, and the
 /// buffers pushed from and pulled into.
-struct Requests {
+struct ManyKeysRun {
     kv: KVWorker<u8>,
     /// `n` keys spread evenly over the key space.
     keys: Vec<Key>,
@@ -116,13 +116,13 @@ struct Requests {
     len: usize,
 }
 
-impl Requests {
+impl ManyKeysRun {
     /// `n` keys of `len`-byte values; worker rank 0 pushes the pattern, then the workers meet
     /// at a barrier.
     ///
     /// # Errors
     /// As [`KVWorker::new`], the push and the barrier.
-    fn start(po: &Arc<Postoffice>, n: usize, len: usize) -> Result<Requests> {
+    fn start(po: &Arc<Postoffice>, n: usize, len: usize) -> Result<ManyKeysRun> {
         let kv = KVWorker::<u8>::new(po, 0, 0)?;
         let step = u64::MAX / n as u64;
         let keys: Vec<Key> = (0..n as u64).map(|i| i * step).collect();
@@ -132,7 +132,7 @@ impl Requests {
             kv.wait(kv.push(&keys, &want, None)?)?;
         }
         po.barrier(WORKER_GROUP)?;
-        Ok(Requests {
+        Ok(ManyKeysRun {
             kv,
             keys,
             want,

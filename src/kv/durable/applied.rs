@@ -3,7 +3,7 @@
 //! ("nothing applied twice"). Sans-IO.
 //!
 //! A request is named by its sender, the sender's customer id and the request's timestamp
-//! (`Meta::timestamp`, which a `KVWorker` never reuses). Only the last [`KEEP`] per sender and
+//! (`RequestTag::timestamp`, which a `KVWorker` never reuses). Only the last [`KEEP`] per sender and
 //! customer are kept: a server answers one connection's requests in order, so the requests
 //! applied but not answered when a server dies are the last ones it applied from each worker
 //! (those still in its send queue). A worker with more than [`KEEP`] requests outstanding to

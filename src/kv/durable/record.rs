@@ -10,7 +10,7 @@
 //!   With flag 4 (`keys_by_digest`), the keys frame is replaced by the 8-byte digest of a key
 //!   list logged before in the same log (kind 3);
 //! - 2, a sender forgotten: sender `i32`. Nothing writes it: a replacement worker numbers its
-//!   requests from `incarnation × 2^27` on (`Meta::incarnation`), so the ids of requests its
+//!   requests from `incarnation × 2^27` on (`Stamp::incarnation`), so the ids of requests its
 //!   predecessor had applied never match its own. Readers still accept it;
 //! - 3, a key list (key caching): sender `i32`, customer id `i32`, digest `u64`, the keys as
 //!   length `u64` and bytes. Logged once per log generation, before the first request that

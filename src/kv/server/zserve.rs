@@ -236,7 +236,7 @@ impl ServerRv {
             let mut meta = reply_meta(req);
             meta.kv.pull = true;
             meta.kv.push = false;
-            let Some(msg) = self.carry(po, meta, handler, a) else {
+            let Some(msg) = self.answer_or_write(po, meta, handler, a) else {
                 continue;
             };
             let to = msg.meta.recver;
@@ -248,7 +248,7 @@ impl ServerRv {
 
     /// Carries out action `a`: `None` when its content went by RDMA write, else the message
     /// to send (with `meta`, the answer's), a control message or the content.
-    fn carry<V: Value>(
+    fn answer_or_write<V: Value>(
         &mut self,
         po: &Postoffice,
         mut meta: Meta,

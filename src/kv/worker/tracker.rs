@@ -53,7 +53,7 @@ pub(super) struct Tracker<V> {
     /// The process's bytes in flight: each part's are given back once it is answered.
     budget: Arc<Budget>,
     /// When [`expire`](Tracker::expire) last looked.
-    looks: expiry::Looks,
+    looks: expiry::ExpiryClock,
     /// The node's metrics: requests sent, their latency per server, parts in flight.
     metrics: Arc<Metrics>,
     /// What the cluster's replacement of lost servers needs ([`replaced`]).
@@ -90,7 +90,7 @@ impl<V: Value> Tracker<V> {
             pending: Mutex::new(HashMap::new()),
             settled: Condvar::new(),
             budget,
-            looks: expiry::Looks::new(),
+            looks: expiry::ExpiryClock::new(),
             metrics,
             replacing: replaced::Replacing::new(keep),
         }

@@ -13,8 +13,9 @@ fn bad(line: &str, field: &str, why: String) -> String {
     format!("bad table spec '{line}': {field}: {why}")
 }
 
-/// The fields of a spec line read so far: those parsed as they come into `spec`, those parsed
-/// once every field is read (`app` and `dim` first, then the optimizer and admission) kept aside.
+/// The fields of a spec line read so far, each parsed as it comes except `opt` and `admit`,
+/// whose text is kept and parsed once every field is read (after `app` and `dim` are known to
+/// be there).
 struct Fields<'a> {
     /// The whole line, for error texts.
     line: &'a str,

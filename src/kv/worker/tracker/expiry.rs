@@ -6,15 +6,15 @@ use std::time::Instant;
 
 /// The last look: milliseconds after `born` (an atomic, so the question on every send takes
 /// no lock).
-pub(super) struct Looks {
+pub(super) struct ExpiryClock {
     last: AtomicU64,
     born: Instant,
 }
 
-impl Looks {
+impl ExpiryClock {
     /// No look yet; the first is due a second from now.
-    pub(super) fn new() -> Looks {
-        Looks {
+    pub(super) fn new() -> ExpiryClock {
+        ExpiryClock {
             last: AtomicU64::new(0),
             born: Instant::now(),
         }
