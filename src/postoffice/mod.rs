@@ -39,6 +39,8 @@ mod node;
 mod observe;
 mod pipeline;
 pub mod range;
+#[doc(hidden)]
+pub mod ranges;
 mod recovery;
 #[doc(hidden)]
 pub mod resend;

@@ -1,0 +1,231 @@
+//! Which server owns which keys, epoch by epoch, as servers are added and drained.
+//!
+//! Range splitting, not consistent hashing: a server's keys stay one or a few contiguous ranges,
+//! so a worker still slices a sorted key list with one binary search per range
+//! ([`super::super::range::server_of`]), a server's key caches, tables and checkpoint keep
+//! their order, and a move is one cut of a sorted store. Adding a server splits the widest
+//! range at its middle and moves the upper half (from n servers, 1/(2n) of the key space at
+//! most); draining one gives each of its ranges to the owner of the range before it (after it,
+//! for the first). Consistent hashing (the OSDI'14 Parameter Server) balances better after many
+//! changes but scatters every server's keys over many arcs; a later rebalance can move ranges
+//! one by one with the same [`Move`].
+
+use crate::postoffice::range::{server_key_ranges, Range};
+use crate::wire::NodeId;
+
+/// One range and its owner.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Part {
+    /// The keys (`end` = `u64::MAX` for the last part, which owns `u64::MAX` too).
+    pub range: Range,
+    /// The server holding them.
+    pub owner: NodeId,
+}
+
+/// One range changing owner.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Move {
+    /// The keys.
+    pub range: Range,
+    /// Its owner before the move.
+    pub from: NodeId,
+    /// Its owner after.
+    pub to: NodeId,
+}
+
+/// The moves that lead from one epoch's layout to the next.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Plan {
+    /// The epoch the moves lead to.
+    pub epoch: u64,
+    /// The moves, in key order.
+    pub moves: Vec<Move>,
+}
+
+/// The owners of the whole key space at one epoch: parts in key order, contiguous, from 0 to
+/// `u64::MAX`, neighbours with different owners.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Layout {
+    epoch: u64,
+    parts: Vec<Part>,
+}
+
+impl Layout {
+    /// Epoch 0: `servers` in rank order, each owning its even share
+    /// ([`server_key_ranges`], ps-lite's `GetServerKeyRanges`).
+    ///
+    /// # Panics
+    /// When `servers` is empty.
+    pub fn even(servers: &[NodeId]) -> Layout {
+        assert!(!servers.is_empty(), "a layout needs a server");
+        let parts = server_key_ranges(servers.len())
+            .into_iter()
+            .zip(servers)
+            .map(|(range, &owner)| Part { range, owner })
+            .collect();
+        Layout { epoch: 0, parts }
+    }
+
+    /// This layout's epoch.
+    pub fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    /// The parts, in key order.
+    pub fn parts(&self) -> &[Part] {
+        &self.parts
+    }
+
+    /// The owner of `key`.
+    pub fn owner_of(&self, key: u64) -> NodeId {
+        let i = self.parts.partition_point(|p| p.range.begin <= key);
+        self.parts[i.saturating_sub(1)].owner
+    }
+
+    /// The servers owning keys, each once, in order of their first part.
+    pub fn owners(&self) -> Vec<NodeId> {
+        let mut seen = Vec::new();
+        for p in &self.parts {
+            if !seen.contains(&p.owner) {
+                seen.push(p.owner);
+            }
+        }
+        seen
+    }
+
+    /// Adding server `new`: the upper half of the widest part moves to it.
+    ///
+    /// # Errors
+    /// When `new` already owns keys, or no part is wide enough to split (2 keys).
+    pub fn plan_add(&self, new: NodeId) -> Result<Plan, String> {
+        if self.owners().contains(&new) {
+            return Err(format!("server {new} already owns keys"));
+        }
+        let widest = self
+            .parts
+            .iter()
+            .max_by_key(|p| {
+                (
+                    p.range.end - p.range.begin,
+                    std::cmp::Reverse(p.range.begin),
+                )
+            })
+            .copied()
+            .ok_or("the layout is empty")?;
+        let Range { begin, end } = widest.range;
+        if end - begin < 2 {
+            return Err("no range is wide enough to split".into());
+        }
+        let mid = begin + (end - begin) / 2;
+        Ok(Plan {
+            epoch: self.epoch + 1,
+            moves: vec![Move {
+                range: Range { begin: mid, end },
+                from: widest.owner,
+                to: new,
+            }],
+        })
+    }
+
+    /// Draining server `gone`: each of its parts moves to the owner of the part before it (after
+    /// it, for the first part).
+    ///
+    /// # Errors
+    /// When `gone` owns no keys, or is the only server.
+    pub fn plan_drain(&self, gone: NodeId) -> Result<Plan, String> {
+        if !self.owners().contains(&gone) {
+            return Err(format!("server {gone} owns no keys"));
+        }
+        if self.owners().len() == 1 {
+            return Err(format!(
+                "server {gone} is the only server: nobody can take its keys"
+            ));
+        }
+        let moves = (0..self.parts.len())
+            .filter(|&i| self.parts[i].owner == gone)
+            .map(|i| {
+                // Neighbours have different owners, so either one is another server.
+                let heir = match i {
+                    0 => self.parts[1].owner,
+                    _ => self.parts[i - 1].owner,
+                };
+                Move {
+                    range: self.parts[i].range,
+                    from: gone,
+                    to: heir,
+                }
+            })
+            .collect();
+        Ok(Plan {
+            epoch: self.epoch + 1,
+            moves,
+        })
+    }
+
+    /// The layout after `plan`.
+    ///
+    /// # Errors
+    /// When `plan` does not lead from this epoch, or a move's range is not owned by its `from`.
+    pub fn apply(&self, plan: &Plan) -> Result<Layout, String> {
+        if plan.epoch != self.epoch + 1 {
+            return Err(format!(
+                "the plan leads to epoch {}, this layout is at {}",
+                plan.epoch, self.epoch
+            ));
+        }
+        let mut parts = self.parts.clone();
+        for m in &plan.moves {
+            parts = reassign(&parts, *m)?;
+        }
+        Ok(Layout {
+            epoch: plan.epoch,
+            parts: merged(parts),
+        })
+    }
+}
+
+/// `parts` with `m.range` cut out of the part of `m.from` holding it and given to `m.to`.
+fn reassign(parts: &[Part], m: Move) -> Result<Vec<Part>, String> {
+    let holder = parts
+        .iter()
+        .position(|p| p.range.begin <= m.range.begin && m.range.end <= p.range.end)
+        .filter(|&i| parts[i].owner == m.from)
+        .ok_or_else(|| format!("{:?} is not one part of server {}", m.range, m.from))?;
+    let p = parts[holder];
+    let pieces = [
+        Part {
+            range: Range {
+                begin: p.range.begin,
+                end: m.range.begin,
+            },
+            owner: p.owner,
+        },
+        Part {
+            range: m.range,
+            owner: m.to,
+        },
+        Part {
+            range: Range {
+                begin: m.range.end,
+                end: p.range.end,
+            },
+            owner: p.owner,
+        },
+    ];
+    let mut out = parts[..holder].to_vec();
+    out.extend(pieces.into_iter().filter(|q| q.range.begin < q.range.end));
+    out.extend_from_slice(&parts[holder + 1..]);
+    Ok(out)
+}
+
+/// `parts` with neighbours of one owner joined.
+fn merged(parts: Vec<Part>) -> Vec<Part> {
+    let mut out: Vec<Part> = Vec::with_capacity(parts.len());
+    for p in parts {
+        match out.last_mut() {
+            Some(last) if last.owner == p.owner => last.range.end = p.range.end,
+            _ => out.push(p),
+        }
+    }
+    out
+}
