@@ -22,6 +22,7 @@ FN_MAX, FILE_MAX, FIELDS_MAX, IMPL_FILES_MAX = 60, 500, 12, 2
 FN = re.compile(r'^\s*(?:pub(?:\([^)]*\))?\s+)?(?:const\s+)?(?:async\s+)?(?:unsafe\s+)?'
                 r'(?:extern\s+"[^"]*"\s+)?fn\s+(\w+)')
 STRUCT = re.compile(r'^\s*(?:pub(?:\([^)]*\))?\s+)?struct\s+(\w+)[^;(]*\{')
+TYPE = re.compile(r'^\s*(?:pub(?:\([^)]*\))?\s+)?(?:struct|enum|union|trait|type)\s+(\w+)')
 FIELD = re.compile(r'^\s*(?:pub(?:\([^)]*\))?\s+)?(?:r#)?\w+\s*:[^:]')
 IMPL = re.compile(r'^(?:unsafe\s+)?impl\b(?:\s*<[^{]*?>)?\s+([\w:]+)(?:<[^{]*>)?\s*(?:where\b[^{]*)?\{')
 
@@ -97,8 +98,21 @@ def is_test_file(path):
     return path.endswith('tests.rs') or path.startswith('tests/') or '/tests/' in path
 
 
+def owner(name, path, defined):
+    """The file defining the type `name` whose `impl` is in `path`: of the files defining a type
+    of that name, the one whose folder holds `path` most closely (types of one name in other
+    modules are other types); `name` alone when none does."""
+    best = None
+    for d in defined.get(name, ()):
+        folder = os.path.dirname(d)
+        if (path + '/').startswith(folder + '/') and (best is None or len(folder) > len(os.path.dirname(best))):
+            best = d
+    return best or name
+
+
 def measure(paths):
-    long_fns, long_files, wide, impls = [], [], [], defaultdict(set)
+    long_fns, long_files, wide, impls = [], [], [], {}
+    defined = defaultdict(set)
     for path in paths:
         with open(path, encoding='utf-8', errors='replace') as f:
             lines = f.read().split('\n')
@@ -114,6 +128,9 @@ def measure(paths):
                 if end is not None and end - i + 1 > FN_MAX:
                     long_fns.append((end - i + 1, f'{path}:{i + 1}', m.group(1)))
                 continue
+            t = TYPE.match(line)
+            if t:
+                defined[t.group(1)].add(path)
             m = STRUCT.match(line)
             if m:
                 end = block_end(clean, i)
@@ -127,9 +144,12 @@ def measure(paths):
                 continue
             m = IMPL.match(line)
             if m and ' for ' not in line.split('{')[0]:
-                impls[m.group(1).split('::')[-1]].add(path)
-    spread = sorted(((len(fs), t, sorted(fs)) for t, fs in impls.items() if len(fs) > IMPL_FILES_MAX),
-                    reverse=True)
+                impls[(m.group(1).split('::')[-1], path)] = True
+    by_type = defaultdict(set)
+    for name, path in impls:
+        by_type[(name, owner(name, path, defined))].add(path)
+    spread = sorted(((len(fs), name, sorted(fs)) for (name, _), fs in by_type.items()
+                     if len(fs) > IMPL_FILES_MAX), reverse=True)
     return sorted(long_fns, reverse=True), sorted(long_files, reverse=True), sorted(wide, reverse=True), spread
 
 
