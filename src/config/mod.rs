@@ -53,7 +53,7 @@ mod read;
 pub mod sections;
 pub(crate) mod vars;
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::wire::Role;
 pub use bounds::Bounds;
 pub use checkpoint::Checkpoint;
@@ -72,7 +72,7 @@ pub const LOSS_MARGIN: Duration = Duration::from_secs(10);
 /// node's configuration is read (`pslite-launch task` waiting for the scheduler's name).
 ///
 /// # Errors
-/// [`Error::Config`] naming `PS_TIMEOUT`, as [`Config::from_env`] gives it.
+/// [`Error::Config`](crate::Error::Config) naming `PS_TIMEOUT`, as [`Config::from_env`] gives it.
 pub fn timeout_from_env() -> Result<Duration> {
     let vars = Vars::new(|k| std::env::var(k).ok());
     Ok(vars.seconds("PS_TIMEOUT")?.unwrap_or(DEFAULT_TIMEOUT))
@@ -175,7 +175,7 @@ impl Config {
     /// Reads the configuration of a node of `role` from the process environment and `flags`.
     ///
     /// # Errors
-    /// [`Error::Config`] naming the variable (and flag) that is missing or malformed, with the
+    /// [`Error::Config`](crate::Error::Config) naming the variable (and flag) that is missing or malformed, with the
     /// expected form.
     pub fn from_env(role: Role, flags: &Overrides) -> Result<Config> {
         Config::from_lookup(role, flags, |k| std::env::var(k).ok())
@@ -191,8 +191,8 @@ impl Config {
         lookup: impl Fn(&str) -> Option<String>,
     ) -> Result<Config> {
         let vars = flags.reader(lookup);
-        check_role(&vars, role)?;
-        let root = scheduler_address(&vars)?;
+        read::check_role(&vars, role)?;
+        let root = read::scheduler_address(&vars)?;
         let read = read::read_fields(&vars, role, &root)?;
         read::settle(read, &vars, &root)
     }
@@ -283,71 +283,6 @@ impl Overrides {
     }
 }
 
-/// `DMLC_ROLE`, when set, must be the role of this binary.
-fn check_role<F: Fn(&str) -> Option<String>>(vars: &Vars<'_, F>, role: Role) -> Result<()> {
-    match vars.raw("DMLC_ROLE") {
-        Some(r) if r.trim() != role.name() => {
-            let want = role.name();
-            Err(Error::Config(format!(
-                "DMLC_ROLE={r:?} but this binary runs the {want} role: \
-                 expected DMLC_ROLE unset or {want:?}"
-            )))
-        }
-        _ => Ok(()),
-    }
-}
-
-/// The scheduler's address and port (`DMLC_PS_ROOT_URI`, `DMLC_PS_ROOT_PORT`).
-fn scheduler_address<F: Fn(&str) -> Option<String>>(vars: &Vars<'_, F>) -> Result<(String, u16)> {
-    const HOST: &str = "an IP address or host name, e.g. 127.0.0.1";
-    let uri = vars.required("DMLC_PS_ROOT_URI", HOST)?;
-    if uri.trim().is_empty() || uri.contains(char::is_whitespace) {
-        return Err(vars.invalid("DMLC_PS_ROOT_URI", &uri, HOST));
-    }
-    let port = vars.required_parsed(
-        "DMLC_PS_ROOT_PORT",
-        "a port number 1–65535",
-        |&p: &u16| p > 0,
-    )?;
-    // `[fd00::1]` and `fd00::1` are one address; brackets are added where a port follows.
-    let uri = uri.trim().trim_start_matches('[').trim_end_matches(']');
-    Ok((uri.to_string(), port))
-}
-
-/// This host's cores, at most 4: the threads a table splits a large request among.
-fn default_table_threads() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get().min(4))
-}
-
-/// Keys kept per worker customer: `PS_KEY_CACHE_KEYS`, or 0 when `PS_KEY_CACHE` is 0.
-fn key_cache_keys<F: Fn(&str) -> Option<String>>(vars: &Vars<'_, F>) -> Result<usize> {
-    let on = vars.choice(
-        "PS_KEY_CACHE",
-        &[("1", true), ("", true), ("0", false)],
-        "0 (off) or 1 (on)",
-    )?;
-    let keys = vars.parsed(
-        "PS_KEY_CACHE_KEYS",
-        "a whole number of keys ≥ 1",
-        |&n: &usize| n >= 1,
-    )?;
-    Ok(match on {
-        Some(false) => 0,
-        _ => keys.unwrap_or(DEFAULT_KEY_CACHE_KEYS),
-    })
-}
-
-/// `PS_RESEND_TIMEOUT` (ms, default 1000) unless `PS_RESEND` is 0 (then `None`).
-fn resend_timeout<F: Fn(&str) -> Option<String>>(vars: &Vars<'_, F>) -> Result<Option<Duration>> {
-    let on = vars.choice(
-        "PS_RESEND",
-        &[("0", false), ("", true), ("1", true)],
-        "0 (off) or 1 (on)",
-    )?;
-    let ms = vars.ranged("PS_RESEND_TIMEOUT", 1u64, 3_600_000)?;
-    Ok((on != Some(false)).then(|| ms.map_or(DEFAULT_RESEND_TIMEOUT, Duration::from_millis)))
-}
-
 impl Config {
     /// A loopback cluster configuration: scheduler at 127.0.0.1:`port`, defaults elsewhere.
     pub fn local(role: Role, port: u16, num_servers: usize, num_workers: usize) -> Config {
@@ -376,7 +311,7 @@ impl Config {
             },
             kv: KvConfig {
                 key_cache_keys: DEFAULT_KEY_CACHE_KEYS,
-                table_threads: default_table_threads(),
+                table_threads: read::default_table_threads(),
             },
             resend: Resend {
                 timeout: Some(DEFAULT_RESEND_TIMEOUT),

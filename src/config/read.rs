@@ -1,13 +1,14 @@
-//! A node's configuration read from its variables: first the fields each variable gives on
-//! its own, then those that depend on others.
+//! A node's configuration read from its variables: the role and the scheduler's address
+//! first, then the fields each variable gives on its own, then those that depend on others;
+//! every variable's reader is here.
 
 use super::vars::Vars;
 use super::{
-    address, auth, bounds, checkpoint, default_table_threads, key_cache_keys, resend_timeout,
-    Bounds, Cluster, Config, KvConfig, MetricsEndpoint, Resend, ThisNode, Timing, VanType,
-    ZeroCopy, DEFAULT_POOL_BYTES, DEFAULT_TIMEOUT, LOSS_MARGIN,
+    address, auth, bounds, checkpoint, Bounds, Cluster, Config, KvConfig, MetricsEndpoint, Resend,
+    ThisNode, Timing, VanType, ZeroCopy, DEFAULT_KEY_CACHE_KEYS, DEFAULT_POOL_BYTES,
+    DEFAULT_RESEND_TIMEOUT, DEFAULT_TIMEOUT, LOSS_MARGIN,
 };
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::wire::Role;
 use std::time::Duration;
 
@@ -150,4 +151,74 @@ fn metrics_host<F: Fn(&str) -> Option<String>>(vars: &Vars<'_, F>) -> String {
         .map(|h| h.trim().to_string())
         .filter(|h| !h.is_empty())
         .unwrap_or_default()
+}
+
+/// `DMLC_ROLE`, when set, must be the role of this binary.
+pub(super) fn check_role<F: Fn(&str) -> Option<String>>(
+    vars: &Vars<'_, F>,
+    role: Role,
+) -> Result<()> {
+    match vars.raw("DMLC_ROLE") {
+        Some(r) if r.trim() != role.name() => {
+            let want = role.name();
+            Err(Error::Config(format!(
+                "DMLC_ROLE={r:?} but this binary runs the {want} role: \
+                 expected DMLC_ROLE unset or {want:?}"
+            )))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// The scheduler's address and port (`DMLC_PS_ROOT_URI`, `DMLC_PS_ROOT_PORT`).
+pub(super) fn scheduler_address<F: Fn(&str) -> Option<String>>(
+    vars: &Vars<'_, F>,
+) -> Result<(String, u16)> {
+    const HOST: &str = "an IP address or host name, e.g. 127.0.0.1";
+    let uri = vars.required("DMLC_PS_ROOT_URI", HOST)?;
+    if uri.trim().is_empty() || uri.contains(char::is_whitespace) {
+        return Err(vars.invalid("DMLC_PS_ROOT_URI", &uri, HOST));
+    }
+    let port = vars.required_parsed(
+        "DMLC_PS_ROOT_PORT",
+        "a port number 1–65535",
+        |&p: &u16| p > 0,
+    )?;
+    // `[fd00::1]` and `fd00::1` are one address; brackets are added where a port follows.
+    let uri = uri.trim().trim_start_matches('[').trim_end_matches(']');
+    Ok((uri.to_string(), port))
+}
+
+/// This host's cores, at most 4: the threads a table splits a large request among.
+pub(super) fn default_table_threads() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get().min(4))
+}
+
+/// Keys kept per worker customer: `PS_KEY_CACHE_KEYS`, or 0 when `PS_KEY_CACHE` is 0.
+fn key_cache_keys<F: Fn(&str) -> Option<String>>(vars: &Vars<'_, F>) -> Result<usize> {
+    let on = vars.choice(
+        "PS_KEY_CACHE",
+        &[("1", true), ("", true), ("0", false)],
+        "0 (off) or 1 (on)",
+    )?;
+    let keys = vars.parsed(
+        "PS_KEY_CACHE_KEYS",
+        "a whole number of keys ≥ 1",
+        |&n: &usize| n >= 1,
+    )?;
+    Ok(match on {
+        Some(false) => 0,
+        _ => keys.unwrap_or(DEFAULT_KEY_CACHE_KEYS),
+    })
+}
+
+/// `PS_RESEND_TIMEOUT` (ms, default 1000) unless `PS_RESEND` is 0 (then `None`).
+fn resend_timeout<F: Fn(&str) -> Option<String>>(vars: &Vars<'_, F>) -> Result<Option<Duration>> {
+    let on = vars.choice(
+        "PS_RESEND",
+        &[("0", false), ("", true), ("1", true)],
+        "0 (off) or 1 (on)",
+    )?;
+    let ms = vars.ranged("PS_RESEND_TIMEOUT", 1u64, 3_600_000)?;
+    Ok((on != Some(false)).then(|| ms.map_or(DEFAULT_RESEND_TIMEOUT, Duration::from_millis)))
 }
