@@ -7,12 +7,13 @@
 //! (`PR_SET_PDEATHSIG`), so none is orphaned. It prints each child's pid to stderr as it starts
 //! it (`pslite-launch: started server 0 (pid 12345)`).
 //!
-//! `--restart N` lets up to N failures (a non-zero exit or a signal) of servers and workers,
-//! over the whole run and all nodes together, be answered by starting that node again with the
-//! same rank (`PSLITE_RANK`), arguments and environment, and the same output prefix: it takes
-//! the dead node's place; a server restores its checkpoint, a worker carries on after the
-//! barriers its predecessor passed. Once the N restarts are spent, a failure stops the run as
-//! above. The scheduler is never restarted (its loss ends the job).
+//! `--restart N` lets up to N failures (a non-zero exit or a signal) of nodes, over the whole
+//! run and all nodes together, be answered by starting that node again with the same rank
+//! (`PSLITE_RANK`), arguments and environment, and the same output prefix: it takes the dead
+//! node's place; a server restores its checkpoint, a worker carries on after the barriers its
+//! predecessor passed, and a scheduler (at the same address) takes the job over from the
+//! servers' and workers' re-registrations while they train on. Once the N restarts are spent,
+//! a failure stops the run as above.
 //! `--checkpoint-dir DIR` passes `PS_CHECKPOINT_DIR=DIR` to every child, where servers keep
 //! their checkpoint; without it (or that variable in the launcher's environment) the scheduler
 //! accepts no replacement, so `--restart` needs it.
@@ -121,9 +122,9 @@ struct Local {
     /// Scheduler port (default: a free one).
     #[arg(long)]
     port: Option<u16>,
-    /// Restarts of failed servers and workers allowed over the whole run (all nodes together;
-    /// a restarted server restores its checkpoint, so this needs --checkpoint-dir); 0 stops
-    /// the run at the first failure. The scheduler is never restarted.
+    /// Restarts of failed nodes allowed over the whole run (all nodes together; a restarted
+    /// server restores its checkpoint, a restarted scheduler takes the job over from the
+    /// nodes, so this needs --checkpoint-dir); 0 stops the run at the first failure.
     #[arg(long, default_value_t = 0)]
     restart: usize,
     /// Directory where the servers keep their checkpoint (sets PS_CHECKPOINT_DIR in every

@@ -57,15 +57,6 @@ pub struct Node {
     pub host: Option<String>,
 }
 
-impl Node {
-    /// Whether a failure of this node may be answered by starting it again: servers and
-    /// workers (the scheduler accepts a replacement with PS_CHECKPOINT_DIR set; a lost
-    /// scheduler ends the job).
-    fn restartable(&self) -> bool {
-        self.role != "scheduler"
-    }
-}
-
 /// A started node: its process, the threads copying its output, and whether it still runs.
 pub struct Proc {
     node: Node,
@@ -314,14 +305,15 @@ fn copy_lines<R: Read + Send + 'static>(
 
 /// Waits until the scheduler and every worker have exited (0), one has failed and cannot be
 /// restarted (its exit code) or `stop` is set (130), polling every 20 ms; then stops every
-/// process. A failed server or worker is started again while `restarts` allows and the
-/// scheduler runs.
+/// process. A failed node is started again while `restarts` allows (a server or worker only
+/// while the scheduler runs).
 pub fn watch(
     launch: &Launch<'_>,
     procs: &mut [Proc],
     stop: &AtomicBool,
     restarts: &mut Restarts,
 ) -> Result<i32, String> {
+    let mut workers_done = None;
     loop {
         if stop.load(Ordering::SeqCst) {
             eprintln!("pslite-launch: interrupted; stopping every process");
@@ -334,67 +326,86 @@ pub fn watch(
         }
         // The scheduler and every worker exited 0 (a failure would have returned or been
         // restarted): the job is done; a server still running (a replacement that came too
-        // late to find the job) is stopped.
-        if procs
-            .iter()
-            .filter(|p| p.node.role != "server")
-            .all(|p| !p.running)
-        {
-            kill_all(procs);
-            return Ok(0);
+        // late to find the job) is stopped. So is a scheduler still running 5 s after the
+        // last worker ended well: one restarted after it released the last barrier waits for
+        // a job that is over.
+        let running = |role: &str| procs.iter().any(|p| p.node.role == role && p.running);
+        if !running("worker") {
+            let since = *workers_done.get_or_insert_with(std::time::Instant::now);
+            if !running("scheduler") || since.elapsed() > Duration::from_secs(5) {
+                kill_all(procs);
+                return Ok(0);
+            }
         }
         std::thread::sleep(Duration::from_millis(20));
     }
 }
 
-/// Looks at each running process once, marking those that have exited and restarting a failed
-/// server or worker while `restarts` allows: the exit code of the first failure that ends the
-/// run, or the error of the first process that cannot be watched or restarted; `None`
-/// otherwise.
+/// Looks at each running process once, the scheduler first, marking those that have exited
+/// and restarting a failed node while `restarts` allows: the exit code of the first failure
+/// that ends the run, or the error of the first process that cannot be watched or restarted;
+/// `None` otherwise. A restarted scheduler takes the job over from the nodes' re-registrations;
+/// a server or worker is not restarted once the scheduler has exited (there is no job to
+/// rejoin).
 fn poll(
     launch: &Launch<'_>,
     procs: &mut [Proc],
     restarts: &mut Restarts,
 ) -> Option<Result<i32, String>> {
-    let scheduler_runs = procs
-        .iter()
-        .any(|p| p.node.role == "scheduler" && p.running);
-    for p in procs.iter_mut().filter(|p| p.running) {
-        let status = match p.child.try_wait() {
-            Ok(Some(status)) => status,
-            Ok(None) => continue,
-            Err(e) => return Some(Err(format!("cannot watch {}: {e}", p.node.name))),
-        };
-        p.running = false;
-        if status.success() {
-            continue;
-        }
-        let name = &p.node.name;
-        // Once the scheduler is gone there is no cluster for a replacement to join.
-        if !p.node.restartable() || restarts.used >= restarts.limit || !scheduler_runs {
-            let why = if p.node.restartable() && restarts.limit > 0 && !scheduler_runs {
-                "; the scheduler has exited, so there is no job to rejoin".to_string()
-            } else if p.node.restartable() && restarts.limit > 0 {
-                format!(
-                    "; no restarts left ({} of {} used)",
-                    restarts.used, restarts.limit
-                )
-            } else {
-                String::new()
-            };
-            eprintln!("pslite-launch: {name} exited with {status}{why}; stopping the others");
-            return Some(Ok(exit_code(status)));
-        }
-        restarts.used += 1;
-        eprintln!(
-            "pslite-launch: {name} exited with {status}; restarting it (restart {} of {})",
-            restarts.used, restarts.limit
-        );
-        if let Err(e) = restart(launch, p) {
-            return Some(Err(e));
+    for scheduler in [true, false] {
+        let scheduler_runs = procs
+            .iter()
+            .any(|p| p.node.role == "scheduler" && p.running);
+        for p in procs
+            .iter_mut()
+            .filter(|p| p.running && (p.node.role == "scheduler") == scheduler)
+        {
+            if let Some(result) = look(launch, p, restarts, scheduler || scheduler_runs) {
+                return Some(result);
+            }
         }
     }
     None
+}
+
+/// Looks at running process `p` once (see [`poll`]); `job` is false when the scheduler has
+/// exited (a server or worker is then not restarted).
+fn look(
+    launch: &Launch<'_>,
+    p: &mut Proc,
+    restarts: &mut Restarts,
+    job: bool,
+) -> Option<Result<i32, String>> {
+    let status = match p.child.try_wait() {
+        Ok(Some(status)) => status,
+        Ok(None) => return None,
+        Err(e) => return Some(Err(format!("cannot watch {}: {e}", p.node.name))),
+    };
+    p.running = false;
+    if status.success() {
+        return None;
+    }
+    let name = &p.node.name;
+    if restarts.used >= restarts.limit || !job {
+        let why = if restarts.limit > 0 && !job {
+            "; the scheduler has exited, so there is no job to rejoin".to_string()
+        } else if restarts.limit > 0 {
+            format!(
+                "; no restarts left ({} of {} used)",
+                restarts.used, restarts.limit
+            )
+        } else {
+            String::new()
+        };
+        eprintln!("pslite-launch: {name} exited with {status}{why}; stopping the others");
+        return Some(Ok(exit_code(status)));
+    }
+    restarts.used += 1;
+    eprintln!(
+        "pslite-launch: {name} exited with {status}; restarting it (restart {} of {})",
+        restarts.used, restarts.limit
+    );
+    restart(launch, p).err().map(Err)
 }
 
 /// Starts `p`'s node again in its place (same role, rank, arguments and environment); the

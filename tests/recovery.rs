@@ -6,7 +6,9 @@
 
 mod common;
 
-use common::launched::{kv_app_with_a_node_killed, KillRun, Launched};
+use common::launched::{
+    kv_app_with_a_node_killed, kv_app_with_the_scheduler_killed, KillRun, Launched,
+};
 use common::roles::Cluster;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -272,6 +274,42 @@ fn kv_app_ends_exactly_after_a_worker_is_killed_and_replaced_at_three_random_mom
             "round {round}: the replacement did not take up its predecessor's work:\n{out}"
         );
     }
+}
+
+#[test]
+fn kv_app_ends_exactly_after_the_scheduler_is_killed_and_replaced_at_five_random_moments() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = fresh_dir("kv-app-scheduler");
+    let cp = dir.to_string_lossy().to_string();
+    let mut took = Vec::new();
+    for round in 0..5 {
+        // Round 0 at start-up, before the workers registered; then anywhere in the run (about
+        // 3 s here): the servers wait in their last barrier all along, the workers pass
+        // barriers between phases and end in the last one.
+        let (moment, after) = match round {
+            0 => ("started worker 1 (pid", Duration::ZERO),
+            _ => (
+                "worker rank 0 (id 9) started: ",
+                Duration::from_millis(random_below(3500)),
+            ),
+        };
+        println!("round {round}: the scheduler killed {after:?} after {moment:?}");
+        let (out, t) = kv_app_with_the_scheduler_killed(&cp, moment, after, &[]);
+        println!("round {round}: every node registered again {t:?} after the kill");
+        if round > 0 {
+            assert!(
+                out.contains("taking over run"),
+                "round {round}: the new scheduler did not take the job over:\n{out}"
+            );
+        }
+        took.push(t);
+    }
+    took.sort();
+    println!(
+        "time from the kill to every node registered with the new scheduler: median {:?}, max {:?}",
+        took[took.len() / 2],
+        took[took.len() - 1]
+    );
 }
 
 /// Final (accuracy, log-loss) worker 0 reported in `out` (launcher output of `lr --json`).

@@ -35,6 +35,18 @@ pub struct Failure {
     pub text: String,
 }
 
+/// A barrier's failure naming the members whose application `failed` (`None` when none did).
+fn failed_members(failed: &BTreeMap<NodeId, String>) -> Option<Failure> {
+    (!failed.is_empty()).then(|| Failure {
+        kind: BarrierFailure::Failed,
+        text: failed
+            .iter()
+            .map(|(&id, why)| format!("{} failed: {why}", Node::describe(id)))
+            .collect::<Vec<_>>()
+            .join("; "),
+    })
+}
+
 /// Open barriers by group.
 #[derive(Default)]
 pub struct BarrierBook {
@@ -115,15 +127,7 @@ impl BarrierBook {
         }
         if open.arrived.is_superset(&open.members) {
             let open = self.open.remove(&group)?;
-            let failure = (!open.failed.is_empty()).then(|| Failure {
-                kind: BarrierFailure::Failed,
-                text: open
-                    .failed
-                    .iter()
-                    .map(|(&id, why)| format!("{} failed: {why}", Node::describe(id)))
-                    .collect::<Vec<_>>()
-                    .join("; "),
-            });
+            let failure = failed_members(&open.failed);
             return Some(Outcome {
                 group,
                 release: open.members.into_iter().collect(),
@@ -131,6 +135,18 @@ impl BarrierBook {
             });
         }
         None
+    }
+
+    /// The open barrier of `group`, if any, completed elsewhere (a rebuilt scheduler learnt
+    /// its members passed it): its arrivals are released, as a failure naming the members
+    /// whose application failed, if any.
+    pub fn complete(&mut self, group: i32) -> Option<Outcome> {
+        let open = self.open.remove(&group)?;
+        Some(Outcome {
+            group,
+            release: open.arrived.into_iter().collect(),
+            failure: failed_members(&open.failed),
+        })
     }
 
     /// `node` is gone and will be replaced: its arrivals no longer count; its

@@ -279,9 +279,9 @@ fn refuse_request(po: &Postoffice, m: &Meta, why: String, also: Vec<i32>) {
 /// a late answer to an older one is dropped.
 pub(super) fn barrier_done(po: &Postoffice, group: i32, r: Result<()>) {
     let mut st = lock(&po.node.state);
-    if st.barrier_group == Some(group) {
-        st.barrier_result = Some(r);
-        st.barrier_group = None;
+    if st.barrier.group == Some(group) {
+        st.barrier.result = Some(r);
+        st.barrier.group = None;
         po.node.cv.notify_all();
     }
 }

@@ -234,29 +234,49 @@ pub(super) fn on_peer_lost(po: &Postoffice, peer: NodeId, error: Error) {
 }
 
 /// On a server or worker (its heartbeat thread, at every look, `last_look` the previous):
-/// the scheduler has not answered for `PS_HEARTBEAT_TIMEOUT` — it is a single point of
-/// failure, so its loss ends the job on this node, naming it. A gap of more than
-/// [`PAUSED`](super::scheduler::PAUSED) between looks means this process was paused: the
-/// scheduler gets a whole timeout again.
+/// the scheduler has not answered for [`scheduler_patience`] — its loss ends the job on this
+/// node, naming it. A gap of more than [`PAUSED`](super::scheduler::PAUSED) between looks
+/// means this process was paused: the scheduler gets a whole timeout again.
 pub(super) fn check_scheduler(po: &Postoffice, last_look: &mut Option<Instant>) {
-    let timeout = po.cfg.timing.heartbeat_timeout;
+    let (patience, why) = scheduler_patience(po);
     let silent = {
         let mut st = lock(&po.node.state);
         scheduler_silent(
             &mut st.last_from_scheduler,
             last_look,
             Instant::now(),
-            timeout,
+            patience,
         )
     };
     if silent {
-        let e = Error::PeerLost(format!(
-            "scheduler (id 1): no answer to heartbeats for {:.0} s (PS_HEARTBEAT_TIMEOUT); \
-             the scheduler is a single point of failure: the job ends",
-            timeout.as_secs_f64()
-        ));
+        let e = Error::PeerLost(format!("scheduler (id 1): {why}; the job ends"));
         mark_lost(po, SCHEDULER, LossCause::SchedulerSilent, e);
     }
+}
+
+/// How long a server or worker goes on while the scheduler does not answer, and the text
+/// that names it once that passed: `PS_HEARTBEAT_TIMEOUT`, and when lost nodes are replaced
+/// (`PS_CHECKPOINT_DIR`) `PS_RECOVERY_TIMEOUT` more, for a new scheduler to answer at its
+/// address.
+pub(super) fn scheduler_patience(po: &Postoffice) -> (Duration, String) {
+    let timeout = po.cfg.timing.heartbeat_timeout;
+    let window = Duration::from_millis(po.recovery.takeover().replace_within);
+    if window.is_zero() {
+        let why = format!(
+            "no answer to heartbeats for {:.0} s (PS_HEARTBEAT_TIMEOUT); without \
+             PS_CHECKPOINT_DIR the scheduler is not replaced",
+            timeout.as_secs_f64()
+        );
+        return (timeout, why);
+    }
+    let why = format!(
+        "no answer to heartbeats for {:.0} s (PS_HEARTBEAT_TIMEOUT) and no new scheduler at \
+         {} within {:.0} s more (PS_RECOVERY_TIMEOUT)",
+        timeout.as_secs_f64(),
+        crate::wire::place(&po.cfg.cluster.root_uri, po.cfg.cluster.root_port),
+        window.as_secs_f64()
+    );
+    (timeout + window, why)
 }
 
 /// NODE_LOST from the scheduler: `node` was declared lost, `meta.error` says why; its

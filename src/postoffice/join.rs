@@ -6,6 +6,7 @@
 use super::{Postoffice, ALL_GROUP, SCHEDULER};
 use crate::config::Config;
 use crate::error::{Error, Result};
+use crate::sync::lock;
 use crate::van::Van;
 use crate::wire::{ControlMsg, Message, Meta, Node, NodeId, NodeTable, Role};
 use std::sync::atomic::Ordering;
@@ -21,32 +22,50 @@ use std::time::{Duration, Instant};
 /// of each role registered — those are told so).
 pub(super) fn join_cluster(po: &Postoffice, me: &Node) -> Result<()> {
     let deadline = Instant::now() + po.cfg.timing.timeout;
+    let again = (me.role != Role::Scheduler && super::recovery::window(&po.cfg).is_some())
+        .then_some(REGISTER_AGAIN);
     if me.role != Role::Scheduler {
         po.van.connect(
             SCHEDULER,
             &po.cfg.cluster.root_uri,
             po.cfg.cluster.root_port,
         )?;
-        let meta = Meta {
-            request: true,
-            ..Meta::for_control(SCHEDULER, ControlMsg::AddNode { node: me.clone() })
-        };
-        po.send(Message::new(meta))?;
     }
-    let ready = po.node.wait(|st, now| {
-        if let Some(e) = st.fatal.clone() {
-            return Some(Err(e));
+    loop {
+        if me.role != Role::Scheduler {
+            let meta = Meta {
+                request: true,
+                ..Meta::for_control(SCHEDULER, ControlMsg::AddNode { node: me.clone() })
+            };
+            po.send(Message::new(meta))?;
         }
-        if st.ready {
-            return Some(Ok(true));
+        let next = again.map(|a| Instant::now() + a);
+        let ready = po.node.wait(|st, now| {
+            if let Some(e) = st.fatal.clone() {
+                return Some(Err(e));
+            }
+            if st.ready {
+                return Some(Ok(Some(true)));
+            }
+            if now >= deadline {
+                return Some(Ok(Some(false)));
+            }
+            next.is_some_and(|n| now >= n).then_some(Ok(None))
+        })?;
+        match ready {
+            Some(true) => return Ok(()),
+            Some(false) => break,
+            // No table yet: registered again, in case the scheduler that had the first
+            // registration was replaced (a repeat is nothing to a scheduler that has it).
+            None => tracing::debug!("no node table yet; registering again"),
         }
-        (now >= deadline).then_some(Ok(false))
-    })?;
-    if ready {
-        return Ok(());
     }
     start_up_timeout(po).inspect_err(|e| crate::waits::timed_out(e))
 }
+
+/// With lost nodes replaced (`PS_CHECKPOINT_DIR`), how often a node without its node table
+/// registers again: the scheduler may have been replaced meanwhile.
+const REGISTER_AGAIN: Duration = Duration::from_secs(2);
 
 /// The start-up deadline passed: on the scheduler, tells the nodes that registered, unless
 /// the last one registered meanwhile (then the start goes on).
@@ -127,6 +146,9 @@ pub(super) fn update_table(po: &Postoffice, meta: &Meta, table: NodeTable) {
             t.must_meet = r.start_open;
             t.inherited = r.barriers_done.iter().copied().collect();
             po.recovery.set_incarnation(r.incarnation);
+            // What its predecessor passed counts as passed (a re-registration tells it).
+            st.barrier.started = !r.start_open;
+            st.barrier.done = t.inherited.clone();
         }
     }
     st.nodes = nodes;
@@ -135,8 +157,10 @@ pub(super) fn update_table(po: &Postoffice, meta: &Meta, table: NodeTable) {
 }
 
 /// The `ps-heartbeat` thread of a server or worker: a heartbeat to the scheduler every
-/// `PS_HEARTBEAT_INTERVAL` until the node stops; a scheduler silent for longer than
-/// `PS_HEARTBEAT_TIMEOUT` ends the job ([`check_scheduler`](super::failure::check_scheduler)).
+/// `PS_HEARTBEAT_INTERVAL` until the node stops. When lost nodes are replaced and the
+/// scheduler has not answered for 1.5 intervals, a re-registration ([`ControlMsg::Rejoin`])
+/// goes instead, until a scheduler answers at its address. A scheduler silent for too long
+/// ends the job ([`check_scheduler`](super::failure::check_scheduler)).
 pub(super) fn heartbeat_loop(weak: &Weak<Postoffice>) {
     let mut next = Instant::now();
     let mut last_look = None;
@@ -148,10 +172,15 @@ pub(super) fn heartbeat_loop(weak: &Weak<Postoffice>) {
         }
         super::failure::check_scheduler(po, &mut last_look);
         if Instant::now() >= next {
-            next = Instant::now() + po.cfg.timing.heartbeat_interval;
+            let interval = po.cfg.timing.heartbeat_interval;
+            next = Instant::now() + interval;
+            let control = match rejoin_due(po, interval) {
+                Some(rejoin) => ControlMsg::Rejoin(rejoin),
+                None => ControlMsg::Heartbeat,
+            };
             let meta = Meta {
                 request: true,
-                ..Meta::for_control(SCHEDULER, ControlMsg::Heartbeat)
+                ..Meta::for_control(SCHEDULER, control)
             };
             if let Err(e) = po.send(Message::new(meta)) {
                 tracing::debug!("heartbeat not sent: {e}");
@@ -161,6 +190,43 @@ pub(super) fn heartbeat_loop(weak: &Weak<Postoffice>) {
         // Woken early by `shutdown`.
         std::thread::park_timeout(Duration::from_millis(50));
     }
+}
+
+/// This node's re-registration, when one is due: lost nodes are replaced and the scheduler
+/// has not answered for 1.5 heartbeat `interval`s. Says so the first time.
+fn rejoin_due(po: &Postoffice, interval: Duration) -> Option<crate::wire::Rejoin> {
+    if !super::recovery::replaces_lost(po) {
+        return None;
+    }
+    let me = po.node.me.read().map(|m| m.clone()).unwrap_or_default();
+    let mut st = crate::sync::lock(&po.node.state);
+    let now = Instant::now();
+    let quiet = st
+        .last_from_scheduler
+        .map(|t| now.saturating_duration_since(t))?;
+    if quiet < interval * 3 / 2 {
+        return None;
+    }
+    if st.rejoining.is_none() {
+        st.rejoining = Some(now);
+        tracing::warn!(
+            "the scheduler at {} has not answered for {:.1} s; re-registering with whichever \
+             scheduler answers there (pslite-launch --restart starts one; by hand, start one \
+             with the same DMLC_PS_ROOT_URI and DMLC_PS_ROOT_PORT); training goes on",
+            crate::wire::place(&po.cfg.cluster.root_uri, po.cfg.cluster.root_port),
+            quiet.as_secs_f64()
+        );
+    }
+    let t = po.recovery.takeover();
+    Some(crate::wire::Rejoin {
+        node: me,
+        run_id: t.run_id,
+        nodes: st.nodes.clone(),
+        incarnation: po.incarnation(),
+        started: st.barrier.started,
+        barriers_done: st.barrier.done.iter().map(|(&g, &n)| (g, n)).collect(),
+        waiting: st.barrier.waiting(),
+    })
 }
 
 /// (Scheduler) The credentials node `id` presents to the peers it connects to in `nodes`
@@ -233,6 +299,7 @@ pub(super) fn join_and_meet(po: &Arc<Postoffice>, me: &Node) -> Result<()> {
     };
     if skip_start {
         // The others passed the start-up barrier long ago.
+        lock(&po.node.state).barrier.started = true;
         return Ok(());
     }
     if let Err(e) = super::node::barrier_with(po, ALL_GROUP, Some(po.cfg.timing.timeout), None) {

@@ -2,10 +2,11 @@
 //! (start-up, barriers, the scheduler's silence), with the barrier itself
 //! ([`Postoffice::barrier`]). Registration and heartbeats are in [`super::join`].
 
-use super::{failure, Postoffice, Range, SCHEDULER};
+use super::{failure, Postoffice, Range, ALL_GROUP, SCHEDULER};
 use crate::error::{Error, Result};
 use crate::sync::lock;
-use crate::wire::{ControlMsg, Message, Meta, Node};
+use crate::wire::{BarrierWait, ControlMsg, Message, Meta, Node};
+use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Condvar, Mutex, MutexGuard, RwLock};
 use std::time::{Duration, Instant};
@@ -19,11 +20,12 @@ pub(super) struct State {
     pub nodes: Vec<Node>,
     pub ready: bool,
     pub fatal: Option<Error>,
-    pub barrier_result: Option<Result<()>>,
-    /// The group of the barrier this node waits in, and since when.
-    pub barrier_group: Option<i32>,
-    pub barrier_since: Option<Instant>,
+    /// The barrier this node waits in, and the barriers it passed.
+    pub barrier: Barriers,
     pub last_from_scheduler: Option<Instant>,
+    /// Since when this node re-registers with whichever scheduler answers at the scheduler's
+    /// address (the scheduler went silent; [`super::join::heartbeat_loop`]).
+    pub rejoining: Option<Instant>,
     /// When a wait last looked at the scheduler's silence (a long gap: this process was paused).
     pub last_check: Option<Instant>,
     /// A failure of this node's application that did not stop it
@@ -31,6 +33,60 @@ pub(super) struct State {
     pub app_failure: Option<String>,
     /// `finalize` (or `finalize_failed`) was called: the last barrier is sent or about to be.
     pub finalizing: bool,
+}
+
+/// The barrier a node waits in and the barriers it passed, as it tells a scheduler it
+/// re-registers with ([`crate::wire::Rejoin`]).
+#[derive(Default)]
+pub(super) struct Barriers {
+    /// The release of the barrier waited in, once it came.
+    pub result: Option<Result<()>>,
+    /// The group of the barrier this node waits in.
+    pub group: Option<i32>,
+    /// Since when it waits.
+    pub since: Option<Instant>,
+    /// Which barrier of the group it is ([`crate::wire::BarrierWait::number`]), its timeout
+    /// and this node's application error.
+    pub wait: BarrierWait,
+    /// This node passed (or, as a replacement, skipped) the start-up barrier.
+    pub started: bool,
+    /// Per group, the barriers completed after the start-up barrier.
+    pub done: BTreeMap<i32, u64>,
+}
+
+impl Barriers {
+    /// The barrier waited in, if any, as a re-registration tells it.
+    pub(super) fn waiting(&self) -> Option<BarrierWait> {
+        self.group.map(|_| self.wait.clone())
+    }
+
+    /// A barrier of `group` begins: numbered ([`BarrierWait::number`]).
+    fn begin(&mut self, group: i32, timeout: Option<Duration>, failed: Option<String>) {
+        let number = if group == ALL_GROUP && !self.started {
+            0
+        } else {
+            self.done.get(&group).copied().unwrap_or(0) + 1
+        };
+        self.result = None;
+        self.group = Some(group);
+        self.since = Some(Instant::now());
+        self.wait = BarrierWait {
+            group,
+            number,
+            timeout_ms: timeout.map_or(0, |t| t.as_millis() as u64),
+            failed,
+        };
+    }
+
+    /// The barrier begun last completed.
+    fn passed(&mut self) {
+        match self.wait.number {
+            0 => self.started = true,
+            n => {
+                self.done.insert(self.wait.group, n);
+            }
+        }
+    }
 }
 
 /// This node's membership. Lock order: `barrier_lock` (held by a thread waiting in a barrier)
@@ -90,9 +146,7 @@ pub(super) fn barrier_with(
     let _one = lock(&po.node.barrier_lock);
     {
         let mut st = lock(&po.node.state);
-        st.barrier_result = None;
-        st.barrier_group = Some(group);
-        st.barrier_since = Some(Instant::now());
+        st.barrier.begin(group, timeout, failed.clone());
         st.last_check = None;
     }
     arrive(po, group, timeout, failed)?;
@@ -106,7 +160,10 @@ pub(super) fn barrier_with(
         if let Some(e) = po.failures.first() {
             return Some(Err(e));
         }
-        if let Some(r) = st.barrier_result.take() {
+        if let Some(r) = st.barrier.result.take() {
+            if r.is_ok() {
+                st.barrier.passed();
+            }
             return Some(r);
         }
         if po.life.stopped.load(Ordering::Acquire) {
@@ -125,7 +182,7 @@ pub(super) fn barrier_with(
         // While this node still counts as waiting in the barrier: the block says so.
         crate::waits::timed_out(e);
     }
-    lock(&po.node.state).barrier_since = None;
+    lock(&po.node.state).barrier.since = None;
     if let (true, Err(e)) = (scheduler_gone, &r) {
         // Recorded like any loss: this node's sockets are aborted at shutdown.
         super::failure::mark_lost(
@@ -138,7 +195,7 @@ pub(super) fn barrier_with(
     r
 }
 
-/// An error when the scheduler has not been heard of for `PS_HEARTBEAT_TIMEOUT` while this
+/// An error when the scheduler has not been heard of for [`super::failure::scheduler_patience`] while this
 /// node waits in a barrier of `group`. Waits look at least every [`TICK`]: a gap longer
 /// than [`PAUSED`](super::scheduler::PAUSED) means this process was paused, and the scheduler gets a whole timeout again (its answer,
 /// maybe NODE_LOST for this node, may be waiting unread).
@@ -148,18 +205,16 @@ fn scheduler_silent(
     now: Instant,
     group: i32,
 ) -> Option<Result<()>> {
-    let timeout = po.cfg.timing.heartbeat_timeout;
+    let (patience, why) = super::failure::scheduler_patience(po);
     let silent = super::failure::scheduler_silent(
         &mut st.last_from_scheduler,
         &mut st.last_check,
         now,
-        timeout,
+        patience,
     );
     (silent && po.my_id() != SCHEDULER).then(|| {
         Err(Error::PeerLost(format!(
-            "scheduler (id 1): no answer to heartbeats for {:.0} s \
-             (PS_HEARTBEAT_TIMEOUT) while waiting in a barrier of group {group}",
-            timeout.as_secs_f64()
+            "scheduler (id 1): {why}, while waiting in a barrier of group {group}"
         )))
     })
 }
@@ -173,6 +228,18 @@ pub(super) fn arrive(
     failed: Option<String>,
 ) -> Result<()> {
     if po.my_id() == SCHEDULER {
+        let wait = lock(&po.node.state).barrier.wait.clone();
+        let passed = wait.number == 0
+            && wait.group == group
+            && po
+                .scheduler
+                .as_ref()
+                .is_some_and(|s| s.scheduler().passed(&wait));
+        if passed {
+            // A rebuilt scheduler whose job passed the start-up barrier before it started.
+            super::control::barrier_done(po, group, Ok(()));
+            return Ok(());
+        }
         super::scheduler::driver::scheduler_barrier(po, SCHEDULER, group, timeout, failed);
         return Ok(());
     }

@@ -70,7 +70,7 @@ impl Waits for Postoffice {
         let mut lines = Vec::new();
         {
             let st = lock(&self.node.state);
-            if let (Some(g), Some(since)) = (st.barrier_group, st.barrier_since) {
+            if let (Some(g), Some(since)) = (st.barrier.group, st.barrier.since) {
                 if !self.life.stopped.load(std::sync::atomic::Ordering::Acquire) {
                     lines.push(format!(
                         "{me} waits in a barrier of group {g} (members: {}) for {}; the \

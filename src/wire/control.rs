@@ -29,6 +29,8 @@ pub enum Command {
     NodeReplaced,
     /// [`ControlMsg::Answered`].
     Answered,
+    /// [`ControlMsg::Rejoin`].
+    Rejoin,
 }
 
 /// A control message's body.
@@ -104,6 +106,13 @@ pub enum ControlMsg {
     },
     /// Stop the receiving loop.
     Terminate,
+    /// Re-registration (request): a server or worker → the scheduler at the scheduler's
+    /// address, once the scheduler has not answered for 1.5 heartbeat intervals and lost nodes
+    /// are replaced (`PS_CHECKPOINT_DIR`). A scheduler started in the silent one's place
+    /// rebuilds the node table, run id, barrier counts and liveness from these; the scheduler
+    /// that only was slow takes it as a heartbeat. Answered with a heartbeat answer. Not in
+    /// ps-lite.
+    Rejoin(Rejoin),
 }
 
 impl ControlMsg {
@@ -119,6 +128,7 @@ impl ControlMsg {
             ControlMsg::NodeReplaced { .. } => Command::NodeReplaced,
             ControlMsg::Answered { .. } => Command::Answered,
             ControlMsg::Terminate => Command::Terminate,
+            ControlMsg::Rejoin(_) => Command::Rejoin,
         }
     }
 }
@@ -173,6 +183,42 @@ pub struct Takeover {
     /// How many nodes held its id before it (a replacement worker numbers its requests from
     /// `incarnation × 2^27` on).
     pub incarnation: u32,
+}
+
+/// What a server or worker tells a scheduler it re-registers with ([`ControlMsg::Rejoin`]):
+/// everything the scheduler held about the job, as this node knows it.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+pub struct Rejoin {
+    /// This node, with its id, host and port.
+    pub node: Node,
+    /// The run's id (from the node table).
+    pub run_id: u64,
+    /// The node table as this node holds it (replacements it was told of included).
+    pub nodes: Vec<Node>,
+    /// How many nodes held this node's id before it.
+    pub incarnation: u32,
+    /// This node passed the start-up barrier (or skipped it, as a replacement).
+    pub started: bool,
+    /// Per barrier group, the barriers of the group this node completed after the start-up
+    /// barrier (a replacement's count includes its predecessor's).
+    pub barriers_done: Vec<(i32, u64)>,
+    /// The barrier this node waits in, if any.
+    pub waiting: Option<BarrierWait>,
+}
+
+/// A barrier a node waits in, as it tells a scheduler it re-registers with.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+pub struct BarrierWait {
+    /// The barrier's group.
+    pub group: i32,
+    /// Which barrier of the group: 0 for the start-up barrier (of every node), else one more
+    /// than the barriers of the group the node completed after the start-up barrier.
+    pub number: u64,
+    /// How long the scheduler waits for the others, in milliseconds; 0 = as long as every
+    /// missing member is alive.
+    pub timeout_ms: u64,
+    /// The node's application failed with this error (its last barrier carries it).
+    pub failed: Option<String>,
 }
 
 /// Why a barrier failed (the scheduler's release of a failed barrier).

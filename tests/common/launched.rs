@@ -236,3 +236,67 @@ pub fn kv_app_with_a_node_killed(k: &KillRun<'_>) -> String {
     );
     out
 }
+
+/// Runs `kv-app` with 2 servers and 2 workers under `--restart 1 --checkpoint-dir cp`,
+/// SIGKILLs the scheduler `after` the output shows `moment`, and checks the job ended with
+/// status 0 and exact sums on both workers. Returns the output and the time from the kill
+/// to the new scheduler having every node registered again (re-registered, or registered
+/// anew when the old one died before its node table went out).
+pub fn kv_app_with_the_scheduler_killed(
+    cp: &str,
+    moment: &str,
+    after: Duration,
+    extra: &[&str],
+) -> (String, Duration) {
+    let mut args = extra.to_vec();
+    args.extend([
+        "--servers",
+        "2",
+        "--workers",
+        "2",
+        "--restart",
+        "1",
+        "--checkpoint-dir",
+        cp,
+        "--",
+        "kv-app",
+        "--keys",
+        "10000",
+        "--repeat",
+        "3000",
+    ]);
+    let l = Launched::start(&args, &[("PS_VERBOSE", "1")]);
+    l.wait_line(moment);
+    std::thread::sleep(after);
+    let all_in = |out: &str| {
+        out.matches("all 4 nodes re-registered with this scheduler")
+            .count()
+            + out.matches("all 4 nodes registered: ").count()
+    };
+    let before = all_in(&l.text());
+    l.kill("scheduler");
+    let killed = Instant::now();
+    while all_in(&l.text()) == before {
+        assert!(
+            killed.elapsed() < Duration::from_secs(60),
+            "no scheduler had every node again within 60 s:\n{}",
+            without_info(&l.text())
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let took = killed.elapsed();
+    let (code, out) = l.finish(Duration::from_secs(120));
+    let shown = without_info(&out);
+    assert_eq!(
+        code,
+        Some(0),
+        "scheduler killed {after:?} after {moment:?}:\n{shown}"
+    );
+    for w in 0..2 {
+        let exact = format!("[worker {w}] worker {w}: error: 0, 0");
+        assert!(out.contains(&exact), "no {exact:?}:\n{shown}");
+    }
+    let restarted = "scheduler exited with signal: 9 (SIGKILL); restarting it";
+    assert!(out.contains(restarted), "{shown}");
+    (out, took)
+}

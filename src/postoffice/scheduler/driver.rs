@@ -57,8 +57,26 @@ pub(in crate::postoffice) fn scheduler_obeys(
     meta: &Meta,
 ) -> bool {
     let from = meta.sender;
+    let counts = |po: &Postoffice| {
+        po.scheduler
+            .as_ref()
+            .is_some_and(|s| s.scheduler().counts(from))
+    };
     match (control, meta.request) {
         (ControlMsg::AddNode { node }, true) => on_add_node(po, node),
+        (ControlMsg::Rejoin(r), true) => super::rebuild::on_rejoin(po, r, meta),
+        // Queued for the scheduler this one replaced, before the node re-registered here
+        // (its re-registration says where it is).
+        (
+            ControlMsg::Barrier { .. } | ControlMsg::Heartbeat | ControlMsg::NodeReplaced { .. },
+            _,
+        ) if !counts(po) => {
+            tracing::debug!(
+                "ignored a {:?} from {}, which has not re-registered here yet",
+                meta.command(),
+                Node::describe(from)
+            );
+        }
         (
             ControlMsg::Barrier {
                 group,
@@ -83,6 +101,10 @@ fn on_add_node(po: &Postoffice, node: Node) {
     let admission = sched.scheduler().add_node(node, Instant::now());
     match admission {
         Admission::Waiting | Admission::Repeat => {}
+        Admission::Resend(node) => {
+            let table = po.nodes();
+            send_table_to(po, &node, &table);
+        }
         Admission::Refused { node, why } => refuse_all(po, &[node], &why),
         Admission::Complete(table) => send_table(po, table),
         Admission::Replaced {
@@ -98,11 +120,7 @@ fn on_add_node(po: &Postoffice, node: Node) {
 /// Every node registered: the scheduler is ready, and every node gets the table.
 fn send_table(po: &Postoffice, table: Vec<Node>) {
     let window = super::super::recovery::window(&po.cfg).map_or(0, |w| w.as_millis() as u64);
-    let run_id = {
-        let mut t = po.recovery.takeover();
-        t.replace_within = window;
-        t.run_id
-    };
+    po.recovery.takeover().replace_within = window;
     {
         let mut st = lock(&po.node.state);
         st.nodes = table.clone();
@@ -110,22 +128,7 @@ fn send_table(po: &Postoffice, table: Vec<Node>) {
     }
     po.node.cv.notify_all();
     for n in &table[1..] {
-        let sent = po.van.connect(n.id, &n.host, n.port).and_then(|_| {
-            let control = ControlMsg::NodeTable(NodeTable {
-                nodes: table.clone(),
-                replace_within_ms: window,
-                run_id,
-                reach: super::super::join::reach_for(po, n.id, &table),
-                replacement: None,
-            });
-            po.send(Message::new(Meta::for_control(n.id, control)))
-        });
-        if let Err(e) = sent {
-            tracing::error!(
-                "cannot send the node table to {}: {e}",
-                Node::describe(n.id)
-            );
-        }
+        send_table_to(po, n, &table);
     }
     let at: Vec<String> = table[1..]
         .iter()
@@ -142,6 +145,30 @@ fn send_table(po: &Postoffice, table: Vec<Node>) {
         table.len() - 1,
         at.join(", ")
     );
+}
+
+/// Connects to node `n` and sends it the node `table` (not marked as a replacement's).
+pub(super) fn send_table_to(po: &Postoffice, n: &Node, table: &[Node]) {
+    let (window, run_id) = {
+        let t = po.recovery.takeover();
+        (t.replace_within, t.run_id)
+    };
+    let sent = po.van.connect(n.id, &n.host, n.port).and_then(|_| {
+        let control = ControlMsg::NodeTable(NodeTable {
+            nodes: table.to_vec(),
+            replace_within_ms: window,
+            run_id,
+            reach: super::super::join::reach_for(po, n.id, table),
+            replacement: None,
+        });
+        po.send(Message::new(Meta::for_control(n.id, control)))
+    });
+    if let Err(e) = sent {
+        tracing::error!(
+            "cannot send the node table to {}: {e}",
+            Node::describe(n.id)
+        );
+    }
 }
 
 /// Tells nodes that are not (or no longer) admitted why, over the connection each one
@@ -168,8 +195,13 @@ fn on_heartbeat(po: &Postoffice, req: &Meta) {
     if let Some(s) = &po.scheduler {
         s.scheduler().heartbeat(req.sender, Instant::now());
     }
+    answer_heartbeat(po, req);
+}
+
+/// Answers a heartbeat (or a re-registration) `req` with a heartbeat.
+pub(super) fn answer_heartbeat(po: &Postoffice, req: &Meta) {
     let mut meta = reply_meta(req);
-    meta.control = req.control.clone();
+    meta.control = Some(ControlMsg::Heartbeat);
     let _ = po.send(Message::new(meta));
 }
 
@@ -189,7 +221,7 @@ pub(in crate::postoffice) fn scheduler_barrier(
     }
 }
 
-fn release(po: &Postoffice, o: Outcome) {
+pub(super) fn release(po: &Postoffice, o: Outcome) {
     if let Some(f) = &o.failure {
         tracing::warn!("{}", f.text);
     }

@@ -16,6 +16,9 @@ pub enum Admission {
     Waiting,
     /// A repeat of a registration already counted (same host and port): nothing to do.
     Repeat,
+    /// A registration from a node of a rebuilt scheduler's table that never got the old
+    /// scheduler's table ([`Scheduler::rejoin`]): send it this node's table entry's table.
+    Resend(Node),
     /// Not admitted: tell the node why.
     Refused {
         /// The node, as it registered.
@@ -104,10 +107,10 @@ pub struct Scheduler {
     liveness: Liveness,
     /// Lost nodes awaiting a replacement, and the replacements so far.
     replacements: Replacements,
-    /// Barriers completed per group, the start-up barrier not counted.
-    barriers: std::collections::BTreeMap<i32, u64>,
-    /// A barrier of all nodes has completed (the start-up barrier is behind everyone).
-    started: bool,
+    /// The barriers completed.
+    progress: Progress,
+    /// A scheduler started in a silent one's place: who re-registered with it so far.
+    rebuilt: Option<Rebuilt>,
     /// When the clock last ticked (a much longer gap than the receiving thread's tick: this
     /// process was paused).
     last_tick: Option<Instant>,
@@ -126,8 +129,8 @@ impl Scheduler {
     pub fn new(me: Node, servers: usize, workers: usize, recovery: Option<Duration>) -> Scheduler {
         Scheduler {
             replacements: Replacements::new(recovery),
-            barriers: std::collections::BTreeMap::new(),
-            started: false,
+            progress: Progress::default(),
+            rebuilt: None,
             servers,
             workers,
             me,
@@ -158,7 +161,7 @@ impl Scheduler {
             .chain(self.table.iter().filter(|n| !lost.contains(&n.id)))
             .any(|n| n.host == node.host && n.port == node.port)
         {
-            return Admission::Repeat;
+            return self.register_again(&node, now).unwrap_or(Admission::Repeat);
         }
         if let Some(why) = self.proven_conflict(&node) {
             return Admission::Refused { node, why };
@@ -271,16 +274,24 @@ impl Scheduler {
         let displaced = old;
         let incarnation = self.replacements.take_over(id);
         self.liveness.revive(id, now);
+        if let Some(b) = &mut self.rebuilt {
+            b.rejoined.insert(id);
+        }
         self.book.leave(id);
         let inherited = Inherited {
-            barriers: self.barriers.iter().map(|(&g, &n)| (g, n)).collect(),
+            barriers: self
+                .progress
+                .barriers
+                .iter()
+                .map(|(&g, &n)| (g, n))
+                .collect(),
             incarnation,
         };
         Some(Admission::Replaced {
             node: Node { id, ..node.clone() },
             displaced,
             table: self.table.clone(),
-            started: self.started,
+            started: self.progress.started,
             inherited,
         })
     }
@@ -340,11 +351,7 @@ impl Scheduler {
             .book
             .arrive_after(group, from, &members, timeout, now, failed);
         if outcome.as_ref().is_some_and(|o| o.failure.is_none()) {
-            if group == crate::postoffice::ALL_GROUP && !self.started {
-                self.started = true;
-            } else {
-                *self.barriers.entry(group).or_default() += 1;
-            }
+            self.progress.completed(group);
         }
         outcome
     }
@@ -460,10 +467,14 @@ impl Scheduler {
 
 pub(super) mod driver;
 mod ranks;
+mod rebuild;
+mod rejoin;
 mod replacements;
 pub(super) use driver::SchedulerIo;
 pub use ranks::assign_ranks;
 use ranks::id_of;
+pub use rejoin::Rejoined;
+use rejoin::{Progress, Rebuilt};
 use replacements::Replacements;
 
 #[cfg(test)]

@@ -75,6 +75,15 @@ impl Replacements {
         *incarnation
     }
 
+    /// `id`'s current holder, re-registering with a rebuilt scheduler, says it is the
+    /// `incarnation`-th replacement (0: the first holder).
+    pub(super) fn at_least(&mut self, id: NodeId, incarnation: u32) {
+        if incarnation > 0 {
+            let n = self.replaced.entry(id).or_default();
+            *n = (*n).max(incarnation);
+        }
+    }
+
     /// The awaited nodes whose deadline passed at `now`, no longer awaited (lost for good).
     pub(super) fn late(&mut self, now: Instant) -> Vec<NodeId> {
         let late: Vec<NodeId> = self
