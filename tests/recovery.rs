@@ -295,7 +295,8 @@ fn kv_app_ends_exactly_after_the_scheduler_is_killed_and_replaced_at_five_random
             ),
         };
         println!("round {round}: the scheduler killed {after:?} after {moment:?}");
-        let (out, t) = kv_app_with_the_scheduler_killed(&cp, moment, after, &[]);
+        let kv_app = ["--keys", "10000", "--repeat", "3000"];
+        let (out, t) = kv_app_with_the_scheduler_killed(&cp, (moment, after), &[], &kv_app);
         println!("round {round}: every node registered again {t:?} after the kill");
         if round > 0 {
             assert!(
@@ -318,7 +319,13 @@ fn ctr_auc(out: &str) -> f64 {
     out.lines()
         .filter(|l| l.starts_with("[worker 0] "))
         .filter_map(|l| l.split("test AUC ").nth(1))
-        .filter_map(|a| a.split_whitespace().next()?.trim_end_matches(',').parse().ok())
+        .filter_map(|a| {
+            a.split_whitespace()
+                .next()?
+                .trim_end_matches(',')
+                .parse()
+                .ok()
+        })
         .next_back()
         .unwrap_or_else(|| panic!("no test AUC reported:\n{out}"))
 }
@@ -330,9 +337,18 @@ fn ctr_reaches_the_undisturbed_auc_after_the_scheduler_is_killed_and_replaced_tw
     let wide = format!("app=10,dim=1,init=zeros,{opt}");
     let emb = format!("app=11,dim=8,init=normal:0:0.01,{opt}");
     let cluster = [
-        "--servers", "2", "--workers", "2", "--table", &wide, "--table", &emb,
+        "--servers",
+        "2",
+        "--workers",
+        "2",
+        "--table",
+        &wide,
+        "--table",
+        &emb,
     ];
-    let ctr = ["--", "ctr", "--train", "600000", "--test", "20000", "--epochs", "2"];
+    let ctr = [
+        "--", "ctr", "--train", "600000", "--test", "20000", "--epochs", "2",
+    ];
     let undisturbed = Launched::start(&[&cluster[..], &ctr[..]].concat(), &[]);
     let (code, out) = undisturbed.finish(Duration::from_secs(300));
     assert_eq!(code, Some(0), "{out}");

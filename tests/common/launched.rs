@@ -237,16 +237,17 @@ pub fn kv_app_with_a_node_killed(k: &KillRun<'_>) -> String {
     out
 }
 
-/// Runs `kv-app` with 2 servers and 2 workers under `--restart 1 --checkpoint-dir cp`,
-/// SIGKILLs the scheduler `after` the output shows `moment`, and checks the job ended with
-/// status 0 and exact sums on both workers. Returns the output and the time from the kill
-/// to the new scheduler having every node registered again (re-registered, or registered
-/// anew when the old one died before its node table went out).
+/// Runs `kv-app` (options `kv_app`) with 2 servers and 2 workers under `--restart 1
+/// --checkpoint-dir cp` and more launcher options `extra`, SIGKILLs the scheduler `after` the
+/// output shows `moment`, and checks the job ended with status 0 and exact sums on both
+/// workers. Returns the output and the time from the kill to the new scheduler having every
+/// node registered again (re-registered, or registered anew when the old one died before its
+/// node table went out).
 pub fn kv_app_with_the_scheduler_killed(
     cp: &str,
-    moment: &str,
-    after: Duration,
+    (moment, after): (&str, Duration),
     extra: &[&str],
+    kv_app: &[&str],
 ) -> (String, Duration) {
     let mut args = extra.to_vec();
     args.extend([
@@ -260,11 +261,8 @@ pub fn kv_app_with_the_scheduler_killed(
         cp,
         "--",
         "kv-app",
-        "--keys",
-        "10000",
-        "--repeat",
-        "3000",
     ]);
+    args.extend(kv_app);
     let l = Launched::start(&args, &[("PS_VERBOSE", "1")]);
     l.wait_line(moment);
     std::thread::sleep(after);
