@@ -186,6 +186,56 @@ fn a_killed_scheduler_ends_every_node_within_the_heartbeat_timeout_naming_it() {
 }
 
 #[test]
+fn a_killed_scheduler_not_replaced_within_the_recovery_timeout_ends_every_node_naming_it() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = std::env::temp_dir().join(format!("pslite-no-scheduler-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let cp = dir.to_string_lossy().to_string();
+    let mut env: Vec<(&str, String)> = fast_heartbeats().to_vec();
+    env.extend([
+        ("PS_CHECKPOINT_DIR", cp),
+        ("PS_RECOVERY_TIMEOUT", "3".into()),
+    ]);
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let c = Cluster::start(2, 2, &env, &BENCH);
+    started(&c);
+    c.signal("scheduler", libc::SIGKILL);
+    let ended = c.wait_all(Instant::now(), Duration::from_secs(60));
+    let all = all_output(&ended);
+    // The last answer came at most one heartbeat interval (1 s) before the kill.
+    let not_before = Duration::from_secs(HB_TIMEOUT + 3 - 1);
+    for e in ended.iter().filter(|e| e.name != "scheduler") {
+        failed(e, &all);
+        assert!(
+            e.after >= not_before,
+            "{} ended {:?} after the kill, before its window:\n{all}",
+            e.name,
+            e.after
+        );
+        assert!(
+            e.output
+                .contains("re-registering with whichever scheduler answers there"),
+            "{} did not try to re-register:\n{all}",
+            e.name
+        );
+        let named = format!(
+            "error: peer lost: scheduler (id 1): no answer to heartbeats for {HB_TIMEOUT} s \
+             (PS_HEARTBEAT_TIMEOUT) and no new scheduler at 127.0.0.1:"
+        );
+        assert!(
+            e.output.contains(&named),
+            "{} does not name the scheduler:\n{all}",
+            e.name
+        );
+        assert!(
+            e.output.contains("within 3 s more (PS_RECOVERY_TIMEOUT)"),
+            "{all}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
 fn a_worker_whose_application_failed_makes_every_node_exit_non_zero_naming_it() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     // Both workers' logistic regression stops at once: its training file does not exist. They

@@ -47,7 +47,8 @@
 //! NODE_REPLACED it sent them (at most `CONFIRM_WAIT`, `scheduler/driver.rs`): a server has connected to the new
 //! worker before any request of it can arrive.
 //!
-//! Not covered: the scheduler (its loss ends the job).
+//! A scheduler started in a silent one's place takes the job over from the nodes'
+//! re-registrations ([`super::scheduler`]'s `rejoin`).
 
 use super::{Postoffice, SCHEDULER};
 use crate::config::Config;
