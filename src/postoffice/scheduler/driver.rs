@@ -188,7 +188,9 @@ pub(in crate::postoffice) fn refuse_all(po: &Postoffice, nodes: &[Node], why: &s
     }
 }
 
-fn on_heartbeat(po: &Postoffice, req: &Meta) {
+/// A heartbeat `req` arrived: counted, and answered (with NODE_LOST when its node was
+/// declared lost).
+pub(super) fn on_heartbeat(po: &Postoffice, req: &Meta) {
     if answer_lost(po, req.sender) {
         return;
     }

@@ -6,7 +6,7 @@
 //! are released.
 
 use super::super::Postoffice;
-use super::driver::{answer_heartbeat, release, send_table_to};
+use super::driver::{answer_heartbeat, on_heartbeat, release, send_table_to};
 use super::Rejoined;
 use crate::sync::lock;
 use crate::wire::{Meta, Node, Rejoin, Role};
@@ -28,7 +28,7 @@ pub(super) fn on_rejoin(po: &Postoffice, r: Rejoin, meta: &Meta) {
     let incarnation = r.incarnation;
     let rejoined = s.scheduler().rejoin(r, po.run_id(), Instant::now());
     let (adopted, released, all_in) = match rejoined {
-        Rejoined::Heartbeat => return answer_heartbeat(po, meta),
+        Rejoined::Heartbeat => return on_heartbeat(po, meta),
         Rejoined::Refused(why) => {
             tracing::warn!(
                 "refused the re-registration of {} at {}: {why}",

@@ -64,7 +64,8 @@ pub(super) struct Rebuilt {
 /// What a re-registration changed ([`Scheduler::rejoin`]).
 #[derive(Debug, PartialEq)]
 pub enum Rejoined {
-    /// From a node this scheduler counts already: a heartbeat.
+    /// From a node this scheduler counts already: a heartbeat (taken as one: counted in
+    /// liveness, answered, or told the node was declared lost).
     Heartbeat,
     /// Not taken, and why (the node is not told: it fails when no scheduler answers it).
     Refused(String),
@@ -92,7 +93,6 @@ impl Scheduler {
             if r.run_id != run_id {
                 return Rejoined::Refused(format!("it belongs to run {:x}", r.run_id));
             }
-            self.liveness.seen(id, now);
             return Rejoined::Heartbeat;
         }
         let mut adopted = None;
@@ -109,7 +109,6 @@ impl Scheduler {
             .as_ref()
             .is_some_and(|b| b.rejoined.contains(&id))
         {
-            self.liveness.seen(id, now);
             return Rejoined::Heartbeat;
         }
         let Some(slot) = self.table.iter_mut().find(|n| n.id == id) else {
@@ -480,6 +479,39 @@ mod tests {
                 other => panic!("re-registration not counted: {other:?}"),
             }
         }
+    }
+
+    #[test]
+    fn a_re_registration_of_another_job_or_to_a_scheduler_without_checkpoints_is_refused_naming_why(
+    ) {
+        let sim = Sim::new();
+        let r = sim.members[1].rejoin(&sim.nodes[1], &sim.nodes);
+        let me = sim.s.me.clone();
+        let now = sim.now;
+        let refused = |mut s: Scheduler, r: Rejoin| match s.rejoin(r, 7, now) {
+            Rejoined::Refused(why) => why,
+            other => panic!("not refused: {other:?}"),
+        };
+        let without = Scheduler::new(me.clone(), 2, 2, None);
+        assert_eq!(
+            refused(without, r.clone()),
+            "this scheduler has no PS_CHECKPOINT_DIR: it takes over no job"
+        );
+        let smaller = Scheduler::new(me.clone(), 1, 2, Some(Duration::from_secs(9)));
+        assert_eq!(
+            refused(smaller, r.clone()),
+            "its job has 2 servers and 2 workers, this scheduler 1 and 2 (DMLC_NUM_SERVER, \
+             DMLC_NUM_WORKER)"
+        );
+        let other_run = Rejoin {
+            run_id: 8,
+            ..r.clone()
+        };
+        assert_eq!(refused(sim.s, other_run), "it belongs to run 8");
+        // The scheduler that never went away takes it as a heartbeat.
+        let mut sim = Sim::new();
+        assert_eq!(sim.s.rejoin(r, 7, now), Rejoined::Heartbeat);
+        assert!(sim.s.counts(sim.nodes[1].id));
     }
 
     proptest! {
