@@ -76,7 +76,7 @@ fn start_up_timeout(po: &Postoffice) -> Result<()> {
             let Some((joined, why)) = s.scheduler().give_up(po.cfg.timing.timeout) else {
                 return Ok(());
             };
-            super::scheduler::driver::refuse_all(po, &joined, &why);
+            super::scheduler::refuse_all(po, &joined, &why);
             Err(Error::Timeout(why))
         }
         None => {

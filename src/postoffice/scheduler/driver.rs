@@ -7,6 +7,7 @@ use super::super::barrier::Outcome;
 use super::super::control::barrier_result;
 use super::super::failure::{lost_text, LossCause};
 use super::super::{reply_meta, Postoffice, SCHEDULER};
+use super::tables::{refuse_all, send_table, send_table_to};
 use super::{Admission, Declared, Inherited, Scheduler};
 use crate::error::{Error, Result};
 use crate::sync::lock;
@@ -114,77 +115,6 @@ fn on_add_node(po: &Postoffice, node: Node) {
             started,
             inherited,
         } => admit_replacement(po, node, displaced, table, (started, inherited)),
-    }
-}
-
-/// Every node registered: the scheduler is ready, and every node gets the table.
-fn send_table(po: &Postoffice, table: Vec<Node>) {
-    let window = super::super::recovery::window(&po.cfg).map_or(0, |w| w.as_millis() as u64);
-    po.recovery.takeover().replace_within = window;
-    {
-        let mut st = lock(&po.node.state);
-        st.nodes = table.clone();
-        st.ready = true;
-    }
-    po.node.cv.notify_all();
-    for n in &table[1..] {
-        send_table_to(po, n, &table);
-    }
-    let at: Vec<String> = table[1..]
-        .iter()
-        .map(|n| {
-            format!(
-                "{} at {}",
-                Node::describe(n.id),
-                crate::wire::place(&n.host, n.port)
-            )
-        })
-        .collect();
-    tracing::info!(
-        "all {} nodes registered: {}",
-        table.len() - 1,
-        at.join(", ")
-    );
-}
-
-/// Connects to node `n` and sends it the node `table` (not marked as a replacement's).
-pub(super) fn send_table_to(po: &Postoffice, n: &Node, table: &[Node]) {
-    let (window, run_id) = {
-        let t = po.recovery.takeover();
-        (t.replace_within, t.run_id)
-    };
-    let sent = po.van.connect(n.id, &n.host, n.port).and_then(|_| {
-        let control = ControlMsg::NodeTable(NodeTable {
-            nodes: table.to_vec(),
-            replace_within_ms: window,
-            run_id,
-            reach: super::super::join::reach_for(po, n.id, table),
-            replacement: None,
-        });
-        po.send(Message::new(Meta::for_control(n.id, control)))
-    });
-    if let Err(e) = sent {
-        tracing::error!(
-            "cannot send the node table to {}: {e}",
-            Node::describe(n.id)
-        );
-    }
-}
-
-/// Tells nodes that are not (or no longer) admitted why, over the connection each one
-/// registered on: the scheduler never connects to an address a refused node named (issue
-/// 14).
-pub(in crate::postoffice) fn refuse_all(po: &Postoffice, nodes: &[Node], why: &str) {
-    for n in nodes {
-        let control = ControlMsg::NodeTable(NodeTable::default());
-        let mut meta = Meta {
-            error: Some(why.to_string()),
-            ..Meta::for_control(-1, control)
-        };
-        meta.sender = po.my_id();
-        if let Err(e) = po.van.answer_joiner(&n.host, n.port, Message::new(meta)) {
-            tracing::warn!("cannot tell {}:{} it was refused: {e}", n.host, n.port);
-        }
     }
 }
 

@@ -470,12 +470,14 @@ mod ranks;
 mod rebuild;
 mod rejoin;
 mod replacements;
+mod tables;
 pub(super) use driver::SchedulerIo;
 pub use ranks::assign_ranks;
 use ranks::id_of;
 pub use rejoin::Rejoined;
 use rejoin::{Progress, Rebuilt};
 use replacements::Replacements;
+pub(super) use tables::refuse_all;
 
 #[cfg(test)]
 mod tests;

@@ -1,12 +1,13 @@
 //! The IO of a scheduler started in a silent one's place: what the receiving thread does
-//! with a re-registration ([`ControlMsg::Rejoin`]) once the sans-IO
+//! with a re-registration ([`ControlMsg::Rejoin`](crate::wire::ControlMsg::Rejoin)) once the sans-IO
 //! [`Scheduler::rejoin`](super::Scheduler::rejoin) has counted it — the first takes the job
 //! over (the node table, run id and replacement window become this node's, and the scheduler's
 //! own start-up waits end), each is answered with a heartbeat, and the barriers it completes
 //! are released.
 
 use super::super::Postoffice;
-use super::driver::{answer_heartbeat, on_heartbeat, release, send_table_to};
+use super::driver::{answer_heartbeat, on_heartbeat, release};
+use super::tables::send_table_to;
 use super::Rejoined;
 use crate::sync::lock;
 use crate::wire::{Meta, Node, Rejoin, Role};
