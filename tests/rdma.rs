@@ -266,14 +266,18 @@ fn kv_app_ends_exactly_after_a_worker_is_killed_and_replaced_over_rdma() {
 #[test]
 #[ignore = "needs an RDMA device: run in scripts/softroce-vm.sh"]
 fn kv_app_ends_exactly_after_the_scheduler_is_killed_and_replaced_over_rdma() {
-    use common::launched::kv_app_with_the_scheduler_killed;
+    use common::launched::{kv_app_with_the_scheduler_killed, SchedulerKill};
     use std::time::Duration;
     let dir = std::env::temp_dir().join(format!("pslite-rdma-scheduler-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let cp = dir.to_string_lossy().to_string();
-    let moment = ("worker rank 0 (id 9) started: ", Duration::from_millis(300));
+    let kill = SchedulerKill {
+        moment: "worker rank 0 (id 9) started: ",
+        after: Duration::from_millis(300),
+        also: None,
+    };
     let kv_app = ["--keys", "1000", "--repeat", "1000"];
-    let (out, took) = kv_app_with_the_scheduler_killed(&cp, moment, &["--van", "rdma"], &kv_app);
+    let (out, took) = kv_app_with_the_scheduler_killed(&cp, &kill, &["--van", "rdma"], &kv_app);
     println!("every node re-registered {took:?} after the kill");
     assert!(out.contains("taking over run"), "no take-over:\n{out}");
     let _ = std::fs::remove_dir_all(&dir);

@@ -7,7 +7,7 @@
 mod common;
 
 use common::launched::{
-    kv_app_with_a_node_killed, kv_app_with_the_scheduler_killed, KillRun, Launched,
+    kv_app_with_a_node_killed, kv_app_with_the_scheduler_killed, KillRun, Launched, SchedulerKill,
 };
 use common::roles::Cluster;
 use std::path::{Path, PathBuf};
@@ -286,22 +286,31 @@ fn kv_app_ends_exactly_after_the_scheduler_is_killed_and_replaced_at_five_random
     for round in 0..5 {
         // Round 0 at start-up, before the workers registered; then anywhere in the run's
         // first 2.5 s (it takes 3 s here on a fast day): the servers wait in their last
-        // barrier all along, the workers pass barriers between phases.
-        let (moment, after) = match round {
-            0 => ("started worker 1 (pid", Duration::ZERO),
-            _ => (
-                "worker rank 0 (id 9) started: ",
-                Duration::from_millis(random_below(2500)),
-            ),
+        // barrier all along, the workers pass barriers between phases. In the last round a
+        // server dies with the scheduler, and is replaced by way of the new scheduler.
+        let kill = SchedulerKill {
+            moment: match round {
+                0 => "started worker 1 (pid",
+                _ => "worker rank 0 (id 9) started: ",
+            },
+            after: Duration::from_millis(if round == 0 { 0 } else { random_below(2500) }),
+            also: (round == 4).then_some("server 0"),
         };
-        println!("round {round}: the scheduler killed {after:?} after {moment:?}");
+        let (moment, after, also) = (kill.moment, kill.after, kill.also);
+        println!("round {round}: the scheduler (and {also:?}) killed {after:?} after {moment:?}");
         let kv_app = ["--keys", "10000", "--repeat", "3000"];
-        let (out, t) = kv_app_with_the_scheduler_killed(&cp, (moment, after), &[], &kv_app);
+        let (out, t) = kv_app_with_the_scheduler_killed(&cp, &kill, &[], &kv_app);
         println!("round {round}: every node registered again {t:?} after the kill");
         if round > 0 {
             assert!(
                 out.contains("taking over run"),
                 "round {round}: the new scheduler did not take the job over:\n{out}"
+            );
+        }
+        if also.is_some() {
+            assert!(
+                out.contains("restored from"),
+                "round {round}: no restore:\n{out}"
             );
         }
         took.push(t);

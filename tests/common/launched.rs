@@ -237,15 +237,25 @@ pub fn kv_app_with_a_node_killed(k: &KillRun<'_>) -> String {
     out
 }
 
-/// Runs `kv-app` (options `kv_app`) with 2 servers and 2 workers under `--restart 1
-/// --checkpoint-dir cp` and more launcher options `extra`, SIGKILLs the scheduler `after` the
-/// output shows `moment`, and checks the job ended with status 0 and exact sums on both
-/// workers. Returns the output and the time from the kill to the new scheduler having every
-/// node registered again (re-registered, or registered anew when the old one died before its
-/// node table went out).
+/// When [`kv_app_with_the_scheduler_killed`] kills the scheduler.
+pub struct SchedulerKill<'a> {
+    /// After the output shows this line…
+    pub moment: &'a str,
+    /// …and this long after it.
+    pub after: Duration,
+    /// Another node ("server 0") SIGKILLed at the same moment, if any.
+    pub also: Option<&'a str>,
+}
+
+/// Runs `kv-app` (options `kv_app`) with 2 servers and 2 workers under `--restart 2
+/// --checkpoint-dir cp` and more launcher options `extra`, SIGKILLs the scheduler (and
+/// `kill.also`) at `kill`'s moment, and checks the job ended with status 0 and exact sums on
+/// both workers. Returns the output and the time from the kill to the new scheduler having
+/// every node registered again (re-registered, registered anew when the old one died before
+/// its node table went out, or a killed server's replacement taken over).
 pub fn kv_app_with_the_scheduler_killed(
     cp: &str,
-    (moment, after): (&str, Duration),
+    kill: &SchedulerKill<'_>,
     extra: &[&str],
     kv_app: &[&str],
 ) -> (String, Duration) {
@@ -256,7 +266,7 @@ pub fn kv_app_with_the_scheduler_killed(
         "--workers",
         "2",
         "--restart",
-        "1",
+        "2",
         "--checkpoint-dir",
         cp,
         "--",
@@ -264,15 +274,23 @@ pub fn kv_app_with_the_scheduler_killed(
     ]);
     args.extend(kv_app);
     let l = Launched::start(&args, &[("PS_VERBOSE", "1")]);
+    let (moment, after) = (kill.moment, kill.after);
     l.wait_line(moment);
     std::thread::sleep(after);
     let all_in = |out: &str| {
-        out.matches("all 4 nodes re-registered with this scheduler")
-            .count()
-            + out.matches("all 4 nodes registered: ").count()
+        let back = match kill.also {
+            Some(_) => out.matches(") is taken over by a new ").count(),
+            None => out
+                .matches("all 4 nodes re-registered with this scheduler")
+                .count(),
+        };
+        back + out.matches("all 4 nodes registered: ").count()
     };
     let before = all_in(&l.text());
     l.kill("scheduler");
+    if let Some(also) = kill.also {
+        l.kill(also);
+    }
     let killed = Instant::now();
     while all_in(&l.text()) == before {
         assert!(
