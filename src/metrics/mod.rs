@@ -200,6 +200,32 @@ impl ResendMetrics {
     }
 }
 
+/// Re-registrations after the scheduler went silent.
+#[derive(Default)]
+pub struct MembershipMetrics {
+    /// (Server or worker) Times it re-registered with a scheduler after the scheduler went
+    /// silent.
+    pub rejoins: Counter,
+    /// (Scheduler) Re-registrations it counted: a scheduler that took a job over counts every
+    /// node once.
+    pub rejoined: Counter,
+}
+
+impl MembershipMetrics {
+    fn register(&self, r: &mut Registry) {
+        r.register(
+            "pslite_scheduler_rejoins",
+            "times this node re-registered with a scheduler after the scheduler went silent",
+            self.rejoins.clone(),
+        );
+        r.register(
+            "pslite_nodes_rejoined",
+            "re-registrations this scheduler counted (one per node when it took a job over)",
+            self.rejoined.clone(),
+        );
+    }
+}
+
 /// One node's metrics: the registry and handles to what the layers count.
 pub struct Metrics {
     registry: Registry,
@@ -211,6 +237,8 @@ pub struct Metrics {
     pub requests: RequestMetrics,
     /// Messages sent again and duplicates dropped (resend).
     pub resend: ResendMetrics,
+    /// Re-registrations after the scheduler went silent.
+    pub membership: MembershipMetrics,
     tables: TableFamilies,
 }
 
@@ -231,11 +259,13 @@ impl Metrics {
             peer_families: PeerFamilies::default(),
             requests: RequestMetrics::default(),
             resend: ResendMetrics::default(),
+            membership: MembershipMetrics::default(),
             tables: TableFamilies::default(),
         };
         m.peer_families.register(&mut r);
         m.requests.register(&mut r, inflight_bytes);
         m.resend.register(&mut r);
+        m.membership.register(&mut r);
         m.tables.register(&mut r);
         more(&mut r);
         Metrics { registry: r, ..m }

@@ -134,6 +134,7 @@ impl Postoffice {
         let mut st = lock(&self.node.state);
         st.last_from_scheduler = Some(now);
         if let Some(since) = st.rejoining.take() {
+            self.metrics.membership.rejoins.inc();
             tracing::warn!(
                 "re-registered with the scheduler at {}, {:.1} s after re-registering began",
                 crate::wire::place(&self.cfg.cluster.root_uri, self.cfg.cluster.root_port),

@@ -53,6 +53,7 @@ pub(super) fn on_rejoin(po: &Postoffice, r: Rejoin, meta: &Meta) {
         }
         None => connect_if_moved(po, &node),
     }
+    po.metrics.membership.rejoined.inc();
     if incarnation > 0 {
         po.recovery.set_holder(from, incarnation);
     }
