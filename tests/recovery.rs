@@ -285,15 +285,15 @@ fn kv_app_ends_exactly_after_the_scheduler_is_killed_and_replaced_at_five_random
     let mut took = Vec::new();
     for round in 0..5 {
         // Round 0 at start-up, before the workers registered; then anywhere in the run's
-        // first 2.5 s (it takes 3 s here on a fast day): the servers wait in their last
-        // barrier all along, the workers pass barriers between phases. In the last round a
-        // server dies with the scheduler, and is replaced by way of the new scheduler.
+        // first 2 s (it takes 3 s here on a fast day): the servers wait in their last barrier
+        // all along, the workers pass barriers between phases. In the last round a server
+        // dies with the scheduler, and is replaced by way of the new scheduler.
         let kill = SchedulerKill {
             moment: match round {
                 0 => "started worker 1 (pid",
                 _ => "worker rank 0 (id 9) started: ",
             },
-            after: Duration::from_millis(if round == 0 { 0 } else { random_below(2500) }),
+            after: Duration::from_millis(if round == 0 { 0 } else { random_below(2000) }),
             also: (round == 4).then_some("server 0"),
         };
         let (moment, after, also) = (kill.moment, kill.after, kill.also);

@@ -144,7 +144,7 @@ fn node_obeys(po: &Postoffice, control: ControlMsg, msg: Message) -> bool {
         (ControlMsg::Released { group, failure }, false) => {
             barrier_done(po, group, barrier_result(failure, msg.meta.error))
         }
-        (ControlMsg::Heartbeat, false) => {}
+        (ControlMsg::Heartbeat, false) => super::join::heartbeat_answered(po),
         (
             ControlMsg::NodeLost {
                 node,

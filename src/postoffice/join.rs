@@ -174,6 +174,9 @@ pub(super) fn heartbeat_loop(weak: &Weak<Postoffice>) {
         if Instant::now() >= next {
             let interval = po.cfg.timing.heartbeat_interval;
             next = Instant::now() + interval;
+            // No barrier begins (and sends its arrival) between reading the barriers for a
+            // re-registration and sending it.
+            let _arrival = lock(&po.node.arrival);
             let control = match rejoin_due(po, interval) {
                 Some(rejoin) => ControlMsg::Rejoin(rejoin),
                 None => ControlMsg::Heartbeat,
@@ -193,7 +196,8 @@ pub(super) fn heartbeat_loop(weak: &Weak<Postoffice>) {
 }
 
 /// This node's re-registration, when one is due: lost nodes are replaced and the scheduler
-/// has not answered for 1.5 heartbeat `interval`s. Says so the first time.
+/// has not answered for 1.5 heartbeat `interval`s, or this node re-registers already and
+/// no heartbeat answer came since. Says so the first time.
 fn rejoin_due(po: &Postoffice, interval: Duration) -> Option<crate::wire::Rejoin> {
     if !super::recovery::replaces_lost(po) {
         return None;
@@ -204,7 +208,7 @@ fn rejoin_due(po: &Postoffice, interval: Duration) -> Option<crate::wire::Rejoin
     let quiet = st
         .last_from_scheduler
         .map(|t| now.saturating_duration_since(t))?;
-    if quiet < interval * 3 / 2 {
+    if quiet < interval * 3 / 2 && st.rejoining.is_none() {
         return None;
     }
     if st.rejoining.is_none() {
@@ -223,10 +227,25 @@ fn rejoin_due(po: &Postoffice, interval: Duration) -> Option<crate::wire::Rejoin
         run_id: t.run_id,
         nodes: st.nodes.clone(),
         incarnation: po.incarnation(),
+        holders: po.recovery.holders(),
         started: st.barrier.started,
         barriers_done: st.barrier.done.iter().map(|(&g, &n)| (g, n)).collect(),
         waiting: st.barrier.waiting(),
     })
+}
+
+/// A scheduler answered a heartbeat (or a re-registration): a re-registration under way
+/// is over (any other message of a new scheduler may come before it counts this node).
+pub(super) fn heartbeat_answered(po: &Postoffice) {
+    let Some(since) = lock(&po.node.state).rejoining.take() else {
+        return;
+    };
+    po.metrics.membership.rejoins.inc();
+    tracing::warn!(
+        "re-registered with the scheduler at {}, {:.1} s after re-registering began",
+        crate::wire::place(&po.cfg.cluster.root_uri, po.cfg.cluster.root_port),
+        since.elapsed().as_secs_f64()
+    );
 }
 
 /// (Scheduler) The credentials node `id` presents to the peers it connects to in `nodes`

@@ -99,6 +99,10 @@ pub(super) struct Membership {
     pub cv: Condvar,
     /// One barrier at a time.
     pub barrier_lock: Mutex<()>,
+    /// Held from a barrier's numbering to its arrival's send, and from reading the barriers
+    /// for a re-registration to its send: a new scheduler, which ignores the arrivals of a
+    /// node that has not re-registered, learns of the barrier from one or the other.
+    pub arrival: Mutex<()>,
     /// Key ranges of the servers, in rank order.
     pub ranges: Vec<Range>,
 }
@@ -111,6 +115,7 @@ impl Membership {
             state: Mutex::new(State::default()),
             cv: Condvar::new(),
             barrier_lock: Mutex::new(()),
+            arrival: Mutex::new(()),
             ranges: super::range::server_key_ranges(servers),
         }
     }
@@ -145,11 +150,14 @@ pub(super) fn barrier_with(
 ) -> Result<()> {
     let _one = lock(&po.node.barrier_lock);
     {
-        let mut st = lock(&po.node.state);
-        st.barrier.begin(group, timeout, failed.clone());
-        st.last_check = None;
+        let _arrival = lock(&po.node.arrival);
+        {
+            let mut st = lock(&po.node.state);
+            st.barrier.begin(group, timeout, failed.clone());
+            st.last_check = None;
+        }
+        arrive(po, group, timeout, failed)?;
     }
-    arrive(po, group, timeout, failed)?;
     // The scheduler answers a timed barrier itself; this grace covers a scheduler that died.
     let deadline = timeout.map(|t| Instant::now() + t + Duration::from_secs(5));
     let mut scheduler_gone = false;
@@ -228,19 +236,17 @@ pub(super) fn arrive(
     failed: Option<String>,
 ) -> Result<()> {
     if po.my_id() == SCHEDULER {
-        let wait = lock(&po.node.state).barrier.wait.clone();
-        let passed = wait.number == 0
-            && wait.group == group
-            && po
-                .scheduler
-                .as_ref()
-                .is_some_and(|s| s.scheduler().passed(&wait));
-        if passed {
-            // A rebuilt scheduler whose job passed the start-up barrier before it started.
-            super::control::barrier_done(po, group, Ok(()));
-            return Ok(());
+        let mut wait = lock(&po.node.state).barrier.wait.clone();
+        if wait.group != group {
+            // Not the barrier this node numbered (the last one's arrival again, with an error).
+            wait = BarrierWait {
+                group,
+                number: u64::MAX,
+                ..BarrierWait::default()
+            };
         }
-        super::scheduler::driver::scheduler_barrier(po, SCHEDULER, group, timeout, failed);
+        wait.failed = failed;
+        super::scheduler::driver::scheduler_arrives(po, &wait, timeout);
         return Ok(());
     }
     let meta = Meta {

@@ -130,17 +130,7 @@ impl Postoffice {
 
     /// A message from the scheduler arrived (it is alive).
     fn heard_from_scheduler(&self) {
-        let now = Instant::now();
-        let mut st = lock(&self.node.state);
-        st.last_from_scheduler = Some(now);
-        if let Some(since) = st.rejoining.take() {
-            self.metrics.membership.rejoins.inc();
-            tracing::warn!(
-                "re-registered with the scheduler at {}, {:.1} s after re-registering began",
-                crate::wire::place(&self.cfg.cluster.root_uri, self.cfg.cluster.root_port),
-                now.saturating_duration_since(since).as_secs_f64()
-            );
-        }
+        lock(&self.node.state).last_from_scheduler = Some(Instant::now());
     }
 
     /// RDMA WRITE WITH IMMEDIATE through the van (see [`crate::van::RemoteMemory::write_imm`]);

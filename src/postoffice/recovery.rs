@@ -142,6 +142,14 @@ impl Recovery {
         lock(&self.holders).get(&peer).copied().unwrap_or(0)
     }
 
+    /// Per replaced peer, the incarnation of its current holder.
+    pub(super) fn holders(&self) -> Vec<(NodeId, u32)> {
+        lock(&self.holders)
+            .iter()
+            .map(|(&id, &n)| (id, n))
+            .collect()
+    }
+
     /// Whether `meta` comes from an earlier holder of a replaced peer's id.
     fn stale(&self, meta: &Meta) -> bool {
         if !self.replaced_any.load(Ordering::Acquire) || meta.command() == Some(Command::AddNode) {

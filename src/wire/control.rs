@@ -197,6 +197,9 @@ pub struct Rejoin {
     pub nodes: Vec<Node>,
     /// How many nodes held this node's id before it.
     pub incarnation: u32,
+    /// Per replaced peer this node was told of, how many nodes held its id before the
+    /// current holder.
+    pub holders: Vec<(NodeId, u32)>,
     /// This node passed the start-up barrier (or skipped it, as a replacement).
     pub started: bool,
     /// Per barrier group, the barriers of the group this node completed after the start-up

@@ -105,6 +105,7 @@ fn on_add_node(po: &Postoffice, node: Node) {
         Admission::Resend(node) => {
             let table = po.nodes();
             send_table_to(po, &node, &table);
+            super::rebuild::say_if_all_back(po);
         }
         Admission::Refused { node, why } => refuse_all(po, &[node], &why),
         Admission::Complete(table) => send_table(po, table),
@@ -114,7 +115,10 @@ fn on_add_node(po: &Postoffice, node: Node) {
             table,
             started,
             inherited,
-        } => admit_replacement(po, node, displaced, table, (started, inherited)),
+        } => {
+            admit_replacement(po, node, displaced, table, (started, inherited));
+            super::rebuild::say_if_all_back(po);
+        }
     }
 }
 
@@ -148,6 +152,19 @@ pub(in crate::postoffice) fn scheduler_barrier(
     let outcome = s
         .scheduler()
         .barrier_after(from, group, timeout, Instant::now(), failed);
+    if let Some(o) = outcome {
+        release(po, o);
+    }
+}
+
+/// The scheduler's own arrival at barrier `wait` ([`Scheduler::arrive_own`]).
+pub(in crate::postoffice) fn scheduler_arrives(
+    po: &Postoffice,
+    wait: &crate::wire::BarrierWait,
+    timeout: Option<Duration>,
+) {
+    let Some(s) = &po.scheduler else { return };
+    let outcome = s.scheduler().arrive_own(wait, timeout, Instant::now());
     if let Some(o) = outcome {
         release(po, o);
     }

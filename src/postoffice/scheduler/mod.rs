@@ -16,8 +16,9 @@ pub enum Admission {
     Waiting,
     /// A repeat of a registration already counted (same host and port): nothing to do.
     Repeat,
-    /// A registration from a node of a rebuilt scheduler's table that never got the old
-    /// scheduler's table ([`Scheduler::rejoin`]): send it this node's table entry's table.
+    /// A registration from a node listed in a rebuilt scheduler's table that never got the
+    /// old scheduler's table ([`Scheduler::rejoin`]): send it the table (the node is given
+    /// with its id).
     Resend(Node),
     /// Not admitted: tell the node why.
     Refused {
@@ -254,6 +255,10 @@ impl Scheduler {
             .filter(|&r| r < self.wanted(role))
             .map(|rank| id_of(role, rank));
         let id = asked.or_else(|| self.replacements.first_awaited(role))?;
+        if self.rebuilding(id) {
+            // What it inherits is known once the others re-registered; it registers again.
+            return Some(Admission::Waiting);
+        }
         let holders = self.replacements.holders(id);
         if role == Role::Worker && holders >= MAX_WORKER_REPLACEMENTS {
             return Some(Admission::Refused {

@@ -27,8 +27,9 @@ pub(super) fn on_rejoin(po: &Postoffice, r: Rejoin, meta: &Meta) {
     }
     let node = r.node.clone();
     let incarnation = r.incarnation;
-    let rejoined = s.scheduler().rejoin(r, po.run_id(), Instant::now());
-    let (adopted, released, all_in) = match rejoined {
+    let run_id = po.run_id();
+    let rejoined = s.scheduler().rejoin(r, run_id, Instant::now());
+    let (adopted, released) = match rejoined {
         Rejoined::Heartbeat => return on_heartbeat(po, meta),
         Rejoined::Refused(why) => {
             tracing::warn!(
@@ -38,11 +39,7 @@ pub(super) fn on_rejoin(po: &Postoffice, r: Rejoin, meta: &Meta) {
             );
             return;
         }
-        Rejoined::Counted {
-            adopted,
-            released,
-            all_in,
-        } => (adopted, released, all_in),
+        Rejoined::Counted { adopted, released } => (adopted, released),
     };
     match adopted {
         Some((table, run_id, started, joined)) => {
@@ -61,13 +58,20 @@ pub(super) fn on_rejoin(po: &Postoffice, r: Rejoin, meta: &Meta) {
     for o in released {
         release(po, o);
     }
-    if let Some(took) = all_in {
-        let n = po.nodes().len().saturating_sub(1);
-        tracing::warn!(
-            "all {n} nodes re-registered with this scheduler, {:.2} s after the first",
-            took.as_secs_f64()
-        );
-    }
+    say_if_all_back(po);
+}
+
+/// Says once, on a rebuilt scheduler, when every node of the table is back (re-registered,
+/// sent the table again, or replaced).
+pub(super) fn say_if_all_back(po: &Postoffice) {
+    let Some(took) = po.scheduler.as_ref().and_then(|s| s.scheduler().all_back()) else {
+        return;
+    };
+    let n = po.nodes().len().saturating_sub(1);
+    tracing::warn!(
+        "all {n} nodes re-registered with this scheduler, {:.2} s after the first",
+        took.as_secs_f64()
+    );
 }
 
 /// The first re-registration: the job's node `table`, `run_id` and progress (`started`)

@@ -12,7 +12,7 @@
 //! each later one confirms its node's entry (its address and incarnation). Barriers are
 //! numbered per group ([`BarrierWait::number`]): a barrier some member reports completed was
 //! released by the old scheduler, so members still waiting in it are released at once, and an
-//! open barrier whose number a member reports completed is released whole. Every node of the
+//! open barrier whose number a member reports completed releases the members that arrived. Every node of the
 //! table counts as heard of at the rebuild: one that never re-registers is declared lost after
 //! `PS_HEARTBEAT_TIMEOUT` and replaced as any lost node. Until a node re-registered, its
 //! heartbeats and barrier requests (queued for the old scheduler and delivered to the new one)
@@ -55,10 +55,21 @@ impl Progress {
 
 /// A scheduler that rebuilt the job from re-registrations.
 pub(super) struct Rebuilt {
-    /// The nodes that re-registered (or were sent the table again, or replaced a lost one).
+    /// The nodes that re-registered, or replaced a lost one.
     pub rejoined: BTreeSet<NodeId>,
+    /// The nodes sent the table again (they registered without one before the job started);
+    /// their messages count, and a re-registration of theirs is still read in full.
+    resent: BTreeSet<NodeId>,
     /// When the first re-registration came.
     since: Instant,
+    /// Every node of the table was back, and this was said.
+    all_back: bool,
+}
+
+impl Rebuilt {
+    fn back(&self, id: NodeId) -> bool {
+        self.rejoined.contains(&id) || self.resent.contains(&id)
+    }
 }
 
 /// What a re-registration changed ([`Scheduler::rejoin`]).
@@ -77,8 +88,6 @@ pub enum Rejoined {
         adopted: Option<(Vec<Node>, u64, bool, Vec<Node>)>,
         /// Barriers to release (completed before, or now).
         released: Vec<Outcome>,
-        /// Every node of the table has now re-registered, this long after the first did.
-        all_in: Option<Duration>,
     },
 }
 
@@ -118,42 +127,73 @@ impl Scheduler {
             ));
         };
         *slot = r.node.clone();
+        if let Some(b) = &mut self.rebuilt {
+            b.rejoined.insert(id);
+        }
         self.liveness.seen(id, now);
         self.replacements.at_least(id, r.incarnation);
+        for &(peer, incarnation) in &r.holders {
+            self.replacements.at_least(peer, incarnation);
+        }
         let mut released = self.learn(r.started, &r.barriers_done);
         if let Some(w) = r.waiting {
             released.extend(self.rejoin_wait(id, w, now));
         }
-        Rejoined::Counted {
-            adopted,
-            released,
-            all_in: self.counted(id, now),
-        }
+        Rejoined::Counted { adopted, released }
     }
 
     /// Whether messages of node `id` count here: it is in the table, and re-registered when
     /// this scheduler rebuilt the job.
     pub fn counts(&self, id: NodeId) -> bool {
-        self.ready
-            && self
-                .rebuilt
-                .as_ref()
-                .is_none_or(|b| b.rejoined.contains(&id))
+        self.ready && self.rebuilt.as_ref().is_none_or(|b| b.back(id))
+    }
+
+    /// Whether a rebuilt scheduler still waits for nodes of its table other than `except`
+    /// (and the scheduler) to re-register: a replacement is admitted only once every other
+    /// node re-registered or was declared lost, so that what it inherits (barriers,
+    /// incarnation) is what they know.
+    pub(super) fn rebuilding(&self, except: NodeId) -> bool {
+        let Some(b) = &self.rebuilt else {
+            return false;
+        };
+        let lost = self.liveness.lost();
+        self.table[1..]
+            .iter()
+            .any(|n| n.id != except && !b.back(n.id) && !lost.contains(&n.id))
+    }
+
+    /// Once after every node of a rebuilt table is back (re-registered, sent the table
+    /// again, or replaced): how long after the first re-registration.
+    pub fn all_back(&mut self) -> Option<Duration> {
+        if self.rebuilding(SCHEDULER) {
+            return None;
+        }
+        let b = self.rebuilt.as_mut()?;
+        if std::mem::replace(&mut b.all_back, true) {
+            return None;
+        }
+        Some(b.since.elapsed())
     }
 
     /// A registration (ADD_NODE) from `node`'s address, listed in the rebuilt table but not
-    /// re-registered: it never got the old scheduler's table; it is sent the table now
-    /// (`None` otherwise).
+    /// back, before the job passed its start-up barrier: it never got the old scheduler's
+    /// table; it is sent the table now (`None` otherwise: after the start-up a node without a
+    /// table at a listed address is a replacement whose table the old scheduler held, and it
+    /// is not taken).
     pub(super) fn register_again(&mut self, node: &Node, now: Instant) -> Option<Admission> {
+        if self.progress.started {
+            return None;
+        }
         let listed = self
             .table
             .iter()
             .find(|n| n.host == node.host && n.port == node.port && n.role == node.role)?
             .clone();
         let rebuilt = self.rebuilt.as_mut()?;
-        if !rebuilt.rejoined.insert(listed.id) {
+        if rebuilt.back(listed.id) {
             return None;
         }
+        rebuilt.resent.insert(listed.id);
         self.liveness.seen(listed.id, now);
         Some(Admission::Resend(listed))
     }
@@ -183,9 +223,12 @@ impl Scheduler {
         }
         self.table = table;
         self.ready = true;
+        self.progress.started |= r.started;
         self.rebuilt = Some(Rebuilt {
             rejoined: BTreeSet::new(),
+            resent: BTreeSet::new(),
             since: now,
+            all_back: false,
         });
         // Registrations that came before (nodes that never got the old table); one from an
         // address not in the table (a replacement) is dropped: it registers again within 2 s
@@ -234,20 +277,25 @@ impl Scheduler {
         self.barrier_after(id, w.group, timeout, now, w.failed)
     }
 
-    /// Whether the scheduler's own barrier numbered `w` was completed already (a rebuilt
-    /// scheduler's start-up barrier, say).
-    pub fn passed(&self, w: &BarrierWait) -> bool {
-        self.progress.passed(w)
-    }
-
-    /// `id` re-registered: when every node of the table has, how long after the first.
-    fn counted(&mut self, id: NodeId, now: Instant) -> Option<Duration> {
-        let rebuilt = self.rebuilt.as_mut()?;
-        rebuilt.rejoined.insert(id);
-        let all = self.table[1..]
-            .iter()
-            .all(|n| rebuilt.rejoined.contains(&n.id));
-        all.then(|| now.saturating_duration_since(rebuilt.since))
+    /// The scheduler's own arrival at barrier `w` (numbered as this scheduler's node counts
+    /// its barriers): released at once when the job completed that barrier already (a
+    /// rebuilt scheduler, whose application starts again from its beginning, passes the
+    /// barriers the old one passed — its start-up barrier, or the last barrier when the old
+    /// scheduler died releasing it); otherwise it arrives as any member.
+    pub fn arrive_own(
+        &mut self,
+        w: &BarrierWait,
+        timeout: Option<Duration>,
+        now: Instant,
+    ) -> Option<Outcome> {
+        if self.progress.passed(w) {
+            return Some(Outcome {
+                group: w.group,
+                release: vec![SCHEDULER],
+                failure: None,
+            });
+        }
+        self.barrier_after(SCHEDULER, w.group, timeout, now, w.failed.clone())
     }
 }
 
@@ -320,6 +368,7 @@ mod tests {
                 run_id: 7,
                 nodes: nodes.to_vec(),
                 incarnation: 0,
+                holders: Vec::new(),
                 started: self.started,
                 barriers_done: self.done.iter().map(|(&g, &n)| (g, n)).collect(),
                 waiting: self.waiting.clone(),
@@ -367,9 +416,11 @@ mod tests {
                     table = t;
                 }
             }
+            // Barriers of all nodes are the start-up barrier and the last (the scheduler's
+            // application calls no other); the workers have theirs between.
             let script = |id| match Node::role_of(id) {
-                Some(Role::Worker) => vec![WORKER_GROUP, ALL_GROUP, WORKER_GROUP, ALL_GROUP],
-                _ => vec![ALL_GROUP, ALL_GROUP],
+                Some(Role::Worker) => vec![WORKER_GROUP, WORKER_GROUP, ALL_GROUP],
+                _ => vec![ALL_GROUP],
             };
             let members = table
                 .iter()
@@ -415,11 +466,12 @@ mod tests {
             };
             let id = self.members[i].id;
             self.arrived.insert((id, w.group, w.number));
-            if id == SCHEDULER && self.s.passed(&w) {
-                self.releases.push_front((i, w.group));
+            if id == SCHEDULER {
+                let o = self.s.arrive_own(&w, None, self.now);
+                self.outcome(o);
                 return;
             }
-            if alive && (id == SCHEDULER || self.s.counts(id)) {
+            if alive && self.s.counts(id) {
                 let o = self.s.barrier(id, w.group, None, self.now);
                 self.outcome(o);
             }
@@ -468,9 +520,7 @@ mod tests {
             let r = self.members[i].rejoin(&self.nodes[i], &self.nodes);
             self.members[i].rejoined = true;
             match self.s.rejoin(r, 7, self.now) {
-                Rejoined::Counted {
-                    adopted, released, ..
-                } => {
+                Rejoined::Counted { adopted, released } => {
                     if let Some((_, _, started, _)) = adopted {
                         // The new scheduler's own start-up barrier is skipped once passed.
                         self.members[0].started = started;
@@ -515,6 +565,61 @@ mod tests {
         let mut sim = Sim::new();
         assert_eq!(sim.s.rejoin(r, 7, now), Rejoined::Heartbeat);
         assert!(sim.s.counts(sim.nodes[1].id));
+    }
+
+    #[test]
+    fn a_replacement_waits_until_the_others_re_registered_then_inherits_what_they_report() {
+        let mut sim = Sim::new();
+        for _ in 0..2 {
+            // Start-up, then both workers' first WORKER_GROUP barrier.
+            for i in 0..sim.members.len() {
+                sim.arrive(i, true);
+            }
+            while !sim.releases.is_empty() {
+                sim.deliver();
+            }
+        }
+        // Members: the scheduler, servers 8 and 10, workers 9 and 11.
+        assert_eq!(
+            sim.members[3].done.get(&WORKER_GROUP),
+            Some(&1),
+            "worker 0 passed one"
+        );
+        sim.kill();
+        // Worker rank 1 (id 11) died with the scheduler; the servers and worker 0 re-register,
+        // worker 0 last. A replacement registering before that waits.
+        sim.rejoin(1);
+        let replacement = Node {
+            role: Role::Worker,
+            port: 99,
+            id: -1,
+            requested_rank: Some(1),
+            ..sim.s.me.clone()
+        };
+        assert_eq!(
+            sim.s.add_node(replacement.clone(), sim.now),
+            Admission::Waiting
+        );
+        sim.rejoin(2);
+        assert_eq!(
+            sim.s.add_node(replacement.clone(), sim.now),
+            Admission::Waiting
+        );
+        assert_eq!(sim.s.all_back(), None, "worker 11 is not back");
+        sim.rejoin(3);
+        let Admission::Replaced {
+            node,
+            inherited,
+            started,
+            ..
+        } = sim.s.add_node(replacement, sim.now)
+        else {
+            panic!("not admitted");
+        };
+        assert_eq!(node.id, 11);
+        assert!(started);
+        assert_eq!(inherited.barriers, vec![(WORKER_GROUP, 1)]);
+        assert_eq!(sim.s.all_back().map(|_| ()), Some(()), "every node back");
     }
 
     proptest! {
