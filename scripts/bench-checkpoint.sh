@@ -60,7 +60,7 @@ floor() {
 
 # ---- 2. a server killed and replaced during kv-app ----
 kill_once() {
-    local out=$CP/launch.out pid back served exact n=0 rc=0
+    local out=$CP/launch.out back served exact n=0 rc=0
     rm -rf "$CP/run"
     PS_CHECKPOINT_DIR="$CP/run" PS_VERBOSE=1 timeout 120 $B/pslite-launch local --servers 2 \
         --workers 2 --restart 1 -- kv-app --keys 100000 --repeat 3000 >"$out" 2>&1 &
@@ -71,8 +71,7 @@ kill_once() {
         sleep 0.01
     done
     sleep "0.$((RANDOM % 9 + 1))"
-    pid=$(grep -o "started server 0 (pid [0-9]*)" "$out" | grep -o "[0-9]*)" | tr -d ')' | head -1)
-    sigkill "$pid"
+    sigkill "$(launched_pid "server 0" "$out")"
     wait "$launcher" || rc=$?
     back=$(grep -m1 "was replaced by a new server" "$out" || true)
     [ -n "$back" ] || { echo "no replacement in:" >&2; tail -20 "$out" >&2; exit 1; }

@@ -251,6 +251,17 @@ KEYS_ROWS=("kv-app 10M keys S1W1: job wall time, s=kv10m-wall"
 
 # ---- a server SIGKILLed ----
 sigkill() { KILLED_AT=$(now); kill -9 "$1"; }
+# The pid pslite-launch printed for NODE ("scheduler", "server 0") in its output FILE (its
+# first start).
+launched_pid() { grep -o "started $1 (pid [0-9]*" "$2" | head -1 | grep -o "[0-9]*$"; }
+# Waits until FILE has a line containing TEXT, at most 30 s: await_line TEXT FILE.
+await_line() {
+    local n=0
+    until grep -q "$1" "$2"; do
+        n=$((n + 1)); [ $n -lt 3000 ] || { echo "no line with '$1' in $2 within 30 s" >&2; return 1; }
+        sleep 0.01
+    done
+}
 log_time() { date -d "$(grep -o "20[0-9-]*T[0-9:.]*Z" | head -1)" +%s.%N; }
 since_kill() {
     local t=$1

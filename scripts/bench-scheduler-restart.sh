@@ -18,7 +18,7 @@ cargo build --release --quiet --bins
 L=target/release/pslite-launch
 
 one() { # one KILL(0|1): prints "WALL REREG" (REREG "-" without a kill)
-    local dir out t0 pid rereg=-
+    local dir out t0 rereg=-
     dir=$(mktemp -d)
     out="$dir/out"
     : >"$out"
@@ -27,10 +27,9 @@ one() { # one KILL(0|1): prints "WALL REREG" (REREG "-" without a kill)
         -- kv-app --keys 10000 --repeat 3000 >>"$out" 2>&1 &
     local launcher=$!
     if [ "$1" = 1 ]; then
-        until grep -q "started worker 1 (pid" "$out"; do sleep 0.01; done
+        await_line "started worker 1 (pid" "$out" || exit 1
         sleep "1.$((RANDOM % 10))"
-        pid=$(grep -o "started scheduler (pid [0-9]*" "$out" | head -1 | grep -o "[0-9]*$")
-        sigkill "$pid"
+        sigkill "$(launched_pid scheduler "$out")"
     fi
     wait "$launcher" || { echo "the run failed:" >&2; cat "$out" >&2; exit 1; }
     local wall

@@ -33,10 +33,10 @@ for i in $(seq "$KILLS"); do
     timeout 300 $L local --servers 2 --workers 2 --restart 1 --checkpoint-dir "$dir/ckpt" \
         "${tables[@]}" "${ctr[@]}" >>"$out" 2>&1 &
     launcher=$!
-    until grep -q "started worker 1 (pid" "$out"; do sleep 0.01; done
+    await_line "started worker 1 (pid" "$out"
     at="$((RANDOM % 3)).$((5 + RANDOM % 5))"
     sleep "$at"
-    sigkill "$(grep -o "started scheduler (pid [0-9]*" "$out" | head -1 | grep -o "[0-9]*$")"
+    sigkill "$(launched_pid scheduler "$out")"
     wait "$launcher" || { echo "run $i failed:" >&2; cat "$out" >&2; exit 1; }
     a=$(auc "$out")
     back=$(since_kill "$(grep -m1 -E "all 4 nodes (re-)?registered" "$out" || true)")
