@@ -162,6 +162,29 @@ impl Drop for Launched {
     }
 }
 
+/// `pslite-launch local` arguments: launcher options `extra`, 2 servers and 2 workers under
+/// `--restart restart --checkpoint-dir cp`, then `kv-app` with options `kv_app`.
+fn kv_app_s2w2_args<'a>(
+    extra: &[&'a str],
+    restart: &'a str,
+    cp: &'a str,
+    kv_app: &[&'a str],
+) -> Vec<&'a str> {
+    let mut args = extra.to_vec();
+    args.extend(["--servers", "2", "--workers", "2", "--restart", restart]);
+    args.extend(["--checkpoint-dir", cp, "--", "kv-app"]);
+    args.extend(kv_app);
+    args
+}
+
+/// Both kv-app workers ended with exact sums (`error: 0, 0`) in `out` (`shown` on failure).
+fn assert_both_workers_exact(out: &str, shown: &str) {
+    for w in 0..2 {
+        let exact = format!("[worker {w}] worker {w}: error: 0, 0");
+        assert!(out.contains(&exact), "no {exact:?}:\n{shown}");
+    }
+}
+
 /// One kill of [`kv_app_with_a_node_killed`].
 pub struct KillRun<'a> {
     /// The checkpoint directory.
@@ -185,20 +208,7 @@ pub struct KillRun<'a> {
 /// workers, the victim restarted, and the other nodes told of its replacement. Returns the
 /// launcher's output.
 pub fn kv_app_with_a_node_killed(k: &KillRun<'_>) -> String {
-    let mut args = k.extra.to_vec();
-    args.extend([
-        "--servers",
-        "2",
-        "--workers",
-        "2",
-        "--restart",
-        "1",
-        "--checkpoint-dir",
-        k.cp,
-        "--",
-        "kv-app",
-    ]);
-    args.extend(k.kv_app);
+    let args = kv_app_s2w2_args(k.extra, "1", k.cp, k.kv_app);
     let l = Launched::start(&args, k.env);
     l.wait_line("worker rank 1 (id 11) started: ");
     l.wait_line("worker rank 0 (id 9) started: ");
@@ -223,10 +233,7 @@ pub fn kv_app_with_a_node_killed(k: &KillRun<'_>) -> String {
         "{victim} killed after {:?}:\n{shown}",
         k.after
     );
-    for w in 0..2 {
-        let exact = format!("[worker {w}] worker {w}: error: 0, 0");
-        assert!(out.contains(&exact), "no {exact:?}:\n{shown}");
-    }
+    assert_both_workers_exact(&out, &shown);
     let restarted = format!("{victim} exited with signal: 9 (SIGKILL); restarting it");
     assert!(out.contains(&restarted), "{shown}");
     let role = victim.split(' ').next().unwrap_or_default();
@@ -259,20 +266,7 @@ pub fn kv_app_with_the_scheduler_killed(
     extra: &[&str],
     kv_app: &[&str],
 ) -> (String, Duration) {
-    let mut args = extra.to_vec();
-    args.extend([
-        "--servers",
-        "2",
-        "--workers",
-        "2",
-        "--restart",
-        "2",
-        "--checkpoint-dir",
-        cp,
-        "--",
-        "kv-app",
-    ]);
-    args.extend(kv_app);
+    let args = kv_app_s2w2_args(extra, "2", cp, kv_app);
     let l = Launched::start(&args, &[("PS_VERBOSE", "1")]);
     let (moment, after) = (kill.moment, kill.after);
     l.wait_line(moment);
@@ -304,10 +298,7 @@ pub fn kv_app_with_the_scheduler_killed(
         Some(0),
         "scheduler killed {after:?} after {moment:?}:\n{shown}"
     );
-    for w in 0..2 {
-        let exact = format!("[worker {w}] worker {w}: error: 0, 0");
-        assert!(out.contains(&exact), "no {exact:?}:\n{shown}");
-    }
+    assert_both_workers_exact(&out, &shown);
     let restarted = "scheduler exited with signal: 9 (SIGKILL); restarting it";
     assert!(out.contains(restarted), "{shown}");
     (out, took)
