@@ -40,6 +40,8 @@ pub(super) enum Arrival {
     PeerLost { peer: NodeId, error: crate::Error },
     /// A lost peer's id is now held by a replacement (see [`CustomerEvent::PeerReplaced`]).
     PeerReplaced { peer: NodeId, incarnation: u32 },
+    /// The servers' key layout changed (see [`CustomerEvent::Layout`]).
+    Layout(std::sync::Arc<crate::wire::KeyLayout>),
     /// At a replacement server: worker `from` saw the replaced server answer, per customer,
     /// the state-changing requests up to this timestamp (`Command::Answered`).
     Answered {
@@ -58,6 +60,7 @@ pub(super) fn arrival(ev: CustomerEvent) -> Option<Arrival> {
         CustomerEvent::PeerReplaced { peer, incarnation } => {
             return Some(Arrival::PeerReplaced { peer, incarnation })
         }
+        CustomerEvent::Layout(layout) => return Some(Arrival::Layout(layout)),
         CustomerEvent::Message(msg) => msg,
     };
     if let Some(control) = &msg.meta.control {

@@ -1,8 +1,9 @@
-//! Slicing a call's keys and values by server key range (ps-lite's `DefaultSlicer`).
-//! Index arithmetic only: no copies, no IO.
+//! Slicing a call's keys and values by the servers' key layout (ps-lite's `DefaultSlicer`, over
+//! [`Layout`]'s parts rather than ranges by rank). Index arithmetic only: no copies, no IO.
 
 use super::Key;
-use crate::postoffice::range::{server_of, Range};
+use crate::postoffice::ranges::layout::Layout;
+use crate::wire::Node;
 use std::ops::Range as Span;
 
 /// The part of a call that goes to one server.
@@ -16,10 +17,11 @@ pub struct Slice {
     pub vals: Span<usize>,
 }
 
-/// Splits sorted `keys` over `ranges`. `lens` empty means `nvals / keys.len()` values per key.
-/// Servers that get no key are left out. Shapes must be checked before (see
-/// [`super::pairs::check_shape`]).
-pub fn slice(ranges: &[Range], keys: &[Key], nvals: usize, lens: &[u32]) -> Vec<Slice> {
+/// Splits sorted `keys` over the parts of `layout`, in key order (a server holds one part).
+/// `lens` empty means `nvals / keys.len()` values per key. Servers that get no key are left
+/// out. Shapes must be checked before (see [`super::pairs::check_shape`]).
+pub fn slice(layout: &Layout, keys: &[Key], nvals: usize, lens: &[u32]) -> Vec<Slice> {
+    let parts = layout.parts();
     let width = if keys.is_empty() {
         0
     } else {
@@ -28,8 +30,11 @@ pub fn slice(ranges: &[Range], keys: &[Key], nvals: usize, lens: &[u32]) -> Vec<
     let mut out = Vec::new();
     let (mut k, mut v) = (0usize, 0usize);
     while k < keys.len() {
-        let server = server_of(ranges, keys[k]);
-        let end_key = ranges.get(server + 1).map(|r| r.begin);
+        let at = parts
+            .partition_point(|p| p.range.begin <= keys[k])
+            .saturating_sub(1);
+        let server = Node::rank_of(parts[at].owner);
+        let end_key = parts.get(at + 1).map(|p| p.range.begin);
         let k_end = match end_key {
             Some(e) => k + keys[k..].partition_point(|&key| key < e),
             None => keys.len(),
@@ -53,13 +58,17 @@ pub fn slice(ranges: &[Range], keys: &[Key], nvals: usize, lens: &[u32]) -> Vec<
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::postoffice::range::server_key_ranges;
+    use crate::postoffice::range::{server_key_ranges, server_of};
+
+    fn even(n: usize) -> Layout {
+        Layout::even(&(0..n).map(Node::server_id).collect::<Vec<_>>())
+    }
 
     #[test]
     fn even_width_split() {
         let r = server_key_ranges(3);
         let keys = [1, 2, r[1].begin, r[2].begin + 5, u64::MAX];
-        let s = slice(&r, &keys, 10, &[]);
+        let s = slice(&even(3), &keys, 10, &[]);
         assert_eq!(
             s,
             vec![
@@ -86,7 +95,7 @@ mod tests {
     fn explicit_lens_and_skipped_servers() {
         let r = server_key_ranges(3);
         let keys = [0, r[2].begin];
-        let s = slice(&r, &keys, 5, &[2, 3]);
+        let s = slice(&even(3), &keys, 5, &[2, 3]);
         assert_eq!(
             s,
             vec![
@@ -110,7 +119,7 @@ mod tests {
                                      n in 1usize..6, width in 0usize..4) {
             let r = server_key_ranges(n);
             let keys: Vec<u64> = std::mem::take(&mut keys).into_iter().collect();
-            let s = slice(&r, &keys, keys.len() * width, &[]);
+            let s = slice(&even(n), &keys, keys.len() * width, &[]);
             let mut next_k = 0; let mut next_v = 0; let mut last_server = None;
             for part in &s {
                 proptest::prop_assert_eq!(part.keys.start, next_k);

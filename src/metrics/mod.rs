@@ -209,6 +209,14 @@ pub struct MembershipMetrics {
     /// (Scheduler) Re-registrations it counted: a scheduler that took a job over counts every
     /// node once.
     pub rejoined: Counter,
+    /// The epoch of the servers' key layout this node holds (elastic servers).
+    pub layout_epoch: Gauge,
+    /// (Server) Key ranges this node's key-value servers handed to a new owner.
+    pub ranges_moved: Counter,
+    /// (Server) Bytes of rows this node's key-value servers handed to a new owner.
+    pub bytes_migrated: Counter,
+    /// (Worker) Request parts answered "moved" or "not yet" and sent again.
+    pub parts_redirected: Counter,
 }
 
 impl MembershipMetrics {
@@ -222,6 +230,26 @@ impl MembershipMetrics {
             "pslite_nodes_rejoined",
             "re-registrations this scheduler counted (one per node when it took a job over)",
             self.rejoined.clone(),
+        );
+        r.register(
+            "pslite_key_layout_epoch",
+            "the epoch of the servers' key layout this node holds (0: the layout of the start)",
+            self.layout_epoch.clone(),
+        );
+        r.register(
+            "pslite_ranges_moved",
+            "key ranges this server's key-value servers handed to a new owner",
+            self.ranges_moved.clone(),
+        );
+        r.register(
+            "pslite_bytes_migrated",
+            "bytes of rows this server's key-value servers handed to a new owner",
+            self.bytes_migrated.clone(),
+        );
+        r.register(
+            "pslite_parts_redirected",
+            "request parts answered moved or not yet by a server and sent again",
+            self.parts_redirected.clone(),
         );
     }
 }
@@ -269,6 +297,11 @@ impl Metrics {
         m.tables.register(&mut r);
         more(&mut r);
         Metrics { registry: r, ..m }
+    }
+
+    /// The key layout this node holds is now at `epoch`.
+    pub fn layout_epoch(&self, epoch: u64) {
+        self.membership.layout_epoch.set(epoch as i64);
     }
 
     /// The metrics in the OpenMetrics text format (what a scrape returns).

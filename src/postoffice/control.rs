@@ -166,6 +166,9 @@ fn node_obeys(po: &Postoffice, control: ControlMsg, msg: Message) -> bool {
             }
         }
         (ControlMsg::Answered { .. }, true) => deliver_answered(po, msg),
+        (ControlMsg::Layout(layout), false) if from == crate::wire::SCHEDULER => {
+            super::resize::on_layout(po, &msg.meta, layout)
+        }
         _ => return false,
     }
     true
@@ -297,13 +300,13 @@ fn kind(request: bool) -> &'static str {
 
 /// Whether command `cmd` (a request or answer, received by the scheduler or not) is obeyed
 /// only from the scheduler: node tables and refusals, barrier releases, heartbeat
-/// answers, TERMINATE, NODE_LOST, NODE_REPLACED notices. (With a token the sender is the
+/// answers, TERMINATE, NODE_LOST, NODE_REPLACED notices, key layouts. (With a token the sender is the
 /// one its connection proved, [`crate::auth`].)
 fn scheduler_only(cmd: Command, at_scheduler: bool, request: bool) -> bool {
     match cmd {
         Command::AddNode | Command::Barrier | Command::Heartbeat => !request,
         Command::Terminate => true,
-        Command::NodeLost | Command::NodeReplaced => !at_scheduler,
+        Command::NodeLost | Command::NodeReplaced | Command::Layout => !at_scheduler,
         _ => false,
     }
 }

@@ -53,6 +53,10 @@ pub enum CustomerEvent {
         /// path (the generation a send reports) went to a replaced node.
         incarnation: u32,
     },
+    /// The servers' key layout changed (elastic servers, [`crate::postoffice::ranges`]): a
+    /// key-value server hands the rows of its keys that moved to their new owner, and awaits
+    /// those moved to it.
+    Layout(Arc<crate::wire::KeyLayout>),
 }
 
 thread_local! {

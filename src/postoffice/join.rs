@@ -127,9 +127,7 @@ pub(super) fn update_table(po: &Postoffice, meta: &Meta, table: NodeTable) {
     }
     po.van.set_reach(table.reach);
     po.van.set_node_id(mine.id);
-    let peers = nodes
-        .iter()
-        .filter(|n| Node::is_worker_server_pair(mine.id, n.id));
+    let peers = nodes.iter().filter(|n| Node::are_peers(mine.id, n.id));
     for n in peers {
         if let Err(e) = po.van.connect(n.id, &n.host, n.port) {
             st.fatal = Some(e);
@@ -249,7 +247,7 @@ pub(super) fn heartbeat_answered(po: &Postoffice) {
 }
 
 /// (Scheduler) The credentials node `id` presents to the peers it connects to in `nodes`
-/// (servers to workers and back), for the node table it is sent: a node holding only its
+/// (servers to workers and back, servers to servers), for the node table it is sent: a node holding only its
 /// key cannot compute them ([`crate::auth`]). Empty without the token.
 pub(super) fn reach_for(po: &Postoffice, id: NodeId, nodes: &[Node]) -> Vec<(NodeId, String)> {
     let Some(crate::auth::Secret::Token(t)) = &po.cfg.auth else {
@@ -257,7 +255,7 @@ pub(super) fn reach_for(po: &Postoffice, id: NodeId, nodes: &[Node]) -> Vec<(Nod
     };
     nodes
         .iter()
-        .filter(|n| Node::is_worker_server_pair(id, n.id))
+        .filter(|n| Node::are_peers(id, n.id))
         .map(|n| (n.id, t.node_key(n.id).password_from(id)))
         .collect()
 }

@@ -45,6 +45,7 @@ mod recovery;
 #[doc(hidden)]
 pub mod resend;
 mod resender;
+mod resize;
 mod routes;
 #[doc(hidden)]
 pub mod scheduler;
@@ -53,6 +54,8 @@ pub use crate::wire::SCHEDULER;
 pub(crate) use customer::on_customer_thread;
 pub use customer::{Customer, CustomerEvent, Route};
 pub use range::Range;
+pub(crate) use resize::range_arrived;
+pub use resize::Resized;
 
 use crate::config::{Config, VanType};
 use crate::error::{Error, Result};
@@ -184,12 +187,15 @@ impl Postoffice {
         let inflight = cfg.bounds.max_inflight_bytes;
         let scheduler = (cfg.role == Role::Scheduler).then(|| {
             let recovery = recovery::window(&cfg);
-            scheduler::SchedulerIo::new(Scheduler::new(
-                me.clone(),
+            scheduler::SchedulerIo::new(
+                Scheduler::new(
+                    me.clone(),
+                    cfg.cluster.num_servers,
+                    cfg.cluster.num_workers,
+                    recovery,
+                ),
                 cfg.cluster.num_servers,
-                cfg.cluster.num_workers,
-                recovery,
-            ))
+            )
         });
         let budget = Arc::new(budget::Budget::new(inflight));
         let metrics = Arc::new(Metrics::new(van.name(), budget.gauge(), |r| {
@@ -396,6 +402,16 @@ impl Postoffice {
     /// again to a lost server's replacement: on a worker whose cluster replaces lost servers.
     pub(crate) fn keeps_requests_for_replacements(&self) -> bool {
         self.cfg.role == Role::Worker && recovery::replaces_lost(self)
+    }
+
+    /// How many key-value servers this process runs (server routes open).
+    pub(crate) fn server_routes(&self) -> usize {
+        lock(&self.routes).servers()
+    }
+
+    /// Whether the node stopped (finalized, or its job ended).
+    pub(crate) fn is_stopped(&self) -> bool {
+        self.life.stopped.load(Ordering::SeqCst)
     }
 
     /// Whether the job failed: a peer is lost for good (no replacement is awaited for it).

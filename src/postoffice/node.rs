@@ -103,8 +103,10 @@ pub(super) struct Membership {
     /// for a re-registration to its send: a new scheduler, which ignores the arrivals of a
     /// node that has not re-registered, learns of the barrier from one or the other.
     pub arrival: Mutex<()>,
-    /// Key ranges of the servers, in rank order.
+    /// Key ranges of the servers, in rank order, at the start (key layout 0).
     pub ranges: Vec<Range>,
+    /// The servers' key layout and its resizes ([`super::resize`]).
+    pub resizing: super::resize::Resizing,
 }
 
 impl Membership {
@@ -117,6 +119,7 @@ impl Membership {
             barrier_lock: Mutex::new(()),
             arrival: Mutex::new(()),
             ranges: super::range::server_key_ranges(servers),
+            resizing: super::resize::Resizing::new(servers),
         }
     }
 

@@ -10,6 +10,13 @@ pub struct Range {
     pub end: u64,
 }
 
+impl Range {
+    /// Whether `key` is in the range (`end` = `u64::MAX` includes `u64::MAX`).
+    pub fn holds(&self, key: u64) -> bool {
+        key >= self.begin && (key < self.end || self.end == u64::MAX)
+    }
+}
+
 /// The key ranges of `n` servers, in rank order.
 ///
 /// # Panics

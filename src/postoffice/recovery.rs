@@ -230,13 +230,13 @@ pub(super) fn replacement_refusal(po: &Postoffice, node: &Node) -> Option<String
 }
 
 /// NODE_REPLACED: `node` now holds a lost server's or worker's id, its `incarnation`-th
-/// holder. Connects to it (a worker to a server, a server to a worker), forgets the resend
+/// holder. Connects to it (a worker to a server, a server to a worker or a server), forgets the resend
 /// state of the old one, and tells the customers ([`super::CustomerEvent::PeerReplaced`]:
 /// a `KVWorker` sends a replaced server the requests it did not answer).
 pub(super) fn on_node_replaced(po: &Postoffice, node: &Node, incarnation: u32) {
     let node = node.clone();
     let id = node.id;
-    let connect = Node::is_worker_server_pair(po.my_id(), id);
+    let connect = Node::are_peers(po.my_id(), id);
     po.failures.stop_awaiting(id);
     if let Some(n) = lock(&po.node.state).nodes.iter_mut().find(|n| n.id == id) {
         *n = node.clone();

@@ -120,6 +120,14 @@ impl Routes {
     }
 
     /// Sends an event made by `event` to every open route (a peer is gone).
+    /// How many server routes are open (key-value servers of this process).
+    pub fn servers(&self) -> usize {
+        self.open
+            .keys()
+            .filter(|r| matches!(r, Route::Server { .. }))
+            .count()
+    }
+
     pub fn broadcast(&self, event: impl Fn() -> CustomerEvent) {
         for tx in self.open.values() {
             let _ = tx.send(event());

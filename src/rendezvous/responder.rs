@@ -88,6 +88,23 @@ impl Responder {
         }
     }
 
+    /// A request from `from` for a key this server does not serve now (its rows moved to
+    /// another server, or have not arrived): answered ERROR_STATUS with `why` (once per
+    /// request, as [`on_message`](Self::on_message) answers). Any other message: nothing.
+    pub fn refuse(&mut self, from: NodeId, msg: &RvMessage, why: String) -> Vec<RespAction> {
+        match *msg {
+            RvMessage::TensorRequest {
+                key,
+                step,
+                request_index,
+                ..
+            } if self.first_time(from, request_index) => {
+                vec![error(from, (key, step, request_index), ERR_NOT_SERVED, why)]
+            }
+            _ => Vec::new(),
+        }
+    }
+
     /// A request from `from`; `lookup` shows the stored value of a key (`None`: not yet
     /// pushed). `serves` is false when the handler cannot show values at all.
     pub fn on_message<'a>(

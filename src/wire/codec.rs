@@ -172,6 +172,7 @@ mod tests {
                         digest: 0xfeed,
                         evict: vec![1, 2],
                     }),
+                    placement: None,
                 },
                 body: "hello".into(),
                 error: None,
@@ -223,6 +224,7 @@ mod tests {
         m.error = Some("refused".into());
         m.also_refused = vec![5, 6];
         m.stamp.frame_lens = vec![7];
+        m.kv.placement = Some(crate::wire::Placement::Part { epoch: 3, part: 1 });
         let flat = (
             (m.head, m.tag.app_id, m.tag.customer_id, m.tag.timestamp),
             (
@@ -235,7 +237,7 @@ mod tests {
                 m.kv.keys.clone(),
             ),
             (m.rendezvous, m.stamp.seq, m.stamp.frame_lens.clone()),
-            (m.stamp.incarnation, m.also_refused.clone()),
+            (m.stamp.incarnation, m.also_refused.clone(), m.kv.placement),
         );
         let want = bincode::serde::encode_to_vec(&flat, config()).expect("encodes");
         assert_eq!(

@@ -31,6 +31,9 @@ pub enum Command {
     Answered,
     /// [`ControlMsg::Rejoin`].
     Rejoin,
+    /// The servers' key layout: [`ControlMsg::Resize`], [`ControlMsg::Layout`],
+    /// [`ControlMsg::RangesArrived`].
+    Layout,
 }
 
 /// A control message's body.
@@ -113,6 +116,27 @@ pub enum ControlMsg {
     /// that only was slow takes it as a heartbeat. Answered with a heartbeat answer. Not in
     /// ps-lite.
     Rejoin(Rejoin),
+    /// Elastic servers (request): a server or worker → the scheduler, give server `server` a
+    /// share of the keys (`add`) or move all its keys to the other servers (drain). Answered
+    /// by the [`ControlMsg::Layout`] broadcast that settles it, or, to the asking node, by a
+    /// `Layout` with `Meta::error` saying why it was refused. Not in ps-lite.
+    Resize {
+        /// The server.
+        server: NodeId,
+        /// `true`: give it keys; `false`: drain it.
+        add: bool,
+    },
+    /// The servers' key layout: scheduler → every server and worker, when a resize starts
+    /// (the moves to make) and again when every new owner has its rows (`settled`).
+    Layout(KeyLayout),
+    /// Elastic servers: a server → the scheduler, every key-value server of this node holds
+    /// the rows moved to it for layout `epoch`.
+    RangesArrived {
+        /// The layout's epoch.
+        epoch: u64,
+        /// The bytes of rows this node received for it.
+        bytes: u64,
+    },
 }
 
 impl ControlMsg {
@@ -129,6 +153,9 @@ impl ControlMsg {
             ControlMsg::Answered { .. } => Command::Answered,
             ControlMsg::Terminate => Command::Terminate,
             ControlMsg::Rejoin(_) => Command::Rejoin,
+            ControlMsg::Resize { .. }
+            | ControlMsg::Layout(_)
+            | ControlMsg::RangesArrived { .. } => Command::Layout,
         }
     }
 }
@@ -169,6 +196,46 @@ pub struct NodeTable {
     pub reach: Vec<(NodeId, String)>,
     /// This node replaces a lost one: what it takes over. `None` for every other node.
     pub replacement: Option<Takeover>,
+}
+
+/// One server's keys in a [`KeyLayout`]: `[begin, end)`, `end` = `u64::MAX` including it.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KeyPart {
+    /// First key.
+    pub begin: u64,
+    /// One past the last key.
+    pub end: u64,
+    /// The server.
+    pub owner: NodeId,
+}
+
+/// Keys `[begin, end)` changing owner in a [`KeyLayout`].
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KeyMove {
+    /// First key.
+    pub begin: u64,
+    /// One past the last key.
+    pub end: u64,
+    /// The old owner.
+    pub from: NodeId,
+    /// The new owner.
+    pub to: NodeId,
+}
+
+/// The servers' key layout at one epoch, and the moves that led to it from the epoch before
+/// ([`ControlMsg::Layout`]).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+pub struct KeyLayout {
+    /// The epoch (0: the even layout of the start).
+    pub epoch: u64,
+    /// The owners of the whole key space, in key order.
+    pub parts: Vec<KeyPart>,
+    /// The moves from epoch `epoch - 1`, in key order.
+    pub moves: Vec<KeyMove>,
+    /// Once every new owner has its rows: the bytes of rows moved, and the microseconds from
+    /// the scheduler's broadcast of the moves to the last new owner's report. `None` while
+    /// the rows move.
+    pub settled: Option<(u64, u64)>,
 }
 
 /// What a replacement takes over from the node it replaces (in its node table).

@@ -61,6 +61,16 @@ impl Node {
         )
     }
 
+    /// Whether `a` and `b` connect to each other: a worker and a server (key-value traffic),
+    /// or two servers (the rows of keys moving between them as servers are added and drained,
+    /// [`crate::postoffice::ranges`]). Every node also connects to the scheduler.
+    pub fn are_peers(a: NodeId, b: NodeId) -> bool {
+        Node::is_worker_server_pair(a, b)
+            || (a != b
+                && Node::role_of(a) == Some(Role::Server)
+                && Node::role_of(b) == Some(Role::Server))
+    }
+
     /// A readable name for a node id: "scheduler (id 1)", "server rank 1 (id 10)", "worker rank
     /// 0 (id 9)", "node -1".
     pub fn describe(id: NodeId) -> String {

@@ -194,6 +194,63 @@ pub struct KvHeader {
     pub dtype: DType,
     /// Key caching: how the keys frame refers to the key list; `None`: frame 0 holds the keys.
     pub keys: Option<KeyRef>,
+    /// Where the request stands in the servers' key layout (elastic servers,
+    /// [`crate::postoffice::ranges`]); `None` on messages that carry no keys.
+    pub placement: Option<Placement>,
+}
+
+/// A key-value message's place in the servers' key layout, which changes as servers are added
+/// and drained ([`crate::postoffice::ranges`]).
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Placement {
+    /// On a request (worker → server), echoed on its answer: the layout epoch the worker
+    /// sliced it by, and its part's number among the request's parts (an answer names the part
+    /// it settles; a part sent again after [`Placement::Moved`] gets a new number).
+    Part {
+        /// The worker's layout epoch.
+        epoch: u64,
+        /// The part's number within its request (timestamp).
+        part: u32,
+    },
+    /// On an answer: part `part` was not applied, some of its keys are another server's from
+    /// layout `epoch` on: slice them again by that layout and send them there.
+    Moved {
+        /// The part.
+        part: u32,
+        /// The epoch of the layout that places the keys elsewhere.
+        epoch: u64,
+    },
+    /// On an answer: part `part` was not applied, this server is to own its keys but their
+    /// rows have not arrived (or it has not learned the worker's layout yet): send it again
+    /// shortly.
+    NotYet {
+        /// The part.
+        part: u32,
+    },
+    /// Server → server: the rows of keys `[begin, end)` (`end` = `u64::MAX` includes it) for
+    /// their new owner at layout `epoch`; frame 0 is the handler's export
+    /// ([`crate::kv::server::RequestHandler::take_range`]), or empty with `Meta::error`
+    /// saying why the rows could not be exported.
+    Handoff {
+        /// The epoch of the layout that gives the keys to the receiver.
+        epoch: u64,
+        /// First key.
+        begin: u64,
+        /// One past the last key.
+        end: u64,
+    },
+}
+
+impl Placement {
+    /// The part an answer settles (`None` for a handoff).
+    pub fn part(self) -> Option<u32> {
+        match self {
+            Placement::Part { part, .. }
+            | Placement::Moved { part, .. }
+            | Placement::NotYet { part } => Some(part),
+            Placement::Handoff { .. } => None,
+        }
+    }
 }
 
 /// What the layers below the application stamp on a message as it leaves: the postoffice its
@@ -250,7 +307,7 @@ pub struct Meta {
 impl Serialize for Meta {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         use serde::ser::SerializeStruct;
-        let mut w = s.serialize_struct("Meta", 19)?;
+        let mut w = s.serialize_struct("Meta", 20)?;
         w.serialize_field("head", &self.head)?;
         w.serialize_field("app_id", &self.tag.app_id)?;
         w.serialize_field("customer_id", &self.tag.customer_id)?;
@@ -270,6 +327,7 @@ impl Serialize for Meta {
         w.serialize_field("frame_lens", &self.stamp.frame_lens)?;
         w.serialize_field("incarnation", &self.stamp.incarnation)?;
         w.serialize_field("also_refused", &self.also_refused)?;
+        w.serialize_field("placement", &self.kv.placement)?;
         w.end()
     }
 }
@@ -281,7 +339,7 @@ impl<'de> Deserialize<'de> for Meta {
 }
 
 /// The field names of frame 0, in their order (see [`Meta`]'s `Serialize`).
-const WIRE_FIELDS: [&str; 19] = [
+const WIRE_FIELDS: [&str; 20] = [
     "head",
     "app_id",
     "customer_id",
@@ -301,6 +359,7 @@ const WIRE_FIELDS: [&str; 19] = [
     "frame_lens",
     "incarnation",
     "also_refused",
+    "placement",
 ];
 
 /// Reads frame 0's flat fields back into [`Meta`]'s sections.
@@ -331,8 +390,8 @@ impl<'de> serde::de::Visitor<'de> for FlatMeta {
         let (push, pull, dtype) = (field!(), field!(), field!());
         let (body, error, control, keys, rendezvous) =
             (field!(), field!(), field!(), field!(), field!());
-        let (seq_no, frame_lens, incarnation, also_refused) =
-            (field!(), field!(), field!(), field!());
+        let (seq_no, frame_lens, incarnation, also_refused, placement) =
+            (field!(), field!(), field!(), field!(), field!());
         Ok(Meta {
             head,
             tag: RequestTag {
@@ -348,6 +407,7 @@ impl<'de> serde::de::Visitor<'de> for FlatMeta {
                 pull,
                 dtype,
                 keys,
+                placement,
             },
             body,
             error,

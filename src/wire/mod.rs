@@ -24,10 +24,15 @@ pub use checksum::crc32c;
 pub use codec::{
     decode_frames, decode_meta, encode_meta, WireError, MAX_FRAME_BYTES, MAX_META_BYTES,
 };
-pub use control::{BarrierFailure, BarrierWait, Command, ControlMsg, NodeTable, Rejoin, Takeover};
+pub use control::{
+    BarrierFailure, BarrierWait, Command, ControlMsg, KeyLayout, KeyMove, KeyPart, NodeTable,
+    Rejoin, Takeover,
+};
 pub use ids::{place, NodeId, SCHEDULER};
 pub use imm::Imm;
-pub use meta::{DType, KeyRef, KvHeader, Meta, Node, Rendezvous, RequestTag, Role, Stamp};
+pub use meta::{
+    DType, KeyRef, KvHeader, Meta, Node, Placement, Rendezvous, RequestTag, Role, Stamp,
+};
 #[doc(hidden)]
 pub use pieces::{pieces, Assembly, PIECE_BYTES};
 

@@ -7,6 +7,7 @@ use crate::kv::pairs::{KVPairs, KVRequest};
 use crate::kv::store::{KeyStore, Resolved};
 use crate::kv::value::Value;
 use crate::kv::Key;
+use crate::postoffice::Range;
 use crate::wire::DType;
 
 /// Sums pushes into a store; answers pulls from it (ps-lite's `KVServerDefaultHandle`).
@@ -117,6 +118,52 @@ impl<V: Value> RequestHandler<V> for DefaultHandler<V> {
         Ok(())
     }
 
+    /// The stored keys of `range`, in key order, with their values: `u64` count, the keys
+    /// (`u64`), their lengths (`u32`), the values (`V`), all little-endian. The rows stay in
+    /// the store (it frees no key); the server no longer serves them, and an import of the
+    /// same keys overwrites them.
+    fn export_range(&mut self, range: Range) -> Result<Vec<u8>, String> {
+        let mut keys: Vec<Key> = self
+            .store
+            .keys()
+            .into_iter()
+            .filter(|&k| range.holds(k))
+            .collect();
+        keys.sort_unstable();
+        let mut lens = Vec::with_capacity(keys.len());
+        let mut vals: Vec<V> = Vec::new();
+        for &k in &keys {
+            let v = self.store.get(k).unwrap_or(&[]);
+            lens.push(v.len() as u32);
+            vals.extend_from_slice(v);
+        }
+        let mut out = Vec::with_capacity(8 + keys.len() * 12 + std::mem::size_of_val(&vals[..]));
+        out.extend_from_slice(&(keys.len() as u64).to_le_bytes());
+        out.extend_from_slice(bytemuck::cast_slice(&keys));
+        out.extend_from_slice(bytemuck::cast_slice(&lens));
+        out.extend_from_slice(bytemuck::cast_slice(&vals));
+        Ok(out)
+    }
+
+    /// Stores rows [`export_range`](Self::export_range) wrote, replacing the values of keys
+    /// held already.
+    ///
+    /// # Errors
+    /// Rows that do not decode, keys outside `range`, or a key held with another length.
+    fn import_range(&mut self, range: Range, rows: &[u8]) -> Result<(), String> {
+        let pairs = decode_rows::<V>(rows)?;
+        if let Some(k) = pairs.keys.iter().find(|&&k| !range.holds(k)) {
+            return Err(format!(
+                "moved row of key {k} is outside the range {range:?}"
+            ));
+        }
+        let r = self
+            .store
+            .resolve_push(&pairs.keys, crate::kv::store::Lens::PerKey(&pairs.lens))?;
+        self.store.assign(&r, &pairs.vals);
+        Ok(())
+    }
+
     fn handle(&mut self, meta: &ReqMeta, req: KVRequest<'_, V>) -> Result<KVPairs<V>, String> {
         let mut req = req;
         let mut memo = req.memo.take();
@@ -150,6 +197,31 @@ impl<V: Value> RequestHandler<V> for DefaultHandler<V> {
         }
         Ok(out)
     }
+}
+
+/// Rows as [`DefaultHandler::export_range`] writes them.
+fn decode_rows<V: Value>(rows: &[u8]) -> Result<KVPairs<V>, String> {
+    let bad = |what: &str| format!("moved rows are malformed: {what}");
+    let n = rows
+        .get(..8)
+        .and_then(|b| b.try_into().ok())
+        .map(u64::from_le_bytes)
+        .ok_or_else(|| bad("no count"))? as usize;
+    let keys_end = n
+        .checked_mul(8)
+        .and_then(|k| k.checked_add(8))
+        .filter(|&e| e <= rows.len())
+        .ok_or_else(|| bad("fewer keys than the count"))?;
+    let lens_end = keys_end
+        .checked_add(n * 4)
+        .filter(|&e| e <= rows.len())
+        .ok_or_else(|| bad("fewer lengths than keys"))?;
+    let keys: Vec<Key> = crate::kv::pairs::view::<Key>(&rows[8..keys_end], "keys")?.into_owned();
+    let lens: Vec<u32> =
+        crate::kv::pairs::view::<u32>(&rows[keys_end..lens_end], "lens")?.into_owned();
+    let vals: Vec<V> = crate::kv::pairs::view::<V>(&rows[lens_end..], "values")?.into_owned();
+    crate::kv::pairs::check_shape(&keys, vals.len(), &lens).map_err(|e| bad(&e))?;
+    Ok(KVPairs { keys, vals, lens })
 }
 
 /// The resolution kept with a cached key list.

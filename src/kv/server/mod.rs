@@ -17,6 +17,7 @@
 
 pub mod default;
 pub(crate) mod durable;
+mod moving;
 mod serve;
 mod zserve;
 
@@ -29,8 +30,9 @@ use super::value::Value;
 use super::Key;
 use crate::error::Result;
 use crate::postoffice::CustomerEvent;
-use crate::postoffice::{Customer, Postoffice, Route};
+use crate::postoffice::{Customer, Postoffice, Range, Route};
 use crate::wire::{Message, Node, NodeId};
+use moving::is_handoff;
 use serve::{serve_request, Handling, Incoming};
 use std::marker::PhantomData;
 use std::mem::ManuallyDrop;
@@ -100,6 +102,33 @@ pub trait RequestHandler<V: Value>: Send + 'static {
     fn restore(&mut self, _state: &[u8]) -> Result<(), String> {
         Err("this handler cannot restore saved state (RequestHandler::restore)".into())
     }
+
+    /// Elastic servers: the rows of the keys in `range` as bytes, for their new owner's
+    /// [`import_range`](Self::import_range), as the range leaves this server (it is not asked
+    /// for them again unless the range comes back, with an import).
+    ///
+    /// # Errors
+    /// A text naming why the rows cannot move; the new owner then answers every request for
+    /// the range with it. The default refuses.
+    fn export_range(&mut self, _range: Range) -> Result<Vec<u8>, String> {
+        Err(
+            "this handler cannot move its rows to another server (RequestHandler::export_range)"
+                .into(),
+        )
+    }
+
+    /// Elastic servers: stores rows of `range` that [`export_range`](Self::export_range)
+    /// wrote on their old owner, replacing what it holds of those keys.
+    ///
+    /// # Errors
+    /// A text naming what is wrong with `rows`; the server then answers every request for the
+    /// range with it. The default refuses.
+    fn import_range(&mut self, _range: Range, _rows: &[u8]) -> Result<(), String> {
+        Err(
+            "this handler cannot take rows from another server (RequestHandler::import_range)"
+                .into(),
+        )
+    }
 }
 
 /// A [`RequestHandler`] whose stored values zero-copy (rendezvous) pulls are served from
@@ -149,6 +178,8 @@ impl<V: Value> KVServer<V> {
             rv: ServerRv::new(po, V::DTYPE),
             lists: KeptLists::new(cache, cache.saturating_mul(po.num_workers().max(1))),
             timeout: po.config().timing.timeout,
+            holding: crate::postoffice::ranges::holding::Holding::new(po.my_id(), po.layout()),
+            app_id,
             po: po.clone(),
         };
         let customer = Customer::new(
@@ -177,6 +208,9 @@ struct Served<H> {
     rv: ServerRv,
     lists: KeptLists,
     timeout: Duration,
+    /// Which keys it serves as the key layout changes (elastic servers).
+    holding: crate::postoffice::ranges::holding::Holding,
+    app_id: i32,
     po: Arc<Postoffice>,
 }
 
@@ -200,8 +234,13 @@ impl<H> Served<H> {
         H: RequestHandler<V>,
     {
         match carrier::arrival(ev)? {
+            Arrival::KeyValue(msg) if is_handoff(&msg) => self.on_handoff(msg),
             Arrival::KeyValue(msg) => return Some(msg),
-            Arrival::Control { meta, msg } => self.rv.serve(&self.po, &*self.handler, &meta, msg),
+            Arrival::Layout(layout) => self.on_layout(&layout),
+            Arrival::Control { meta, msg } => match moving::not_served(&self.holding, &msg) {
+                Some(why) => self.rv.refuse(&self.po, &*self.handler, &meta, (msg, why)),
+                None => self.rv.serve(&self.po, &*self.handler, &meta, msg),
+            },
             Arrival::Written(_) => {
                 tracing::warn!("a key-value server got a remote write; dropped");
             }
@@ -261,6 +300,7 @@ impl<H> Served<H> {
             handler: &mut *self.handler,
             lists: &mut self.lists,
             durable: self.durable.as_mut(),
+            holding: &self.holding,
         };
         if let Some((m, keys)) = serve_request(&self.po, server, req) {
             // Rendezvous pulls that waited for these keys (tag matching).

@@ -8,8 +8,9 @@ use crate::kv::keycache::KeptLists;
 use crate::kv::pairs::{decode_checked, encode_owned, KVPairs};
 use crate::kv::value::Value;
 use crate::kv::Key;
+use crate::postoffice::ranges::holding::{Holding, Verdict};
 use crate::postoffice::{reply_meta, Postoffice};
-use crate::wire::{KeyRef, Message, Meta, Node, NodeId};
+use crate::wire::{KeyRef, Message, Meta, Node, NodeId, Placement};
 use bytes::Bytes;
 
 /// A request's kind as the metrics name it: `push`, `pull`, `push-pull`, or `command` (an
@@ -32,11 +33,13 @@ pub(super) struct Incoming {
     pub(super) parked: bool,
 }
 
-/// What handles a request: the handler, the key lists kept for the workers, the checkpoint.
+/// What handles a request: the handler, the key lists kept for the workers, the checkpoint,
+/// and which keys the server holds.
 pub(super) struct Handling<'a, H> {
     pub(super) handler: &'a mut H,
     pub(super) lists: &'a mut KeptLists,
     pub(super) durable: Option<&'a mut durable::Durable>,
+    pub(super) holding: &'a Holding,
 }
 
 /// Handles one key-value request and answers it. Returns the request's meta and pushed keys
@@ -56,6 +59,7 @@ pub(super) fn serve_request<V: Value>(
     let Message { meta: m, mut data } = msg;
     let started = std::time::Instant::now();
     let mut reply = Message::new(reply_meta(&m));
+    reply.meta.kv.placement = m.kv.placement;
     // The key list first, before anything can refuse the request: what the server keeps under
     // a digest then always follows the worker's registrations (see `super::keycache`).
     // Then the gate's refusal, answered as an error text like a malformed reference.
@@ -74,6 +78,15 @@ pub(super) fn serve_request<V: Value>(
             return None;
         }
     };
+    // Keys placed elsewhere, or not here yet, as the key layout changes: nothing is applied.
+    if let Some(answer) = placed(server.holding, &m, &data) {
+        match answer {
+            Ok(p) => reply.meta.kv.placement = Some(p),
+            Err(e) => reply.meta.error = Some(e),
+        }
+        send_answer(po, reply);
+        return None;
+    }
     let mut pushed = None;
     let result = apply(po, server, (&m, &data, list), |keys| {
         if parked {
@@ -113,6 +126,7 @@ fn apply<V: Value>(
         handler,
         lists,
         mut durable,
+        holding: _,
     } = server;
     let may_change = m.may_change_state();
     let again = may_change && durable.as_ref().is_some_and(|d| d.applied_before(m));
@@ -132,7 +146,7 @@ fn apply<V: Value>(
     if m.kv.push && req.vals.is_empty() && !req.keys.is_empty() {
         return Err("push without values".to_string());
     }
-    if let Some(why) = out_of_place(po, m.sender, &req.keys) {
+    if let Some(why) = out_of_place(po, m.sender) {
         return Err(why);
     }
     if again {
@@ -156,12 +170,11 @@ fn apply<V: Value>(
     }
 }
 
-/// Why a request may not be served here, `None` when it may (a server serves the
-/// workers of its cluster, and only the keys of its own range — ps-lite's `GetServerKeyRanges`,
-/// [`crate::postoffice::range`]): its sender is not a worker of the node table, or one of its
-/// `keys` (sorted) is outside this server's range. The sender is the one its connection
-/// proved when the cluster has a token ([`crate::auth`]).
-fn out_of_place(po: &Postoffice, sender: NodeId, keys: &[Key]) -> Option<String> {
+/// Why a request may not be served here, `None` when it may (a server serves the workers of
+/// its cluster): its sender is not a worker of the node table. The sender is the one its
+/// connection proved when the cluster has a token ([`crate::auth`]). Which keys it may serve
+/// is [`placed`]'s.
+fn out_of_place(po: &Postoffice, sender: NodeId) -> Option<String> {
     if Node::role_of(sender) != Some(crate::wire::Role::Worker)
         || Node::rank_of(sender) >= po.num_workers()
     {
@@ -171,18 +184,32 @@ fn out_of_place(po: &Postoffice, sender: NodeId, keys: &[Key]) -> Option<String>
             po.num_workers()
         ));
     }
-    let me = po.my_id();
-    let range = po.server_key_ranges().get(Node::rank_of(me))?;
-    let inside = |k: Key| k >= range.begin && (k < range.end || range.end == u64::MAX);
-    let outside = [keys.first()?, keys.last()?]
-        .into_iter()
-        .find(|&&k| !inside(k))?;
-    Some(format!(
-        "key {outside} is outside the range of {} [{}, {}): requests are sliced by key range",
-        Node::describe(me),
-        range.begin,
-        range.end
-    ))
+    None
+}
+
+/// Where request `m` stands in the key layout (its keys frame, `data[0]`, filled in from a
+/// kept list already), `None` when this server serves it: `Ok` with the answer's placement
+/// ("moved", "not yet"), or `Err` with the text to refuse it with (keys outside this server's
+/// range at the worker's own layout: ps-lite's `GetServerKeyRanges` check,
+/// [`crate::postoffice::range`]). See [`Holding`].
+fn placed(holding: &Holding, m: &Meta, data: &[Bytes]) -> Option<Result<Placement, String>> {
+    let keys = data.first()?;
+    let key_at = |i: usize| {
+        keys.get(i..i + 8)
+            .and_then(|b| b.try_into().ok())
+            .map(u64::from_ne_bytes)
+    };
+    let (first, last) = (key_at(0)?, key_at(keys.len().checked_sub(8)?)?);
+    let (epoch, part) = match m.kv.placement {
+        Some(Placement::Part { epoch, part }) => (Some(epoch), part),
+        _ => (None, 0),
+    };
+    match holding.verdict(&[first, last], epoch) {
+        Verdict::Serve => None,
+        Verdict::Moved { epoch } => Some(Ok(Placement::Moved { part, epoch })),
+        Verdict::NotYet => Some(Ok(Placement::NotYet { part })),
+        Verdict::Refuse(why) => Some(Err(why)),
+    }
 }
 
 /// Why a request is answered without reaching the handler, before anything of it is applied.

@@ -141,6 +141,19 @@ impl ServerRv {
         self.run_actions(po, m, handler, actions);
     }
 
+    /// A rendezvous request `rvmsg` (under header `m`) for a key this server does not serve
+    /// now: answered ERROR_STATUS with `why`.
+    pub(super) fn refuse<V: Value>(
+        &mut self,
+        po: &Postoffice,
+        handler: &impl RequestHandler<V>,
+        m: &Meta,
+        (rvmsg, why): (RvMessage, String),
+    ) {
+        let actions = self.rv.refuse(m.sender, &rvmsg, why);
+        self.run_actions(po, m, handler, actions);
+    }
+
     /// `keys` got values (a push of request `m`): serve the pulls that waited for them.
     pub(super) fn pushed<V: Value>(
         &mut self,

@@ -365,6 +365,22 @@ impl<V: Value> KeyStore<V> {
         }
     }
 
+    /// Replaces the values of a list resolved by [`resolve_push`](Self::resolve_push) with
+    /// `vals` (key order, `res.values()` of them): rows moved here from another server.
+    ///
+    /// # Panics
+    /// If `vals.len() != res.values()`.
+    pub fn assign(&mut self, res: &Resolved, vals: &[V]) {
+        assert_eq!(vals.len(), res.values, "assigned values vs resolved list");
+        let mut at = 0;
+        for r in &res.runs {
+            self.arena
+                .slice_mut(r.chunk, r.off, r.len)
+                .copy_from_slice(&vals[at..at + r.len]);
+            at += r.len;
+        }
+    }
+
     /// The values of a resolved list, in key order.
     pub fn gather(&self, res: &Resolved) -> Vec<V> {
         let mut out = Vec::with_capacity(res.values);

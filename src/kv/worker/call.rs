@@ -134,6 +134,16 @@ pub(super) struct PulledPart {
     pub(super) lens: Bytes,
 }
 
+impl PulledPart {
+    /// Its first key (parts are merged in key order), 0 when it has none.
+    pub(super) fn first_key(&self) -> Key {
+        self.keys
+            .get(..8)
+            .and_then(|b| b.try_into().ok())
+            .map_or(0, Key::from_ne_bytes)
+    }
+}
+
 /// Merges pulled parts (in key order) into one [`KVPairs`]: `lens` is filled in for every key
 /// when any part has lens or the parts' keys have different numbers of values.
 ///

@@ -248,12 +248,8 @@ impl<V: Value> KVWorker<V> {
             cmd,
         };
         call.check()?;
-        let slices = slice(
-            self.state.po.server_key_ranges(),
-            call.keys,
-            call.vals.len(),
-            call.lens,
-        );
+        let layout = self.state.po.layout();
+        let slices = slice(&layout, call.keys, call.vals.len(), call.lens);
         // Requests long unanswered give their bytes back before this one takes some.
         self.state
             .requests
@@ -273,17 +269,27 @@ impl<V: Value> KVWorker<V> {
         {
             return Ok(ts);
         }
-        self.send_parts(&call, &slices, ts)
+        self.send_parts(&call, &slices, (ts, layout.epoch()))
     }
 
-    /// Sends request `ts`'s part for each of `slices` (tracked already). Returns `ts`.
+    /// Sends request `ts`'s part for each of `slices` (tracked already; sliced by the key
+    /// layout of `epoch`). Returns `ts`.
     ///
     /// # Errors
     /// As [`Postoffice::send`]: the first part that could not be sent (then the request is
     /// forgotten), unless the request had already ended (its callback reported that).
-    fn send_parts(&self, call: &Call<'_, V>, slices: &[Slice], ts: Timestamp) -> Result<Timestamp> {
-        for s in slices {
-            let part = call.part(s, ts, self.state.app_id, self.state.customer_id);
+    fn send_parts(
+        &self,
+        call: &Call<'_, V>,
+        slices: &[Slice],
+        (ts, epoch): (Timestamp, u64),
+    ) -> Result<Timestamp> {
+        for (i, s) in slices.iter().enumerate() {
+            let mut part = call.part(s, ts, self.state.app_id, self.state.customer_id);
+            part.meta.kv.placement = Some(crate::wire::Placement::Part {
+                epoch,
+                part: i as u32,
+            });
             let keys = &call.keys[s.keys.clone()];
             let sent = self
                 .state
@@ -444,6 +450,8 @@ fn on_event<V: Value>(state: &WorkerState<V>, ev: CustomerEvent) {
                 .on_replaced(&state.po, (rank, incarnation), ids);
         }
         Some(Arrival::PeerReplaced { .. }) => {}
+        // A worker reads the layout from the postoffice when it slices.
+        Some(Arrival::Layout(_)) => {}
         // Only requests reach a route of answers: the postoffice delivers none here.
         Some(Arrival::Answered { from, .. }) => tracing::warn!(
             "a key-value worker got ANSWERED from {}; dropped",

@@ -30,7 +30,7 @@ use crate::metrics::Metrics;
 use crate::postoffice::budget::Budget;
 use crate::postoffice::Postoffice;
 use crate::sync::lock;
-use crate::wire::{KeyRef, Message, Node};
+use crate::wire::{KeyRef, Message, Node, Placement};
 use bytes::Bytes;
 use std::collections::HashMap;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -38,6 +38,7 @@ use std::time::{Duration, Instant};
 
 mod expiry;
 mod pending;
+mod redirect;
 mod replaced;
 
 use pending::{not_outstanding, Outcome, Pending};
@@ -193,16 +194,16 @@ impl<V: Value> Tracker<V> {
             ],
         };
         let keep = self.replacing.keeps();
-        self.record_asked(server, &msg, p.keys, !p.send || keep);
+        let slot = self.record_asked(server, &msg, p.keys);
         let ts = msg.meta.tag.timestamp;
         match po.send_on_path(msg) {
             Ok((_, path)) => {
-                self.sent_on(ts, server, path);
+                self.sent_on(ts, slot, path);
                 Ok(())
             }
             // A request to a server whose channel failed: kept for its replacement (the
             // server's loss is not final), or failed with the server's loss.
-            Err(e) if kept_for_replacement(keep, po.has_failed(), &e) => {
+            Err(e) if replaced::kept_for_replacement(keep, po.has_failed(), &e) => {
                 tracing::warn!(
                     "a request to {} is kept for its replacement: {e}",
                     Node::describe(Node::server_id(server))
@@ -219,27 +220,28 @@ impl<V: Value> Tracker<V> {
     }
 
     /// Records in request `msg`'s pending entry what its part for `server` asked: `keys`, and
-    /// a copy of `msg` when `copy` (to send it again).
-    fn record_asked(&self, server: usize, msg: &Message, keys: Bytes, copy: bool) {
-        let resend = copy.then(|| msg.clone());
-        if let Some(pd) = lock(&self.pending).get_mut(&msg.meta.tag.timestamp) {
-            pd.changes = msg.meta.may_change_state();
-            if let Some(slot) = pd.slot(server) {
-                let asked = &mut pd.asked[slot];
-                (asked.keys, asked.resend) = (keys, resend);
-            }
-        }
+    /// a copy of `msg` (its frames shared, not copied), to send it again: with its keys (a
+    /// server that does not keep the list it names), to a replacement, or sliced again (a
+    /// server that answers "moved" or "not yet"). Returns the part's slot.
+    fn record_asked(&self, server: usize, msg: &Message, keys: Bytes) -> Option<usize> {
+        let mut map = lock(&self.pending);
+        let pd = map.get_mut(&msg.meta.tag.timestamp)?;
+        pd.changes = msg.meta.may_change_state();
+        let slot = pd.slot_of(server, msg.meta.kv.placement.and_then(|p| p.part()))?;
+        let asked = &mut pd.asked[slot];
+        (asked.keys, asked.resend) = (keys, Some(msg.clone()));
+        Some(slot)
     }
 
-    /// Part `server` of request `ts` went out on the path of generation `path` (recorded when
+    /// Part `slot` of request `ts` went out on the path of generation `path` (recorded when
     /// parts are kept for replacements).
-    fn sent_on(&self, ts: Timestamp, server: usize, path: u32) {
+    fn sent_on(&self, ts: Timestamp, slot: Option<usize>, path: u32) {
         if !self.replacing.keeps() {
             return;
         }
-        if let Some(pd) = lock(&self.pending).get_mut(&ts) {
-            if let Some(slot) = pd.slot(server) {
-                pd.asked[slot].path = path;
+        if let (Some(pd), Some(slot)) = (lock(&self.pending).get_mut(&ts), slot) {
+            if let Some(a) = pd.asked.get_mut(slot) {
+                a.path = path;
             }
         }
     }
@@ -270,11 +272,19 @@ impl<V: Value> Tracker<V> {
     pub(super) fn on_answer(&self, po: &Postoffice, msg: Message) {
         let (ts, from) = (msg.meta.tag.timestamp, msg.meta.sender);
         let server = Node::rank_of(from);
+        let placement = msg.meta.kv.placement;
+        let part = placement.and_then(|p| p.part());
+        if let Some(p @ (Placement::Moved { .. } | Placement::NotYet { .. })) = placement {
+            // Keys placed elsewhere, or not here yet: nothing was applied; slice them again.
+            redirect::redirect(self, po, (ts, server), p);
+            return;
+        }
         if let Some(KeyRef::Unknown { .. }) = msg.meta.kv.keys {
             // The server keeps no such list: nothing was applied; ask again with the keys.
-            let asked = lock(&self.pending)
-                .get_mut(&ts)
-                .and_then(|p| p.take_cached_resend(server));
+            let asked = lock(&self.pending).get_mut(&ts).and_then(|p| {
+                let slot = p.slot_of(server, part)?;
+                p.take_cached_resend(slot)
+            });
             let outcome = match asked {
                 Some((keys, req)) => match self.resend_with_keys(po, server, &keys, req) {
                     Ok(()) => return,
@@ -285,7 +295,7 @@ impl<V: Value> Tracker<V> {
                     message: "answered \"unknown key list\" to a request that named none".into(),
                 }),
             };
-            self.settle(ts, server, outcome);
+            self.settle(ts, (server, part), outcome);
             return;
         }
         let Message { mut meta, data } = msg;
@@ -294,16 +304,16 @@ impl<V: Value> Tracker<V> {
         if let Outcome::Failed(failed) = &outcome {
             // Further requests refused in the same answer.
             for &also in &also_refused {
-                self.settle(also, server, Outcome::Failed(failed.clone()));
+                self.settle(also, (server, None), Outcome::Failed(failed.clone()));
             }
         }
-        self.settle(ts, server, outcome);
+        self.settle(ts, (server, part), outcome);
     }
 
-    /// Records server `server`'s outcome for request `ts`; completes the request (its waiter or
-    /// callback) once every server involved answered. The callback runs after the lock is
-    /// released.
-    fn settle(&self, ts: Timestamp, server: usize, outcome: Outcome) {
+    /// Records the outcome of request `ts`'s part `part` (its number; `None`: the server's
+    /// first part) at server rank `server`; completes the request (its waiter or callback)
+    /// once every part is answered. The callback runs after the lock is released.
+    fn settle(&self, ts: Timestamp, (server, part): (usize, Option<u32>), outcome: Outcome) {
         let completed = {
             let mut map = lock(&self.pending);
             let Some(p) = map.get_mut(&ts) else {
@@ -313,7 +323,7 @@ impl<V: Value> Tracker<V> {
                 );
                 return;
             };
-            let Some(slot) = p.slot(server) else {
+            let Some(slot) = p.slot_of(server, part) else {
                 tracing::warn!(
                     "answer for {} from {}, which was not asked",
                     p.label,
@@ -335,7 +345,7 @@ impl<V: Value> Tracker<V> {
             if !p.complete() {
                 return;
             }
-            p.parts.sort_by_key(|x| x.server);
+            p.parts.sort_by_key(super::call::PulledPart::first_key);
             if p.callback.is_some() {
                 map.remove(&ts)
             } else {
@@ -478,15 +488,6 @@ impl<V: Value> Tracker<V> {
             map = crate::sync::wait_timeout(&self.settled, map, tick);
         }
     }
-}
-
-/// Whether a part whose send failed with `e` is kept for its server's replacement (and the
-/// request goes on waiting) rather than failing the request: only when parts are kept
-/// (`keep`, the cluster replaces lost servers), the job has not failed (`failed`: a peer is
-/// lost for good, so no replacement comes), and the send failed for the server's channel
-/// ([`Error::Van`], [`Error::PeerLost`]).
-fn kept_for_replacement(keep: bool, failed: bool, e: &Error) -> bool {
-    keep && !failed && matches!(e, Error::Van(_) | Error::PeerLost(_))
 }
 
 #[cfg(test)]

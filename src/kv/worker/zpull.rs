@@ -415,12 +415,9 @@ impl<V: Value> KVWorker<V> {
             .unwrap_or_else(|_| Err(self.zpull_timeout(key, index)))
     }
 
-    /// The id of the server owning `key`.
+    /// The id of the server owning `key` in the current key layout.
     fn server_for(&self, key: Key) -> NodeId {
-        Node::server_id(crate::postoffice::range::server_of(
-            self.state.po.server_key_ranges(),
-            key,
-        ))
+        self.state.po.layout().owner_of(key)
     }
 
     /// Cancels pull `index` of `key` at its deadline; the timeout error naming its server.

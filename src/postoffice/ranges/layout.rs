@@ -11,7 +11,7 @@
 //! one by one with the same [`Move`].
 
 use crate::postoffice::range::{server_key_ranges, Range};
-use crate::wire::NodeId;
+use crate::wire::{KeyLayout, KeyMove, KeyPart, Node, NodeId};
 
 /// One range and its owner.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -82,6 +82,86 @@ impl Layout {
         self.parts[i.saturating_sub(1)].owner
     }
 
+    /// The keys `owner` holds, `None` when it holds none. A server holds at most one part:
+    /// [`plan_add`](Self::plan_add) splits a part and [`plan_drain`](Self::plan_drain) joins a
+    /// drained part to its neighbour's, and [`from_wire`](Self::from_wire) refuses a layout
+    /// that gives a server two.
+    pub fn part_of(&self, owner: NodeId) -> Option<Range> {
+        self.parts
+            .iter()
+            .find(|p| p.owner == owner)
+            .map(|p| p.range)
+    }
+
+    /// As sent in a [`KeyLayout`], with the moves of `plan` (which led to it) and `settled`.
+    pub fn to_wire(&self, plan: &Plan, settled: Option<(u64, u64)>) -> KeyLayout {
+        KeyLayout {
+            epoch: self.epoch,
+            parts: self
+                .parts
+                .iter()
+                .map(|p| KeyPart {
+                    begin: p.range.begin,
+                    end: p.range.end,
+                    owner: p.owner,
+                })
+                .collect(),
+            moves: plan
+                .moves
+                .iter()
+                .map(|m| KeyMove {
+                    begin: m.range.begin,
+                    end: m.range.end,
+                    from: m.from,
+                    to: m.to,
+                })
+                .collect(),
+            settled,
+        }
+    }
+
+    /// A layout received in a [`KeyLayout`], and the plan that led to it.
+    ///
+    /// # Errors
+    /// A text naming what is wrong: no parts, parts that do not cover the key space in order
+    /// from 0 to `u64::MAX`, an empty part, or a server holding two parts.
+    pub fn from_wire(w: &KeyLayout) -> Result<(Layout, Plan), String> {
+        let parts: Vec<Part> = w
+            .parts
+            .iter()
+            .map(|p| Part {
+                range: Range {
+                    begin: p.begin,
+                    end: p.end,
+                },
+                owner: p.owner,
+            })
+            .collect();
+        check_parts(w.epoch, &parts)?;
+        let moves = w
+            .moves
+            .iter()
+            .map(|m| Move {
+                range: Range {
+                    begin: m.begin,
+                    end: m.end,
+                },
+                from: m.from,
+                to: m.to,
+            })
+            .collect();
+        Ok((
+            Layout {
+                epoch: w.epoch,
+                parts,
+            },
+            Plan {
+                epoch: w.epoch,
+                moves,
+            },
+        ))
+    }
+
     /// The servers owning keys, each once, in order of their first part.
     pub fn owners(&self) -> Vec<NodeId> {
         let mut seen = Vec::new();
@@ -99,7 +179,7 @@ impl Layout {
     /// When `new` already owns keys, or no part is wide enough to split (2 keys).
     pub fn plan_add(&self, new: NodeId) -> Result<Plan, String> {
         if self.owners().contains(&new) {
-            return Err(format!("server {new} already owns keys"));
+            return Err(format!("{} already owns keys", Node::describe(new)));
         }
         let widest = self
             .parts
@@ -134,11 +214,12 @@ impl Layout {
     /// When `gone` owns no keys, or is the only server.
     pub fn plan_drain(&self, gone: NodeId) -> Result<Plan, String> {
         if !self.owners().contains(&gone) {
-            return Err(format!("server {gone} owns no keys"));
+            return Err(format!("{} owns no keys", Node::describe(gone)));
         }
         if self.owners().len() == 1 {
             return Err(format!(
-                "server {gone} is the only server: nobody can take its keys"
+                "{} is the only server: nobody can take its keys",
+                Node::describe(gone)
             ));
         }
         let moves = (0..self.parts.len())
@@ -182,6 +263,39 @@ impl Layout {
             parts: merged(parts),
         })
     }
+}
+
+/// Checks that `parts` (of layout `epoch`) cover the key space in order from 0 to
+/// `u64::MAX`, none empty, no server holding two.
+fn check_parts(epoch: u64, parts: &[Part]) -> Result<(), String> {
+    let (first, last) = match (parts.first(), parts.last()) {
+        (Some(f), Some(l)) => (f, l),
+        _ => return Err(format!("key layout {} has no parts", epoch)),
+    };
+    if first.range.begin != 0 || last.range.end != u64::MAX {
+        return Err(format!(
+            "key layout {} does not cover the keys from 0 to u64::MAX",
+            epoch
+        ));
+    }
+    if let Some(p) = parts.iter().find(|p| p.range.begin >= p.range.end) {
+        return Err(format!(
+            "key layout {} has an empty part {:?}",
+            epoch, p.range
+        ));
+    }
+    if parts.windows(2).any(|x| x[0].range.end != x[1].range.begin) {
+        return Err(format!("key layout {}'s parts are not contiguous", epoch));
+    }
+    for (i, p) in parts.iter().enumerate() {
+        if parts[..i].iter().any(|q| q.owner == p.owner) {
+            return Err(format!(
+                "key layout {} gives server {} two parts",
+                epoch, p.owner
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// `parts` with `m.range` cut out of the part of `m.from` holding it and given to `m.to`.

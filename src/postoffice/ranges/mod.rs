@@ -1,10 +1,13 @@
-//! Servers added and drained at runtime: who owns which keys ([`layout`]), and how one range's
-//! rows move from their old owner to the new one with every push applied exactly once
-//! ([`migration`]). Sans-IO, property-tested against a network that drops, duplicates and
-//! reorders (`tests.rs`); not driven by the postoffice yet.
+//! Servers added and drained at runtime: who owns which keys ([`layout`]), the scheduler's
+//! one resize at a time ([`coordinator`]), and which requests each server serves while rows
+//! move from their old owner to the new one, so that every push is applied exactly once
+//! ([`holding`]). Sans-IO, property-tested (`tests.rs`): layouts through any adds and drains,
+//! and whole jobs — workers pushing, resizes, handoffs — with every message delivered in any
+//! interleaving of the connections.
 
+pub mod coordinator;
+pub mod holding;
 pub mod layout;
-pub mod migration;
 
 #[cfg(test)]
 mod tests;

@@ -33,14 +33,17 @@ pub(super) struct HeldTable {
 pub(in crate::postoffice) struct SchedulerIo {
     scheduler: Mutex<Scheduler>,
     held: Mutex<Vec<HeldTable>>,
+    /// The servers' key layout and the resize in progress (taken alone).
+    pub(super) coordinator: Mutex<super::super::ranges::coordinator::Coordinator>,
 }
 
 impl SchedulerIo {
     /// The IO around `scheduler`.
-    pub(in crate::postoffice) fn new(scheduler: Scheduler) -> SchedulerIo {
+    pub(in crate::postoffice) fn new(scheduler: Scheduler, servers: usize) -> SchedulerIo {
         SchedulerIo {
             scheduler: Mutex::new(scheduler),
             held: Mutex::new(Vec::new()),
+            coordinator: super::resize::coordinator(servers),
         }
     }
 
@@ -92,6 +95,12 @@ pub(in crate::postoffice) fn scheduler_obeys(
         }
         (ControlMsg::Heartbeat, true) => on_heartbeat(po, meta),
         (ControlMsg::NodeReplaced { node, .. }, false) => on_replaced_confirmed(po, from, node.id),
+        (ControlMsg::Resize { server, add }, true) => {
+            super::resize::on_resize(po, from, server, add)
+        }
+        (ControlMsg::RangesArrived { epoch, bytes }, true) => {
+            super::resize::on_arrived(po, from, epoch, bytes)
+        }
         _ => return false,
     }
     true

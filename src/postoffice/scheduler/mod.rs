@@ -475,6 +475,7 @@ mod ranks;
 mod rebuild;
 mod rejoin;
 mod replacements;
+mod resize;
 mod tables;
 pub(super) use driver::SchedulerIo;
 pub use ranks::assign_ranks;

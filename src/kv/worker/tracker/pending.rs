@@ -35,7 +35,7 @@ pub(super) struct Pending<V> {
     pub(super) servers: Vec<usize>,
     pub(super) answered: Vec<bool>,
     pub(super) asked: Vec<Asked>,
-    /// Pulled parts, in answer order until complete, then by server rank (= key order).
+    /// Pulled parts, in answer order until complete, then in key order.
     pub(super) parts: Vec<PulledPart>,
     /// The first failure of any server.
     pub(super) error: Option<Error>,
@@ -90,6 +90,31 @@ impl<V> Pending<V> {
         self.servers.iter().position(|&s| s == server)
     }
 
+    /// The slot of part `part` (the number its message carried, [`Placement::Part`]) if it
+    /// went to server rank `server`; without a number, the server's first slot.
+    ///
+    /// [`Placement::Part`]: crate::wire::Placement::Part
+    pub(super) fn slot_of(&self, server: usize, part: Option<u32>) -> Option<usize> {
+        match part {
+            Some(p) => Some(p as usize).filter(|&i| self.servers.get(i) == Some(&server)),
+            None => self.slot(server),
+        }
+    }
+
+    /// A new part, to server rank `server`, for keys a server answered "moved" or "not yet"
+    /// (holding none of the budget: the redirected part gave its bytes back). Returns its slot.
+    pub(super) fn add_part(&mut self, server: usize) -> usize {
+        self.servers.push(server);
+        self.answered.push(false);
+        self.asked.push(Asked {
+            keys: Bytes::new(),
+            resend: None,
+            path: 0,
+            cost: 0,
+        });
+        self.servers.len() - 1
+    }
+
     /// Takes server `server`'s `outcome` (its part is `slot`): the first error, or its pulled
     /// pairs.
     pub(super) fn take(&mut self, slot: usize, server: usize, outcome: Outcome) {
@@ -129,12 +154,11 @@ impl<V> Pending<V> {
         self.error.get_or_insert(error);
     }
 
-    /// Server rank `server` does not keep the key list its part named: the part's keys and
-    /// the request to send again (taken: sent again once). `None` when the part named no
-    /// cached list (a copy kept for a replacement) or `server` was not asked.
-    pub(super) fn take_cached_resend(&mut self, server: usize) -> Option<(Bytes, Message)> {
-        let slot = self.slot(server)?;
-        let a = &mut self.asked[slot];
+    /// The server of part `slot` does not keep the key list the part named: the part's keys
+    /// and the request to send again (taken: sent again once). `None` when the part named no
+    /// cached list.
+    pub(super) fn take_cached_resend(&mut self, slot: usize) -> Option<(Bytes, Message)> {
+        let a = self.asked.get_mut(slot)?;
         let keys = a.resend.as_ref().and_then(|m| m.meta.kv.keys.as_ref());
         if !matches!(keys, Some(KeyRef::Cached { .. })) {
             return None;
@@ -159,6 +183,16 @@ impl<V> Pending<V> {
             silent.join(", ")
         ))
     }
+}
+
+/// The slot of the part `msg` is (its number, [`crate::wire::Placement::Part`]: a part's
+/// number is its slot).
+pub(super) fn slot_of_part(msg: &Message) -> Option<usize> {
+    msg.meta
+        .kv
+        .placement
+        .and_then(|p| p.part())
+        .map(|p| p as usize)
 }
 
 /// What one server's answer to a request brought.

@@ -8,6 +8,7 @@
 //! its restored checkpoint lacks an answered one (`kv::server::durable`).
 
 use super::Tracker;
+use crate::error::Error;
 use crate::kv::value::Value;
 use crate::postoffice::Postoffice;
 use crate::sync::lock;
@@ -82,6 +83,34 @@ impl<V: Value> Tracker<V> {
         };
         let _in_order = lock(mirror);
         let id = Node::server_id(server);
+        self.tell_answered(po, server, (app_id, customer_id));
+        let again = self.unanswered_by(server, incarnation);
+        if !again.is_empty() {
+            tracing::warn!(
+                "sending {} again the {} requests of app {app_id}, customer {customer_id} it \
+                 did not answer",
+                Node::describe(id),
+                again.len()
+            );
+        }
+        for mut msg in again {
+            msg.meta.stamp.seq = None;
+            let ts = msg.meta.tag.timestamp;
+            let slot = super::pending::slot_of_part(&msg);
+            match po.send_on_path(msg) {
+                Ok((_, path)) => self.sent_on(ts, slot, path),
+                Err(e) => {
+                    tracing::warn!("cannot send a request again to {}: {e}", Node::describe(id))
+                }
+            }
+        }
+    }
+
+    /// Tells the replacement of server rank `server` the highest state-changing request of
+    /// this customer (application `app_id`, customer `customer_id`) its predecessor answered
+    /// (ANSWERED), if any.
+    fn tell_answered(&self, po: &Postoffice, server: usize, (app_id, customer_id): (i32, i32)) {
+        let id = Node::server_id(server);
         if let Some(ts) = self.replacing.highest(server) {
             let meta = Meta {
                 request: true,
@@ -107,25 +136,6 @@ impl<V: Value> Tracker<V> {
                 );
             }
         }
-        let again = self.unanswered_by(server, incarnation);
-        if !again.is_empty() {
-            tracing::warn!(
-                "sending {} again the {} requests of app {app_id}, customer {customer_id} it \
-                 did not answer",
-                Node::describe(id),
-                again.len()
-            );
-        }
-        for mut msg in again {
-            msg.meta.stamp.seq = None;
-            let ts = msg.meta.tag.timestamp;
-            match po.send_on_path(msg) {
-                Ok((_, path)) => self.sent_on(ts, server, path),
-                Err(e) => {
-                    tracing::warn!("cannot send a request again to {}: {e}", Node::describe(id))
-                }
-            }
-        }
     }
 
     /// Copies of the parts sent to server rank `server` on a path older than generation
@@ -146,6 +156,15 @@ impl<V: Value> Tracker<V> {
         out.sort_by_key(|(ts, _)| *ts);
         out.into_iter().map(|(_, m)| m).collect()
     }
+}
+
+/// Whether a part whose send failed with `e` is kept for its server's replacement (and the
+/// request goes on waiting) rather than failing the request: only when parts are kept
+/// (`keep`, the cluster replaces lost servers), the job has not failed (`failed`: a peer is
+/// lost for good, so no replacement comes), and the send failed for the server's channel
+/// ([`Error::Van`], [`Error::PeerLost`]).
+pub(super) fn kept_for_replacement(keep: bool, failed: bool, e: &Error) -> bool {
+    keep && !failed && matches!(e, Error::Van(_) | Error::PeerLost(_))
 }
 
 #[cfg(test)]
@@ -209,8 +228,8 @@ mod tests {
         open(&t, 3, &[0], false, 0);
         open(&t, 4, &[0], true, 0);
         open(&t, 6, &[0], true, 1); // sent to the replacement already
-        t.settle(4, 0, Outcome::Pushed);
-        t.settle(2, 1, Outcome::Pushed);
+        t.settle(4, (0, None), Outcome::Pushed);
+        t.settle(2, (1, None), Outcome::Pushed);
         assert_eq!(
             timestamps(&t.unanswered_by(0, 1)),
             vec![2, 3, 5],
@@ -237,23 +256,23 @@ mod tests {
         open(&t, 11, &[0], true, 0); // answered with an error
         open(&t, 12, &[1], true, 0); // another server
         open(&t, 13, &[0], true, 0); // not answered yet
-        t.settle(7, 0, Outcome::Pushed);
-        t.settle(3, 0, Outcome::Pushed);
+        t.settle(7, (0, None), Outcome::Pushed);
+        t.settle(3, (0, None), Outcome::Pushed);
         let pulled = Outcome::Pulled {
             keys: None,
             vals: Default::default(),
             lens: Default::default(),
         };
-        t.settle(9, 0, pulled);
+        t.settle(9, (0, None), pulled);
         t.settle(
             11,
-            0,
+            (0, None),
             Outcome::Failed(crate::Error::Remote {
                 node: "server rank 0 (id 8)".into(),
                 message: "refused".into(),
             }),
         );
-        t.settle(12, 1, Outcome::Pushed);
+        t.settle(12, (1, None), Outcome::Pushed);
         assert_eq!(t.replacing.highest(0), Some(7));
         assert_eq!(t.replacing.highest(1), Some(12));
         assert_eq!(timestamps(&t.unanswered_by(0, 1)), vec![13]);

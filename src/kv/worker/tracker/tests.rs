@@ -1,5 +1,6 @@
 //! Tests of the tracker's decisions that need no postoffice.
 
+use super::replaced::kept_for_replacement;
 use super::*;
 
 /// A send that failed for the server's channel.

@@ -1,0 +1,156 @@
+//! The scheduler's side of elastic servers: the key layout, one resize at a time, and when its
+//! rows have all arrived. Sans-IO: requests and reports in, the layout to broadcast out, time
+//! passed in.
+
+use super::layout::{Layout, Plan};
+use crate::wire::{KeyLayout, Node, NodeId};
+use std::time::Instant;
+
+/// A resize whose rows are moving.
+struct Moving {
+    plan: Plan,
+    started: Instant,
+    /// The new owners that have not reported their rows.
+    awaiting: Vec<NodeId>,
+    bytes: u64,
+}
+
+/// The layout the scheduler holds and the resize in progress.
+pub struct Coordinator {
+    layout: Layout,
+    moving: Option<Moving>,
+}
+
+impl Coordinator {
+    /// Epoch 0: `servers` (ids, in rank order) with even shares.
+    pub fn new(servers: &[NodeId]) -> Coordinator {
+        Coordinator {
+            layout: Layout::even(servers),
+            moving: None,
+        }
+    }
+
+    /// The current layout.
+    pub fn layout(&self) -> &Layout {
+        &self.layout
+    }
+
+    /// Server `server` to get a share of the keys (`add`) or to give all of its keys away,
+    /// asked at `now`. Returns the layout to broadcast (its moves to make).
+    ///
+    /// # Errors
+    /// A text naming why not: a resize in progress, or as [`Layout::plan_add`] and
+    /// [`Layout::plan_drain`].
+    pub fn resize(&mut self, server: NodeId, add: bool, now: Instant) -> Result<KeyLayout, String> {
+        if let Some(m) = &self.moving {
+            return Err(format!(
+                "the keys are moving to layout {} already (waiting for {}); ask again when it \
+                 settles",
+                m.plan.epoch,
+                describe_all(&m.awaiting)
+            ));
+        }
+        let plan = if add {
+            self.layout.plan_add(server)?
+        } else {
+            self.layout.plan_drain(server)?
+        };
+        self.layout = self.layout.apply(&plan)?;
+        let mut awaiting: Vec<NodeId> = plan.moves.iter().map(|m| m.to).collect();
+        awaiting.sort_unstable();
+        awaiting.dedup();
+        let wire = self.layout.to_wire(&plan, None);
+        self.moving = Some(Moving {
+            plan,
+            started: now,
+            awaiting,
+            bytes: 0,
+        });
+        Ok(wire)
+    }
+
+    /// Server `from` holds the rows moved to it for layout `epoch` (`bytes` of them), at
+    /// `now`. Returns the settled layout to broadcast once it was the last new owner.
+    pub fn arrived(
+        &mut self,
+        from: NodeId,
+        epoch: u64,
+        bytes: u64,
+        now: Instant,
+    ) -> Option<KeyLayout> {
+        let m = self.moving.as_mut().filter(|m| m.plan.epoch == epoch)?;
+        let at = m.awaiting.iter().position(|&a| a == from)?;
+        m.awaiting.remove(at);
+        m.bytes += bytes;
+        if !m.awaiting.is_empty() {
+            return None;
+        }
+        let m = self.moving.take()?;
+        let micros = now.saturating_duration_since(m.started).as_micros() as u64;
+        Some(self.layout.to_wire(&m.plan, Some((m.bytes, micros))))
+    }
+
+    /// The epoch whose rows are moving, if any.
+    pub fn moving(&self) -> Option<u64> {
+        self.moving.as_ref().map(|m| m.plan.epoch)
+    }
+}
+
+fn describe_all(ids: &[NodeId]) -> String {
+    ids.iter()
+        .map(|&id| Node::describe(id))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn one_resize_at_a_time_settles_when_every_new_owner_reported() {
+        let t0 = Instant::now();
+        let mut c = Coordinator::new(&[8, 10, 12]);
+        let drain = c.resize(12, false, t0).expect("drains");
+        assert_eq!(drain.epoch, 1);
+        assert_eq!(drain.moves.len(), 1);
+        assert_eq!(drain.moves[0].to, 10);
+        assert_eq!(drain.parts.len(), 2);
+        let busy = c.resize(12, true, t0).expect_err("one at a time");
+        assert!(busy.contains("moving to layout 1"), "{busy}");
+        assert!(c.arrived(8, 1, 5, t0).is_none(), "8 receives nothing");
+        assert!(c.arrived(10, 0, 5, t0).is_none(), "another epoch");
+        let settled = c
+            .arrived(10, 1, 40, t0 + Duration::from_millis(30))
+            .expect("the last new owner");
+        assert_eq!(settled.settled, Some((40, 30_000)));
+        assert_eq!(c.moving(), None);
+        let add = c.resize(12, true, t0).expect("adds back");
+        assert_eq!(add.epoch, 2);
+        assert!(c.layout().part_of(12).is_some());
+        let again = c.arrived(12, 2, 0, t0).expect("settles");
+        assert_eq!(
+            again.parts,
+            c.layout()
+                .to_wire(
+                    &Plan {
+                        epoch: 2,
+                        moves: vec![]
+                    },
+                    None
+                )
+                .parts
+        );
+    }
+
+    #[test]
+    fn refusals_name_the_reason() {
+        let t0 = Instant::now();
+        let mut c = Coordinator::new(&[8]);
+        let only = c.resize(8, false, t0).expect_err("the only server");
+        assert!(only.contains("only server"), "{only}");
+        let twice = c.resize(8, true, t0).expect_err("owns keys");
+        assert!(twice.contains("already owns keys"), "{twice}");
+    }
+}

@@ -1,0 +1,388 @@
+//! A whole job against the sans-IO parts: the scheduler's [`Coordinator`], a [`Holding`] and a
+//! key store per server, and workers that slice pushes by the layout they know and slice a
+//! part again when a server answers "moved" or "not yet" (as `kv::worker::tracker::redirect`
+//! does). Every connection is FIFO, as a ZMQ connection with resend is; the connections are
+//! delivered in any interleaving, resizes start at any moment. Checked: no part is ever
+//! refused, at most one server serves a key at any moment, and once the job is quiet every
+//! part was answered and every key's owner holds exactly the pushes of it.
+
+use super::super::coordinator::Coordinator;
+use super::super::holding::{Holding, Verdict};
+use super::super::layout::Layout;
+use crate::postoffice::range::Range;
+use crate::wire::{KeyLayout, NodeId};
+use proptest::prelude::*;
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
+use std::time::Instant;
+
+const SCHEDULER: NodeId = 1;
+const SERVERS: [NodeId; 4] = [8, 10, 12, 14];
+const WORKERS: [NodeId; 2] = [9, 11];
+
+/// The keys pushed: 24 spread over the key space, `u64::MAX` last.
+fn all_keys() -> Vec<u64> {
+    let mut k: Vec<u64> = (0..23u64).map(|i| i * (u64::MAX / 23) + 3).collect();
+    k.push(u64::MAX);
+    k
+}
+
+#[derive(Clone, Debug)]
+enum Answer {
+    Applied,
+    Moved,
+    NotYet,
+}
+
+#[derive(Clone, Debug)]
+enum Msg {
+    Layout(KeyLayout),
+    Part {
+        id: (usize, usize),
+        keys: Vec<u64>,
+        epoch: u64,
+    },
+    Answer {
+        id: (usize, usize),
+        answer: Answer,
+    },
+    Handoff {
+        epoch: u64,
+        range: Range,
+        rows: BTreeMap<u64, i64>,
+    },
+    Arrived {
+        epoch: u64,
+    },
+}
+
+struct Server {
+    holding: Holding,
+    sums: BTreeMap<u64, i64>,
+    /// Rows that arrived before their layout, by (epoch, first key).
+    early: BTreeMap<(u64, u64), BTreeMap<u64, i64>>,
+}
+
+struct Worker {
+    layout: Layout,
+    /// Parts not answered: (push, part) → keys.
+    out: BTreeMap<(usize, usize), Vec<u64>>,
+    /// Per push, the next part number.
+    next: BTreeMap<usize, usize>,
+}
+
+/// What the test does next.
+#[derive(Clone, Debug)]
+enum Op {
+    /// Worker `w` pushes the keys picked by `mask`.
+    Push(usize, u32),
+    /// The `n`-th non-empty connection delivers one message.
+    Deliver(usize),
+    /// A resize of server `s` (add or drain).
+    Resize(bool, usize),
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        2 => (0..WORKERS.len(), 1u32..).prop_map(|(w, m)| Op::Push(w, m)),
+        6 => any::<usize>().prop_map(Op::Deliver),
+        1 => (any::<bool>(), 0..SERVERS.len()).prop_map(|(a, s)| Op::Resize(a, s)),
+    ]
+}
+
+struct Job {
+    coord: Coordinator,
+    servers: BTreeMap<NodeId, Server>,
+    workers: BTreeMap<NodeId, Worker>,
+    chans: BTreeMap<(NodeId, NodeId), VecDeque<Msg>>,
+    /// Pushes of each key made.
+    pushed: BTreeMap<u64, i64>,
+    pushes: usize,
+    now: Instant,
+}
+
+impl Job {
+    fn new() -> Job {
+        let l0 = Layout::even(&SERVERS);
+        Job {
+            coord: Coordinator::new(&SERVERS),
+            servers: SERVERS
+                .iter()
+                .map(|&s| {
+                    let holding = Holding::new(s, Arc::new(l0.clone()));
+                    (
+                        s,
+                        Server {
+                            holding,
+                            sums: BTreeMap::new(),
+                            early: BTreeMap::new(),
+                        },
+                    )
+                })
+                .collect(),
+            workers: WORKERS
+                .iter()
+                .map(|&w| {
+                    let worker = Worker {
+                        layout: l0.clone(),
+                        out: BTreeMap::new(),
+                        next: BTreeMap::new(),
+                    };
+                    (w, worker)
+                })
+                .collect(),
+            chans: BTreeMap::new(),
+            pushed: BTreeMap::new(),
+            pushes: 0,
+            now: Instant::now(),
+        }
+    }
+
+    fn send(&mut self, from: NodeId, to: NodeId, m: Msg) {
+        self.chans.entry((from, to)).or_default().push_back(m);
+    }
+
+    /// Worker `w` sends `keys` of push `push` as parts sliced by its layout.
+    fn send_parts(&mut self, w: NodeId, push: usize, keys: &[u64]) {
+        let worker = &self.workers[&w];
+        let epoch = worker.layout.epoch();
+        let mut by_owner: BTreeMap<(u64, NodeId), Vec<u64>> = BTreeMap::new();
+        for &k in keys {
+            let owner = worker.layout.owner_of(k);
+            let begin = worker.layout.part_of(owner).map_or(0, |r| r.begin);
+            by_owner.entry((begin, owner)).or_default().push(k);
+        }
+        for ((_, owner), keys) in by_owner {
+            let worker = self.workers.get_mut(&w).expect("a worker");
+            let n = worker.next.entry(push).or_insert(0);
+            let id = (push, *n);
+            *n += 1;
+            worker.out.insert(id, keys.clone());
+            self.send(w, owner, Msg::Part { id, keys, epoch });
+        }
+    }
+
+    fn push(&mut self, w: usize, mask: u32) {
+        let keys: Vec<u64> = all_keys()
+            .into_iter()
+            .enumerate()
+            .filter(|(i, _)| mask & (1 << i) != 0)
+            .map(|(_, k)| k)
+            .collect();
+        if keys.is_empty() {
+            return;
+        }
+        for &k in &keys {
+            *self.pushed.entry(k).or_insert(0) += 1;
+        }
+        let push = self.pushes;
+        self.pushes += 1;
+        self.send_parts(WORKERS[w], push, &keys);
+    }
+
+    fn resize(&mut self, add: bool, s: usize) {
+        if let Ok(layout) = self.coord.resize(SERVERS[s], add, self.now) {
+            self.broadcast(&layout);
+        }
+    }
+
+    fn broadcast(&mut self, layout: &KeyLayout) {
+        for to in SERVERS.iter().chain(&WORKERS) {
+            self.send(SCHEDULER, *to, Msg::Layout(layout.clone()));
+        }
+    }
+
+    /// Delivers the next message of the `n`-th non-empty connection (modulo their number).
+    fn deliver(&mut self, n: usize) -> Result<bool, TestCaseError> {
+        let busy: Vec<(NodeId, NodeId)> = self
+            .chans
+            .iter()
+            .filter(|(_, q)| !q.is_empty())
+            .map(|(&c, _)| c)
+            .collect();
+        if busy.is_empty() {
+            return Ok(false);
+        }
+        let (from, to) = busy[n % busy.len()];
+        let m = self
+            .chans
+            .get_mut(&(from, to))
+            .and_then(VecDeque::pop_front)
+            .ok_or_else(|| TestCaseError::fail("a busy connection"))?;
+        match to {
+            SCHEDULER => self.at_scheduler(from, m),
+            t if SERVERS.contains(&t) => self.at_server(from, t, m)?,
+            t => self.at_worker(t, m),
+        }
+        self.check_one_server_per_key()?;
+        Ok(true)
+    }
+
+    fn at_scheduler(&mut self, from: NodeId, m: Msg) {
+        if let Msg::Arrived { epoch } = m {
+            if let Some(settled) = self.coord.arrived(from, epoch, 0, self.now) {
+                self.broadcast(&settled);
+            }
+        }
+    }
+
+    fn at_server(&mut self, from: NodeId, me: NodeId, m: Msg) -> Result<(), TestCaseError> {
+        match m {
+            Msg::Layout(l) => {
+                let server = self.servers.get_mut(&me).expect("a server");
+                let Some(adopted) = server.holding.adopt(&l) else {
+                    return Ok(());
+                };
+                let mut sends = Vec::new();
+                for mv in adopted.out {
+                    let rows = server
+                        .sums
+                        .iter()
+                        .filter(|(k, _)| mv.range.holds(**k))
+                        .map(|(&k, &v)| (k, v))
+                        .collect();
+                    let h = Msg::Handoff {
+                        epoch: l.epoch,
+                        range: mv.range,
+                        rows,
+                    };
+                    sends.push((mv.to, h));
+                }
+                for (range, _) in adopted.arrived {
+                    let rows = server.early.remove(&(l.epoch, range.begin));
+                    server.sums.extend(rows.unwrap_or_default());
+                    sends.push((SCHEDULER, Msg::Arrived { epoch: l.epoch }));
+                }
+                for (to, m) in sends {
+                    self.send(me, to, m);
+                }
+            }
+            Msg::Handoff { epoch, range, rows } => {
+                let server = self.servers.get_mut(&me).expect("a server");
+                match server
+                    .holding
+                    .handoff(epoch, range, Ok(bytes::Bytes::new()))
+                {
+                    Some(_) => {
+                        server.sums.extend(rows);
+                        self.send(me, SCHEDULER, Msg::Arrived { epoch });
+                    }
+                    // Before its layout: the holding keeps it, the model its rows.
+                    None => {
+                        server.early.insert((epoch, range.begin), rows);
+                    }
+                }
+            }
+            Msg::Part { id, keys, epoch } => {
+                let server = self.servers.get_mut(&me).expect("a server");
+                let answer = match server.holding.verdict(&keys, Some(epoch)) {
+                    Verdict::Serve => {
+                        for k in &keys {
+                            *server.sums.entry(*k).or_insert(0) += 1;
+                        }
+                        Answer::Applied
+                    }
+                    Verdict::Moved { .. } => Answer::Moved,
+                    Verdict::NotYet => Answer::NotYet,
+                    Verdict::Refuse(why) => {
+                        return Err(TestCaseError::fail(format!("part {id:?} refused: {why}")))
+                    }
+                };
+                self.send(me, from, Msg::Answer { id, answer });
+            }
+            other => return Err(TestCaseError::fail(format!("a server got {other:?}"))),
+        }
+        Ok(())
+    }
+
+    fn at_worker(&mut self, me: NodeId, m: Msg) {
+        let worker = self.workers.get_mut(&me).expect("a worker");
+        match m {
+            Msg::Layout(l) => {
+                if let Ok((layout, _)) = Layout::from_wire(&l) {
+                    if layout.epoch() > worker.layout.epoch() {
+                        worker.layout = layout;
+                    }
+                }
+            }
+            Msg::Answer { id, answer } => {
+                let Some(keys) = worker.out.remove(&id) else {
+                    return;
+                };
+                if !matches!(answer, Answer::Applied) {
+                    self.send_parts(me, id.0, &keys);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// At most one server serves each key (none while its rows move).
+    fn check_one_server_per_key(&self) -> Result<(), TestCaseError> {
+        for k in all_keys() {
+            let serving = self
+                .servers
+                .values()
+                .filter(|s| s.holding.verdict(&[k], None) == Verdict::Serve)
+                .count();
+            prop_assert!(serving <= 1, "{serving} servers serve key {k}");
+        }
+        Ok(())
+    }
+
+    /// Delivers everything, connection after connection, until the job is quiet.
+    fn drain(&mut self) -> Result<(), TestCaseError> {
+        for step in 0.. {
+            prop_assert!(step < 200_000, "the job never went quiet");
+            if !self.deliver(step)? {
+                return Ok(());
+            }
+        }
+        Ok(())
+    }
+
+    fn check_exact(&self) -> Result<(), TestCaseError> {
+        for w in self.workers.values() {
+            prop_assert!(w.out.is_empty(), "unanswered parts {:?}", w.out);
+        }
+        prop_assert_eq!(self.coord.moving(), None);
+        let layout = self.coord.layout();
+        for (&k, &n) in &self.pushed {
+            let owner = layout.owner_of(k);
+            let server = &self.servers[&owner];
+            prop_assert_eq!(server.holding.verdict(&[k], None), Verdict::Serve);
+            prop_assert_eq!(
+                server.sums.get(&k).copied(),
+                Some(n),
+                "key {} at {}",
+                k,
+                owner
+            );
+        }
+        Ok(())
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    /// Workers push while servers are drained and added at any moment and every connection's
+    /// messages interleave in any order: every push is applied exactly once, by one server.
+    #[test]
+    fn pushes_are_applied_exactly_once_while_servers_are_added_and_drained(
+        ops in proptest::collection::vec(op(), 1..300),
+    ) {
+        let mut job = Job::new();
+        for op in ops {
+            match op {
+                Op::Push(w, mask) => job.push(w, mask),
+                Op::Deliver(n) => {
+                    job.deliver(n)?;
+                }
+                Op::Resize(add, s) => job.resize(add, s),
+            }
+        }
+        job.drain()?;
+        job.check_exact()?;
+    }
+}

@@ -1,0 +1,218 @@
+//! Elastic servers on a server or worker: the servers' key layout this node slices by, the
+//! layouts the scheduler broadcasts (handed to this node's key-value servers, which move their
+//! rows), the reports that rows arrived, and [`Postoffice::resize`], which asks the scheduler
+//! for a resize and waits until it settles. The scheduler's side is
+//! [`super::scheduler::resize`]; the layout itself is [`super::ranges`].
+
+use super::ranges::layout::Layout;
+use super::{CustomerEvent, Postoffice};
+use crate::error::{Error, Result};
+use crate::sync::lock;
+use crate::wire::{ControlMsg, KeyLayout, Message, Meta, Node, NodeId, SCHEDULER};
+use std::collections::HashMap;
+use std::sync::{Arc, Condvar, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+/// A resize as it settled: the layout it led to, the bytes of rows moved, and the time from
+/// the scheduler's broadcast of the moves to the last new owner's report.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Resized {
+    /// The epoch of the layout it led to.
+    pub epoch: u64,
+    /// Bytes of rows moved (the handlers' exports).
+    pub bytes: u64,
+    /// From the moves' broadcast to the last new owner's report (scheduler's clock).
+    pub took: Duration,
+}
+
+/// What the waits of [`Postoffice::resize`] sleep on.
+#[derive(Default)]
+struct Waits {
+    /// The last resize that settled.
+    settled: Option<Resized>,
+    /// The scheduler's refusal of this node's last resize.
+    refused: Option<String>,
+    /// Per epoch, how many of this node's key-value servers hold their rows, and the bytes.
+    arrived: HashMap<u64, (usize, u64)>,
+}
+
+/// This node's key layout and its resizes.
+pub(super) struct Resizing {
+    layout: RwLock<Arc<Layout>>,
+    waits: Mutex<Waits>,
+    cv: Condvar,
+    /// One resize asked at a time from this node.
+    asking: Mutex<()>,
+}
+
+impl Resizing {
+    /// Epoch 0: `servers` servers with even shares (ps-lite's `GetServerKeyRanges`).
+    pub(super) fn new(servers: usize) -> Resizing {
+        let ids: Vec<NodeId> = (0..servers.max(1)).map(Node::server_id).collect();
+        Resizing {
+            layout: RwLock::new(Arc::new(Layout::even(&ids))),
+            waits: Mutex::new(Waits::default()),
+            cv: Condvar::new(),
+            asking: Mutex::new(()),
+        }
+    }
+
+    /// The current layout.
+    pub(super) fn layout(&self) -> Arc<Layout> {
+        self.layout
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+}
+
+/// A [`ControlMsg::Layout`] from the scheduler: a refusal of this node's resize (`Meta::error`),
+/// a new layout (adopted, and handed to this node's key-value servers, which move their rows),
+/// or the current one settled.
+pub(super) fn on_layout(po: &Postoffice, meta: &Meta, wire: KeyLayout) {
+    let r = &po.node.resizing;
+    if let Some(why) = &meta.error {
+        lock(&r.waits).refused = Some(why.clone());
+        r.cv.notify_all();
+        return;
+    }
+    let (layout, _) = match Layout::from_wire(&wire) {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::warn!("dropped a key layout from the scheduler: {e}");
+            return;
+        }
+    };
+    let newer = {
+        let mut held = r.layout.write().unwrap_or_else(|p| p.into_inner());
+        let newer = layout.epoch() > held.epoch();
+        if newer {
+            *held = Arc::new(layout);
+        }
+        newer
+    };
+    if newer {
+        // A membership change: logged on every node at the default level, as losses and
+        // re-registrations are.
+        tracing::warn!("key layout {}: {}", wire.epoch, describe(&wire));
+        po.metrics().layout_epoch(wire.epoch);
+        if po.role() == crate::wire::Role::Server {
+            let wire = Arc::new(wire.clone());
+            lock(&po.routes).broadcast(|| CustomerEvent::Layout(wire.clone()));
+            if wire.moves.iter().any(|m| m.to == po.my_id()) && po.server_routes() == 0 {
+                report_arrived(po, wire.epoch, 0);
+            }
+        }
+    }
+    if let Some((bytes, micros)) = wire.settled {
+        tracing::info!(
+            "key layout {} settled: {bytes} bytes of rows moved in {:.1} ms",
+            wire.epoch,
+            micros as f64 / 1e3
+        );
+        lock(&r.waits).settled = Some(Resized {
+            epoch: wire.epoch,
+            bytes,
+            took: Duration::from_micros(micros),
+        });
+        r.cv.notify_all();
+    }
+}
+
+/// What a layout moves, for the log: "keys [a, b) server 2 → server 0; …".
+fn describe(wire: &KeyLayout) -> String {
+    wire.moves
+        .iter()
+        .map(|m| {
+            format!(
+                "keys [{}, {}) {} → {}",
+                m.begin,
+                m.end,
+                Node::describe(m.from),
+                Node::describe(m.to)
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// One key-value server of this node holds the rows moved to it for layout `epoch` (`bytes`
+/// of them); once all of them do, the scheduler is told.
+pub(crate) fn range_arrived(po: &Postoffice, epoch: u64, bytes: u64) {
+    let all = po.server_routes();
+    let done = {
+        let mut w = lock(&po.node.resizing.waits);
+        let e = w.arrived.entry(epoch).or_insert((0, 0));
+        e.0 += 1;
+        e.1 += bytes;
+        (e.0 == all).then_some(e.1)
+    };
+    if let Some(bytes) = done {
+        report_arrived(po, epoch, bytes);
+    }
+}
+
+fn report_arrived(po: &Postoffice, epoch: u64, bytes: u64) {
+    tracing::info!("holds the rows moved here for key layout {epoch} ({bytes} bytes)");
+    let msg = Message::new(Meta {
+        request: true,
+        ..Meta::for_control(SCHEDULER, ControlMsg::RangesArrived { epoch, bytes })
+    });
+    if let Err(e) = po.send(msg) {
+        tracing::warn!("cannot tell the scheduler that rows arrived: {e}");
+    }
+}
+
+impl Postoffice {
+    /// The servers' key layout this node slices requests by: epoch 0 is ps-lite's even split
+    /// by server rank ([`super::range::server_key_ranges`]); each resize that starts makes a
+    /// new epoch ([`super::ranges`]).
+    pub fn layout(&self) -> Arc<Layout> {
+        self.node.resizing.layout()
+    }
+
+    /// Elastic servers: asks the scheduler to give server `server` (a node id) a share of the
+    /// keys (`add`: the upper half of the widest part) or to move all its keys to its
+    /// neighbours (drain), while the workers go on pushing and pulling; waits until every new
+    /// owner holds its rows (at most `PS_TIMEOUT`). Requests in flight during the move are
+    /// applied once: a part that reaches the old owner after its rows left is answered "moved"
+    /// and sent again to the new owner, one that reaches the new owner before them "not yet".
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] with the scheduler's refusal (a resize already moving keys,
+    /// the only server, a server that owns keys already or none, `PS_CHECKPOINT_DIR` set, not
+    /// a server); [`Error::Timeout`] when it did not settle within `PS_TIMEOUT`; as
+    /// [`Postoffice::send`].
+    pub fn resize(&self, server: NodeId, add: bool) -> Result<Resized> {
+        let r = &self.node.resizing;
+        let _one = lock(&r.asking);
+        let before = self.layout().epoch();
+        lock(&r.waits).refused = None;
+        let msg = Message::new(Meta {
+            request: true,
+            ..Meta::for_control(SCHEDULER, ControlMsg::Resize { server, add })
+        });
+        self.send(msg)?;
+        let timeout = self.config().timing.timeout;
+        let deadline = Instant::now() + timeout;
+        let mut w = lock(&r.waits);
+        loop {
+            if let Some(why) = w.refused.take() {
+                return Err(Error::InvalidArgument(why));
+            }
+            if let Some(s) = w.settled.as_ref().filter(|s| s.epoch > before) {
+                return Ok(s.clone());
+            }
+            let now = Instant::now();
+            if now >= deadline || self.is_stopped() {
+                return Err(Error::Timeout(format!(
+                    "{} {} did not settle within {:.0} s (PS_TIMEOUT)",
+                    if add { "adding" } else { "draining" },
+                    Node::describe(server),
+                    timeout.as_secs_f64()
+                )));
+            }
+            w = crate::sync::wait_timeout(&r.cv, w, (deadline - now).min(super::node::TICK));
+        }
+    }
+}
