@@ -76,6 +76,57 @@ fn a_worker_trains_rows_on_two_servers_with_the_table_s_optimizer() {
 }
 
 #[test]
+fn table_rows_follow_their_keys_as_a_server_is_drained_and_added_back() {
+    let line = "app=3,dim=3,init=uniform:-1:1,seed=9,opt=adagrad:lr=0.05:init_acc=0.1";
+    let c = cluster_with(3, 1, 20.0, move |po| {
+        Ok(Box::new(serve_tables(po, &[spec(line)])?))
+    });
+    let po = c.workers[0].clone();
+    let kv = KVWorker::<f32>::new(&po, 3, 0).expect("worker");
+    // Keys of every server's third of the key space.
+    let keys: Vec<u64> = (0..30u64).map(|i| i * (u64::MAX / 30) + 1).collect();
+    let pushes: Vec<Vec<f32>> = (0..4)
+        .map(|p| (0..90).map(|i| ((i * 3 + p) % 5) as f32 - 2.0).collect())
+        .collect();
+    let push = |g: &Vec<f32>| {
+        kv.wait(kv.push(&keys, g, None).expect("push"))
+            .expect("pushed")
+    };
+    let rows_now = || {
+        let mut rows = vec![0.0f32; 90];
+        kv.pull_into(&keys, &mut rows).expect("pull");
+        rows.iter().map(|x| x.to_bits()).collect::<Vec<_>>()
+    };
+    let want = |n: usize| {
+        let rows = reference(&spec(line), &keys, &pushes[..n]);
+        rows.iter().map(|x| x.to_bits()).collect::<Vec<_>>()
+    };
+    push(&pushes[0]);
+    push(&pushes[1]);
+    let server2 = pslite::wire::Node::server_id(2);
+    let drained = po.resize(server2, false).expect("drains server 2");
+    assert_eq!(drained.epoch, 1);
+    assert!(
+        drained.bytes > 10 * 9 * 4,
+        "ten rows of 9 floats moved: {drained:?}"
+    );
+    assert_eq!(po.layout().part_of(server2), None);
+    assert_eq!(
+        rows_now(),
+        want(2),
+        "the rows moved with their optimizer slots"
+    );
+    push(&pushes[2]);
+    let added = po.resize(server2, true).expect("adds server 2 back");
+    assert_eq!(added.epoch, 2);
+    assert!(po.layout().part_of(server2).is_some());
+    push(&pushes[3]);
+    assert_eq!(rows_now(), want(4), "bit for bit the in-process table's");
+    drop(kv);
+    c.finish();
+}
+
+#[test]
 fn a_server_refuses_a_bad_table_spec_before_it_joins() {
     let out = Command::new(env!("CARGO_BIN_EXE_pslite-server"))
         .args(["--table", "app=0,dim=16,opt=adagrad:rate=0.1"])

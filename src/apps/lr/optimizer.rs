@@ -6,6 +6,7 @@
 
 use crate::kv::durable::bytes::Reader;
 use crate::kv::{KVPairs, KVRequest, Key, ReqMeta, RequestHandler, ServesValues};
+use crate::postoffice::Range;
 use std::collections::HashMap;
 
 /// Request command: the values carry `[optimizer, learning_rate, l2]` (optimizer 0 SGD,
@@ -169,6 +170,57 @@ impl RequestHandler<f32> for OptimizerHandler {
         Ok(())
     }
 
+    /// The configuration, and the weights and AdaGrad sums of the keys in `range`, in
+    /// [`save`](Self::save)'s format (they stay here, no longer served).
+    fn export_range(&mut self, range: Range) -> Result<Vec<u8>, String> {
+        let part = |m: &HashMap<Key, f32>| {
+            m.iter()
+                .filter(|(&k, _)| range.holds(k))
+                .map(|(&k, &v)| (k, v))
+                .collect()
+        };
+        let moving = OptimizerHandler {
+            cfg: self.cfg,
+            w: part(&self.w),
+            h: part(&self.h),
+        };
+        moving
+            .save()
+            .ok_or_else(|| "the optimizer cannot save".to_string())
+    }
+
+    /// Takes the weights and AdaGrad sums [`export_range`](Self::export_range) wrote,
+    /// replacing those of the same keys, and the configuration if this server has none.
+    ///
+    /// # Errors
+    /// Rows that do not decode, keys outside `range`, or another configuration.
+    fn import_range(&mut self, range: Range, rows: &[u8]) -> Result<(), String> {
+        let mut moved = OptimizerHandler::new();
+        moved.restore(rows)?;
+        if let Some(&k) = moved
+            .w
+            .keys()
+            .chain(moved.h.keys())
+            .find(|&&k| !range.holds(k))
+        {
+            return Err(format!(
+                "moved weight of key {k} is outside the range {range:?}"
+            ));
+        }
+        match (self.cfg, moved.cfg) {
+            (Some(have), Some(got)) if have != got => {
+                return Err(format!(
+                    "moved weights were trained as {got:?}; this server is configured as {have:?}"
+                ))
+            }
+            (None, got) => self.cfg = got,
+            _ => {}
+        }
+        self.w.extend(moved.w);
+        self.h.extend(moved.h);
+        Ok(())
+    }
+
     fn handle(&mut self, meta: &ReqMeta, req: KVRequest<'_, f32>) -> Result<KVPairs<f32>, String> {
         match (meta.cmd, meta.push) {
             (CMD_CONFIG, true) => {
@@ -216,6 +268,32 @@ impl RequestHandler<f32> for OptimizerHandler {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn weights_move_with_their_range() {
+        let cfg = OptConfig {
+            optimizer: Optimizer::Adagrad,
+            learning_rate: 0.1,
+            l2: 0.0,
+        };
+        let mut old = OptimizerHandler::new();
+        old.cfg = Some(cfg);
+        for k in [1, 5, 9] {
+            old.apply(&cfg, k, 1.0);
+        }
+        let range = Range { begin: 4, end: 10 };
+        let rows = old.export_range(range).expect("exports");
+        let mut new = OptimizerHandler::new();
+        new.import_range(range, &rows).expect("imports");
+        assert_eq!(new.cfg, Some(cfg));
+        assert_eq!(new.weight(5), old.weight(5));
+        assert_eq!(new.h.get(&9), old.h.get(&9));
+        assert_eq!(new.weight(1), 0.0, "key 1 stayed");
+        let e = new
+            .import_range(Range { begin: 6, end: 10 }, &rows)
+            .expect_err("key 5 is outside");
+        assert!(e.contains("key 5 is outside"), "{e}");
+    }
 
     #[test]
     fn sgd_step_by_hand() {

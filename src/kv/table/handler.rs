@@ -7,7 +7,7 @@ use crate::error::{Error, Result};
 use crate::kv::pairs::{KVPairs, KVRequest};
 use crate::kv::server::{KVServer, ReqMeta, RequestHandler};
 use crate::metrics::TableMetrics;
-use crate::postoffice::Postoffice;
+use crate::postoffice::{Postoffice, Range};
 use std::sync::Arc;
 
 /// The most values (keys × dim) one request may ask a table for: 1 GiB of `f32`s.
@@ -161,6 +161,20 @@ impl RequestHandler<f32> for TableHandler {
     fn save_into(&self, out: &mut Vec<u8>) -> bool {
         self.table.save_into(out);
         true
+    }
+
+    /// The rows of `range`, taken out of the table ([`Table::take_range`]).
+    fn export_range(&mut self, range: Range) -> std::result::Result<Vec<u8>, String> {
+        let rows = self.table.take_range(range);
+        self.publish();
+        Ok(rows)
+    }
+
+    /// Rows moved here ([`Table::put_rows`]).
+    fn import_range(&mut self, range: Range, rows: &[u8]) -> std::result::Result<(), String> {
+        let put = self.table.put_rows(range, rows);
+        self.publish();
+        put
     }
 
     fn restore(&mut self, state: &[u8]) -> std::result::Result<(), String> {

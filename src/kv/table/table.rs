@@ -421,13 +421,18 @@ impl Table {
 
     /// Evicts the row in `slot`.
     fn evict(&mut self, slot: u32) {
+        self.release(slot);
+        self.counts.evicted += 1;
+    }
+
+    /// Frees the row in `slot` (evicted, or moved to another server).
+    fn release(&mut self, slot: u32) {
         let key = self.rows.key(slot);
         let rows = &self.rows;
         self.index.remove(key, |s| rows.key(s));
         self.rows.set_head(slot, u64::from(self.free), FREE);
         self.free = slot;
         self.free_len += 1;
-        self.counts.evicted += 1;
     }
 
     /// The last slot freed, taken off the free list.

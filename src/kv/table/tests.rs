@@ -300,6 +300,59 @@ fn large_requests_split_among_threads_leave_what_one_thread_leaves() {
     assert_eq!(state(&one), state(&two));
 }
 
+#[test]
+fn rows_of_a_range_move_to_another_table_with_their_optimizer_slots() {
+    let s = spec("app=0,dim=2,init=uniform:-1:1,opt=adagrad:lr=0.1:init_acc=0.1");
+    let mut old = Table::new(&s).expect("table");
+    let keys = [1u64, 7, 1 << 40, u64::MAX];
+    for round in 0..3 {
+        let grads: Vec<f32> = (0..8).map(|i| (i + round) as f32 * 0.25).collect();
+        old.push(&keys, &grads, None).expect("push");
+    }
+    let range = crate::postoffice::Range {
+        begin: 5,
+        end: u64::MAX,
+    };
+    let moving: Vec<Vec<f32>> = keys[1..]
+        .iter()
+        .map(|&k| old.get_with_slots(k).expect("held").to_vec())
+        .collect();
+    let rows = old.take_range(range);
+    assert_eq!(old.len(), 1, "key 1 stays");
+    assert_eq!(old.counts().evicted, 0, "moved rows are not evicted ones");
+    let mut new = Table::new(&s).expect("table");
+    new.put_rows(range, &rows).expect("rows of the same spec");
+    for (k, want) in keys[1..].iter().zip(&moving) {
+        assert_eq!(
+            bits(new.get_with_slots(*k).expect("moved")),
+            bits(want),
+            "key {k}"
+        );
+    }
+    assert_eq!(new.counts().admitted, 0, "moved rows are not admitted ones");
+    // The same step on both sides of the move.
+    new.push(&[7], &[0.5, 0.5], None).expect("push");
+    old.put_rows(range, &new.take_range(range)).expect("back");
+    let mut same = Table::new(&s).expect("table");
+    same.put_rows(range, &rows).expect("rows");
+    same.push(&[7], &[0.5, 0.5], None).expect("push");
+    assert_eq!(
+        bits(old.get_with_slots(7).expect("back")),
+        bits(same.get_with_slots(7).expect("stepped"))
+    );
+    let other = spec("app=0,dim=3");
+    let e = Table::new(&other)
+        .expect("table")
+        .put_rows(range, &rows)
+        .expect_err("another spec");
+    assert!(e.contains("moved rows come from a table with spec"), "{e}");
+    let e = Table::new(&s)
+        .expect("table")
+        .put_rows(crate::postoffice::Range { begin: 8, end: 9 }, &rows)
+        .expect_err("key 7 is outside");
+    assert!(e.contains("moved row of key 7 is outside"), "{e}");
+}
+
 fn bits(v: &[f32]) -> Vec<u32> {
     v.iter().map(|x| x.to_bits()).collect()
 }

@@ -1,15 +1,21 @@
 //! A table's state as bytes ([`Table::save_into`]) and back ([`Table::restore`]): the spec
 //! line it was saved with, its counts, every record handed out, the free list and the
 //! admission sketch. A restored table reuses the same slots in the same order, so the pushes
-//! logged after the snapshot replay to the same bits.
+//! logged after the snapshot replay to the same bits. And the rows of one key range, moving
+//! to another server as servers are added and drained ([`Table::take_range`],
+//! [`Table::put_rows`]).
 
-use super::{Table, TableCounts, NONE};
+use super::{stamp_of, Table, TableCounts, NONE};
 use crate::kv::durable::bytes::Reader;
 use crate::kv::table::admit::Admit;
 use crate::kv::table::rows::{Rows, FREE};
+use crate::postoffice::Range;
 
 /// The first bytes of a saved table.
 const MAGIC: &[u8] = b"pslite-table/2\n";
+
+/// The first bytes of a table's rows moving to another server.
+const MOVED: &[u8] = b"pslite-table-rows/1\n";
 
 /// The first bytes of a table saved before a push stepped the rows held first ([`Table::push`]).
 const OLD_MAGIC: &[u8] = b"pslite-table/1\n";
@@ -85,6 +91,89 @@ impl Table {
         fresh.counts = c;
         *self = fresh;
         Ok(())
+    }
+
+    /// Takes the rows of the keys in `range` out of the table (their slots freed, not counted
+    /// as evicted) and returns them as bytes: a header, the spec line, the floats per row, the
+    /// row count, then each row's key and its values with the optimizer slots (little-endian).
+    /// Admission counts of keys not admitted yet stay here.
+    pub fn take_range(&mut self, range: Range) -> Vec<u8> {
+        let mut keys: Vec<u64> = self
+            .keys()
+            .into_iter()
+            .filter(|&k| range.holds(k))
+            .collect();
+        keys.sort_unstable();
+        let spec = self.spec.to_string();
+        let floats = self
+            .get_with_slots(keys.first().copied().unwrap_or(0))
+            .map_or(0, <[f32]>::len);
+        let mut out = Vec::with_capacity(64 + spec.len() + keys.len() * (8 + floats * 4));
+        out.extend_from_slice(MOVED);
+        out.extend_from_slice(&(spec.len() as u64).to_le_bytes());
+        out.extend_from_slice(spec.as_bytes());
+        out.extend_from_slice(&(floats as u64).to_le_bytes());
+        out.extend_from_slice(&(keys.len() as u64).to_le_bytes());
+        for k in keys {
+            let Some(slot) = self.find(k) else { continue };
+            out.extend_from_slice(&k.to_le_bytes());
+            out.extend_from_slice(bytemuck::cast_slice(self.rows.values(slot)));
+            self.release(slot);
+        }
+        out
+    }
+
+    /// Makes the rows [`take_range`](Self::take_range) wrote (on a server with the same spec)
+    /// rows of this table, replacing those of the same keys; each counts as pushed now (for
+    /// eviction and the TTL), and a full table evicts its least recently pushed rows first.
+    ///
+    /// # Errors
+    /// Another spec (both named), a key outside `range`, a row length other than this
+    /// table's, a truncation. Rows before the error stay.
+    pub fn put_rows(&mut self, range: Range, rows: &[u8]) -> Result<(), String> {
+        let mut r = Reader::new("moved rows", rows);
+        if r.take(MOVED.len(), "the header")? != MOVED {
+            return Err("moved rows: not an embedding table's rows (no header)".into());
+        }
+        let spec = r.sized("the spec line")?;
+        let mine = self.spec.to_string();
+        if spec != mine.as_bytes() {
+            return Err(format!(
+                "moved rows come from a table with spec '{}', this server's is '{mine}'",
+                String::from_utf8_lossy(spec)
+            ));
+        }
+        let floats = r.u64("the floats per row")? as usize;
+        let n = r.u64("the row count")?;
+        let stamp = stamp_of(self.counts.pushes, 0);
+        for _ in 0..n {
+            let key = r.u64("a key")?;
+            if !range.holds(key) {
+                return Err(format!(
+                    "moved row of key {key} is outside the range {range:?}"
+                ));
+            }
+            let values = r.take(floats * 4, "a row")?;
+            let slot = match self.find(key) {
+                Some(s) => s,
+                None => {
+                    let s = self.create(key);
+                    // Moved, not admitted here.
+                    self.counts.admitted -= 1;
+                    s
+                }
+            };
+            let (at, row) = self.rows.stamp_and_values_mut(slot);
+            if row.len() != floats {
+                return Err(format!(
+                    "moved rows have {floats} floats each (row and optimizer slots), this table's {}",
+                    row.len()
+                ));
+            }
+            *at = stamp;
+            bytemuck::cast_slice_mut::<f32, u8>(row).copy_from_slice(values);
+        }
+        r.finish("the moved rows")
     }
 
     /// Puts every held record of the first `used` slots in the index (growing it as it fills).
