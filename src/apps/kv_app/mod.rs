@@ -34,11 +34,50 @@ pub struct KvAppArgs {
     /// Pull through the zero-copy rendezvous (one request per key into pool buffers).
     #[arg(long)]
     pub zero_copy: bool,
+    /// Elastic servers: worker 0 drains and adds servers while every worker pushes, one
+    /// step after the other, e.g. `drain:2,add:2,drain:2` (server ranks); each step's time
+    /// and bytes moved are printed. The sums stay exact whichever server holds a key.
+    #[arg(long, value_parser = parse_resizes, default_value = "")]
+    pub resize: Resizes,
+    /// Milliseconds between two `--resize` steps (and before the first).
+    #[arg(long, default_value_t = 100)]
+    pub resize_pause_ms: u64,
+}
+
+/// `--resize` steps: (add, server rank).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Resizes(pub Vec<(bool, usize)>);
+
+/// Parses `drain:R,add:R,...`.
+///
+/// # Errors
+/// A text naming the step that is not `drain:RANK` or `add:RANK`.
+pub fn parse_resizes(s: &str) -> std::result::Result<Resizes, String> {
+    let mut out = Vec::new();
+    for step in s.split(',').map(str::trim).filter(|t| !t.is_empty()) {
+        let (what, rank) = step
+            .split_once(':')
+            .ok_or_else(|| format!("resize step {step:?} is not drain:RANK or add:RANK"))?;
+        let rank: usize = rank
+            .parse()
+            .map_err(|_| format!("resize step {step:?}: {rank:?} is not a server rank"))?;
+        let add = match what {
+            "add" => true,
+            "drain" => false,
+            _ => {
+                return Err(format!(
+                    "resize step {step:?} is not drain:RANK or add:RANK"
+                ))
+            }
+        };
+        out.push((add, rank));
+    }
+    Ok(Resizes(out))
 }
 
 /// Mismatch counts of the two checks (ps-lite prints them as `error: a, b`), and where the
 /// time went.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct KvAppReport {
     /// Values differing from vals × R × W after the pushes.
     pub push_errors: usize,
@@ -167,17 +206,12 @@ fn run_typed<V: Value>(po: &Arc<Postoffice>, a: &KvAppArgs) -> Result<KvAppRepor
     let plan = Plan::new(po, (&keys, &vals, a.len), po.config().checkpoint.is_some())?;
     let passed = po.inherited_barriers(WORKER_GROUP);
     let mut report = KvAppReport {
-        push_errors: 0,
-        push_pull_errors: 0,
         keys: a.keys,
         repeat: a.repeat,
-        push_s: 0.0,
-        pull_s: 0.0,
-        push_pull_s: 0.0,
-        sent_bytes: 0,
-        received_bytes: 0,
+        ..KvAppReport::default()
     };
 
+    let resizing = start_resizes(po, a);
     let t0 = Instant::now();
     if passed == 0 {
         let todo = to_push(&plan, &kv, (0, a.repeat), po.is_replacement())?;
@@ -205,11 +239,64 @@ fn run_typed<V: Value>(po: &Arc<Postoffice>, a: &KvAppArgs) -> Result<KvAppRepor
         }
     }
     report.push_pull_s = t0.elapsed().as_secs_f64();
+    finish_resizes(po, a, resizing)?;
     po.barrier(WORKER_GROUP)?;
     pull_all(&kv, &keys, a.len, a.zero_copy, &mut rets)?;
     report.push_pull_errors += mismatches(&rets, &vals, 2 * a.repeat * w);
     (report.sent_bytes, report.received_bytes) = po.payload_bytes();
     Ok(report)
+}
+
+/// On worker 0 with `--resize`: a thread that makes the steps one after the other, pausing
+/// `--resize-pause-ms` before each, and prints how each settled.
+fn start_resizes(
+    po: &Arc<Postoffice>,
+    a: &KvAppArgs,
+) -> Option<std::thread::JoinHandle<Result<()>>> {
+    if po.my_rank() != 0 || a.resize.0.is_empty() {
+        return None;
+    }
+    let (po, steps) = (po.clone(), a.resize.0.clone());
+    let pause = std::time::Duration::from_millis(a.resize_pause_ms);
+    Some(std::thread::spawn(move || {
+        for (add, rank) in steps {
+            std::thread::sleep(pause);
+            let id = crate::wire::Node::server_id(rank);
+            let r = po.resize(id, add)?;
+            println!(
+                "kv-app: {} server rank {rank}: key layout {} settled in {:.1} ms, {} bytes of rows moved",
+                if add { "added" } else { "drained" },
+                r.epoch,
+                r.took.as_secs_f64() * 1e3,
+                r.bytes
+            );
+        }
+        Ok(())
+    }))
+}
+
+/// Waits for the `--resize` thread (worker 0), then prints how many of this worker's parts
+/// were sent again.
+///
+/// # Errors
+/// The resize's error.
+fn finish_resizes(
+    po: &Postoffice,
+    a: &KvAppArgs,
+    resizing: Option<std::thread::JoinHandle<Result<()>>>,
+) -> Result<()> {
+    if let Some(r) = resizing {
+        r.join()
+            .map_err(|_| Error::InvalidArgument("kv-app: the resize thread panicked".into()))??;
+    }
+    if !a.resize.0.is_empty() {
+        println!(
+            "kv-app: worker {}: {} request parts answered moved or not yet and sent again",
+            po.my_rank(),
+            po.metrics().membership.parts_redirected.get()
+        );
+    }
+    Ok(())
 }
 
 /// Pushes still to make to each server in a phase that takes this worker's pushes applied
