@@ -130,6 +130,22 @@ impl PyPostoffice {
         })?)
     }
 
+    /// Elastic servers: moves every key of server `server` (a rank) to the other servers
+    /// (`add=False`), or gives that server, holding none, a share again (`add=True`), while
+    /// every worker goes on pushing; returns `(epoch, bytes, seconds)` once every new owner
+    /// holds its rows. The GIL is released while it waits, and Ctrl-C interrupts it.
+    ///
+    /// Raises `InvalidArgumentError` with the scheduler's refusal (another resize moving
+    /// keys, the only server, one that holds keys already or none, `PS_CHECKPOINT_DIR` set);
+    /// `TimeoutError` when it did not settle within PS_TIMEOUT.
+    #[pyo3(signature = (server, add = false))]
+    fn resize(&self, py: Python<'_>, server: usize, add: bool) -> PyResult<(u64, u64, f64)> {
+        let po = self.po.clone();
+        let id = pslite::wire::Node::server_id(server);
+        let r = check(blocking::interruptible(py, "resize", move || po.resize(id, add))?)?;
+        Ok((r.epoch, r.bytes, r.took.as_secs_f64()))
+    }
+
     /// Ends this node: waits (without deadline, the GIL released, Ctrl-C interrupting it)
     /// until every node finalized, then stops the van. A second call (or one from another
     /// thread) waits for the first and returns its result.

@@ -356,3 +356,26 @@ def test_finalize_is_idempotent_and_exit_keeps_the_exception(cluster):
             raise RuntimeError("training failed")
     po.finalize()  # already finalized on exit: returns at once
     c.wait()
+
+
+def test_a_server_drained_and_added_back_keeps_the_sums_exact(cluster):
+    """Three servers; the worker drains server 2 between pushes (its keys move to server 1),
+    pushes, adds it back, pushes: every key's sum is exact, and the refusals raise with the
+    scheduler's text."""
+    c = cluster(servers=3, workers=1)
+    keys = np.array([i * (2**64 // 12) + 1 for i in range(12)], dtype=np.uint64)
+    vals = np.arange(1, 13, dtype=np.float32)
+    with c.start() as po:
+        kv = pslite.KVWorker(po)
+        kv.wait(kv.push(keys, vals))
+        epoch, moved, seconds = po.resize(2)
+        assert epoch == 1 and moved > 0 and seconds >= 0
+        kv.wait(kv.push(keys, vals))
+        with pytest.raises(pslite.InvalidArgumentError, match="owns no keys"):
+            po.resize(2)
+        assert po.resize(2, add=True)[0] == 2
+        kv.wait(kv.push(keys, vals))
+        out = np.zeros(12, np.float32)
+        kv.pull_into(keys, out)
+        np.testing.assert_array_equal(out, 3 * vals)
+    c.wait()

@@ -67,6 +67,14 @@ class Postoffice:
 
         Raises TimeoutError (PS_TIMEOUT), PeerLostError, InvalidArgumentError (group not 1–7).
         """
+    def resize(self, server: int, add: bool = False) -> tuple[int, int, float]:
+        """Drains server rank ``server`` (its keys move to the other servers) or, with
+        ``add=True``, gives it a share of the keys again, while every worker goes on pushing;
+        returns ``(epoch, bytes moved, seconds)`` once every new owner holds its rows. Ctrl-C
+        interrupts the wait.
+
+        Raises InvalidArgumentError with the scheduler's refusal, TimeoutError (PS_TIMEOUT).
+        """
     def finalize(self) -> None:
         """Ends the node after every node finalized (no deadline; Ctrl-C interrupts the
         wait). A second or concurrent call waits for the first and returns its result.
