@@ -282,3 +282,33 @@ fn kv_app_ends_exactly_after_the_scheduler_is_killed_and_replaced_over_rdma() {
     assert!(out.contains("taking over run"), "no take-over:\n{out}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+#[ignore = "needs an RDMA device: run in scripts/softroce-vm.sh"]
+fn a_server_drained_and_added_back_over_rdma_keeps_the_sums_exact() {
+    // The rows move between servers over the van's ZMQ connections (servers have no QPs to
+    // each other); requests keep going over the rings.
+    let c = cluster_cfg(3, 1, 60.0, rdma, serve_default::<f32>);
+    let po = c.workers[0].clone();
+    let kv = KVWorker::<f32>::new(&po, 0, 0).expect("worker");
+    let keys: Vec<u64> = (0..3000u64).map(|i| i * (u64::MAX / 3000) + 1).collect();
+    let vals: Vec<f32> = (0..3000).map(|i| (i % 100) as f32).collect();
+    let push = || {
+        kv.wait(kv.push(&keys, &vals, None).expect("push"))
+            .expect("pushed")
+    };
+    let server2 = pslite::wire::Node::server_id(2);
+    push();
+    let drained = po.resize(server2, false).expect("drains server 2");
+    // A third of the keys, 16 bytes each (key, length, value).
+    assert!(drained.bytes >= 900 * 16, "{drained:?}");
+    push();
+    po.resize(server2, true).expect("adds server 2 back");
+    push();
+    let mut got = vec![0.0f32; 3000];
+    kv.pull_into(&keys, &mut got).expect("pull");
+    let want: Vec<f32> = vals.iter().map(|v| 3.0 * v).collect();
+    assert_eq!(got, want);
+    drop(kv);
+    c.finish();
+}
