@@ -100,7 +100,7 @@ fn a_resize_the_scheduler_refuses_fails_naming_why() {
     );
     let stranger = refused("drain:5", &[]);
     assert!(
-        stranger.contains("server rank 5 (id 18) is not a server of this cluster"),
+        stranger.contains("kv-app --resize: server rank 5, but the cluster has 2 servers"),
         "{stranger}"
     );
     let twice = refused("drain:1,drain:0", &[]);

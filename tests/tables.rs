@@ -122,6 +122,15 @@ fn table_rows_follow_their_keys_as_a_server_is_drained_and_added_back() {
     assert!(po.layout().part_of(server2).is_some());
     push(&pushes[3]);
     assert_eq!(rows_now(), want(4), "bit for bit the in-process table's");
+    let stranger = po
+        .resize(pslite::wire::Node::server_id(7), false)
+        .expect_err("not a server");
+    assert!(
+        stranger
+            .to_string()
+            .contains("server rank 7 (id 22) is not a server of this cluster"),
+        "{stranger}"
+    );
     drop(kv);
     c.finish();
 }

@@ -140,9 +140,17 @@ impl PyPostoffice {
     /// `TimeoutError` when it did not settle within PS_TIMEOUT.
     #[pyo3(signature = (server, add = false))]
     fn resize(&self, py: Python<'_>, server: usize, add: bool) -> PyResult<(u64, u64, f64)> {
+        if server >= self.po.num_servers() {
+            return Err(invalid(format!(
+                "server rank {server}: the cluster has {} servers",
+                self.po.num_servers()
+            )));
+        }
         let po = self.po.clone();
         let id = pslite::wire::Node::server_id(server);
-        let r = check(blocking::interruptible(py, "resize", move || po.resize(id, add))?)?;
+        let r = check(blocking::interruptible(py, "resize", move || {
+            po.resize(id, add)
+        })?)?;
         Ok((r.epoch, r.bytes, r.took.as_secs_f64()))
     }
 

@@ -137,6 +137,7 @@ pub fn reply_meta(req: &Meta) -> Meta {
             push: req.kv.push,
             pull: req.kv.pull,
             dtype: req.kv.dtype,
+            placement: req.kv.placement, // the part it answers
             ..Default::default()
         },
         ..Meta::default()
@@ -187,15 +188,12 @@ impl Postoffice {
         let inflight = cfg.bounds.max_inflight_bytes;
         let scheduler = (cfg.role == Role::Scheduler).then(|| {
             let recovery = recovery::window(&cfg);
-            scheduler::SchedulerIo::new(
-                Scheduler::new(
-                    me.clone(),
-                    cfg.cluster.num_servers,
-                    cfg.cluster.num_workers,
-                    recovery,
-                ),
+            scheduler::SchedulerIo::new(Scheduler::new(
+                me.clone(),
                 cfg.cluster.num_servers,
-            )
+                cfg.cluster.num_workers,
+                recovery,
+            ))
         });
         let budget = Arc::new(budget::Budget::new(inflight));
         let metrics = Arc::new(Metrics::new(van.name(), budget.gauge(), |r| {
@@ -404,14 +402,24 @@ impl Postoffice {
         self.cfg.role == Role::Worker && recovery::replaces_lost(self)
     }
 
-    /// How many key-value servers this process runs (server routes open).
-    pub(crate) fn server_routes(&self) -> usize {
-        lock(&self.routes).servers()
+    /// The servers' key layout this node slices requests by ([`ranges`]; epoch 0: ps-lite's
+    /// even split by rank, one epoch more per resize).
+    pub fn layout(&self) -> Arc<ranges::layout::Layout> {
+        self.node.resizing.layout()
     }
 
-    /// Whether the node stopped (finalized, or its job ended).
-    pub(crate) fn is_stopped(&self) -> bool {
-        self.life.stopped.load(Ordering::SeqCst)
+    /// Elastic servers: asks the scheduler to give server `server` (a node id) a share of the
+    /// keys (`add`: the upper half of the widest part) or to move all its keys to its
+    /// neighbours (drain), while the workers push and pull, each request applied once; waits
+    /// until every new owner holds its rows (at most `PS_TIMEOUT`).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`]: the scheduler's refusal, naming why. [`Error::Remote`]: it
+    /// settled, but some rows could not move (a handler without `export_range`); the layout
+    /// stands and the new owner refuses those keys naming why. [`Error::Timeout`]: not settled
+    /// within `PS_TIMEOUT` (the scheduler goes on waiting, refusing other resizes).
+    pub fn resize(&self, server: crate::wire::NodeId, add: bool) -> Result<Resized> {
+        resize::resize(self, server, add)
     }
 
     /// Whether the job failed: a peer is lost for good (no replacement is awaited for it).

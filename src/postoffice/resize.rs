@@ -2,7 +2,7 @@
 //! layouts the scheduler broadcasts (handed to this node's key-value servers, which move their
 //! rows), the reports that rows arrived, and [`Postoffice::resize`], which asks the scheduler
 //! for a resize and waits until it settles. The scheduler's side is
-//! [`super::scheduler::resize`]; the layout itself is [`super::ranges`].
+//! `scheduler/resize.rs`; the layout itself is [`super::ranges`].
 
 use super::ranges::layout::Layout;
 use super::{CustomerEvent, Postoffice};
@@ -28,12 +28,15 @@ pub struct Resized {
 /// What the waits of [`Postoffice::resize`] sleep on.
 #[derive(Default)]
 struct Waits {
-    /// The last resize that settled.
-    settled: Option<Resized>,
+    /// The epoch the scheduler started for this node's last resize.
+    mine: Option<u64>,
+    /// This node's last resize as it settled, and why rows could not move (empty: all did).
+    settled: Option<(Resized, Vec<String>)>,
     /// The scheduler's refusal of this node's last resize.
     refused: Option<String>,
-    /// Per epoch, how many of this node's key-value servers hold their rows, and the bytes.
-    arrived: HashMap<u64, (usize, u64)>,
+    /// Per epoch, how many of this node's key-value servers hold their rows, the bytes, and
+    /// why some could not take theirs.
+    arrived: HashMap<u64, (usize, u64, Vec<String>)>,
 }
 
 /// This node's key layout and its resizes.
@@ -91,6 +94,9 @@ pub(super) fn on_layout(po: &Postoffice, meta: &Meta, wire: KeyLayout) {
         }
         newer
     };
+    if wire.asked_by == po.my_id() && wire.settled.is_none() {
+        lock(&r.waits).mine = Some(wire.epoch);
+    }
     if newer {
         // A membership change: logged on every node at the default level, as losses and
         // re-registrations are.
@@ -99,8 +105,8 @@ pub(super) fn on_layout(po: &Postoffice, meta: &Meta, wire: KeyLayout) {
         if po.role() == crate::wire::Role::Server {
             let wire = Arc::new(wire.clone());
             lock(&po.routes).broadcast(|| CustomerEvent::Layout(wire.clone()));
-            if wire.moves.iter().any(|m| m.to == po.my_id()) && po.server_routes() == 0 {
-                report_arrived(po, wire.epoch, 0);
+            if wire.moves.iter().any(|m| m.to == po.my_id()) && lock(&po.routes).servers() == 0 {
+                report_arrived(po, wire.epoch, 0, Vec::new());
             }
         }
     }
@@ -110,12 +116,15 @@ pub(super) fn on_layout(po: &Postoffice, meta: &Meta, wire: KeyLayout) {
             wire.epoch,
             micros as f64 / 1e3
         );
-        lock(&r.waits).settled = Some(Resized {
-            epoch: wire.epoch,
-            bytes,
-            took: Duration::from_micros(micros),
-        });
-        r.cv.notify_all();
+        if wire.asked_by == po.my_id() {
+            let resized = Resized {
+                epoch: wire.epoch,
+                bytes,
+                took: Duration::from_micros(micros),
+            };
+            lock(&r.waits).settled = Some((resized, wire.failed.clone()));
+            r.cv.notify_all();
+        }
     }
 }
 
@@ -137,82 +146,85 @@ fn describe(wire: &KeyLayout) -> String {
 }
 
 /// One key-value server of this node holds the rows moved to it for layout `epoch` (`bytes`
-/// of them); once all of them do, the scheduler is told.
-pub(crate) fn range_arrived(po: &Postoffice, epoch: u64, bytes: u64) {
-    let all = po.server_routes();
+/// of them; `failed`: why it could not take them); once all of them do, the scheduler is
+/// told. (A server receives one range per layout: each server of the node calls this once.)
+pub(crate) fn range_arrived(po: &Postoffice, epoch: u64, bytes: u64, failed: Option<String>) {
+    let all = lock(&po.routes).servers();
     let done = {
         let mut w = lock(&po.node.resizing.waits);
-        let e = w.arrived.entry(epoch).or_insert((0, 0));
+        let e = w.arrived.entry(epoch).or_insert((0, 0, Vec::new()));
         e.0 += 1;
         e.1 += bytes;
-        (e.0 == all).then_some(e.1)
+        e.2.extend(failed);
+        if e.0 >= all {
+            w.arrived.remove(&epoch).map(|(_, b, f)| (b, f))
+        } else {
+            None
+        }
     };
-    if let Some(bytes) = done {
-        report_arrived(po, epoch, bytes);
+    if let Some((bytes, failed)) = done {
+        report_arrived(po, epoch, bytes, failed);
     }
 }
 
-fn report_arrived(po: &Postoffice, epoch: u64, bytes: u64) {
+fn report_arrived(po: &Postoffice, epoch: u64, bytes: u64, failed: Vec<String>) {
     tracing::info!("holds the rows moved here for key layout {epoch} ({bytes} bytes)");
+    let arrived = ControlMsg::RangesArrived {
+        epoch,
+        bytes,
+        failed,
+    };
     let msg = Message::new(Meta {
         request: true,
-        ..Meta::for_control(SCHEDULER, ControlMsg::RangesArrived { epoch, bytes })
+        ..Meta::for_control(SCHEDULER, arrived)
     });
     if let Err(e) = po.send(msg) {
         tracing::warn!("cannot tell the scheduler that rows arrived: {e}");
     }
 }
 
-impl Postoffice {
-    /// The servers' key layout this node slices requests by: epoch 0 is ps-lite's even split
-    /// by server rank ([`super::range::server_key_ranges`]); each resize that starts makes a
-    /// new epoch ([`super::ranges`]).
-    pub fn layout(&self) -> Arc<Layout> {
-        self.node.resizing.layout()
-    }
-
-    /// Elastic servers: asks the scheduler to give server `server` (a node id) a share of the
-    /// keys (`add`: the upper half of the widest part) or to move all its keys to its
-    /// neighbours (drain), while the workers go on pushing and pulling; waits until every new
-    /// owner holds its rows (at most `PS_TIMEOUT`). Requests in flight during the move are
-    /// applied once: a part that reaches the old owner after its rows left is answered "moved"
-    /// and sent again to the new owner, one that reaches the new owner before them "not yet".
-    ///
-    /// # Errors
-    /// [`Error::InvalidArgument`] with the scheduler's refusal (a resize already moving keys,
-    /// the only server, a server that owns keys already or none, `PS_CHECKPOINT_DIR` set, not
-    /// a server); [`Error::Timeout`] when it did not settle within `PS_TIMEOUT`; as
-    /// [`Postoffice::send`].
-    pub fn resize(&self, server: NodeId, add: bool) -> Result<Resized> {
-        let r = &self.node.resizing;
-        let _one = lock(&r.asking);
-        let before = self.layout().epoch();
-        lock(&r.waits).refused = None;
-        let msg = Message::new(Meta {
-            request: true,
-            ..Meta::for_control(SCHEDULER, ControlMsg::Resize { server, add })
-        });
-        self.send(msg)?;
-        let timeout = self.config().timing.timeout;
-        let deadline = Instant::now() + timeout;
+/// [`Postoffice::resize`]'s work.
+pub(super) fn resize(po: &Postoffice, server: NodeId, add: bool) -> Result<Resized> {
+    let r = &po.node.resizing;
+    let _one = lock(&r.asking);
+    {
         let mut w = lock(&r.waits);
-        loop {
-            if let Some(why) = w.refused.take() {
-                return Err(Error::InvalidArgument(why));
-            }
-            if let Some(s) = w.settled.as_ref().filter(|s| s.epoch > before) {
+        (w.refused, w.mine, w.settled) = (None, None, None);
+    }
+    let msg = Message::new(Meta {
+        request: true,
+        ..Meta::for_control(SCHEDULER, ControlMsg::Resize { server, add })
+    });
+    po.send(msg)?;
+    let timeout = po.config().timing.timeout;
+    let deadline = Instant::now() + timeout;
+    let mut w = lock(&r.waits);
+    loop {
+        if let Some(why) = w.refused.take() {
+            return Err(Error::InvalidArgument(why));
+        }
+        if let Some((s, failed)) = w.settled.as_ref().filter(|(s, _)| Some(s.epoch) == w.mine) {
+            if failed.is_empty() {
                 return Ok(s.clone());
             }
-            let now = Instant::now();
-            if now >= deadline || self.is_stopped() {
-                return Err(Error::Timeout(format!(
-                    "{} {} did not settle within {:.0} s (PS_TIMEOUT)",
-                    if add { "adding" } else { "draining" },
-                    Node::describe(server),
-                    timeout.as_secs_f64()
-                )));
-            }
-            w = crate::sync::wait_timeout(&r.cv, w, (deadline - now).min(super::node::TICK));
+            return Err(Error::Remote {
+                node: Node::describe(SCHEDULER),
+                message: format!(
+                    "key layout {} settled, but rows did not move: {}",
+                    s.epoch,
+                    failed.join("; ")
+                ),
+            });
         }
+        let now = Instant::now();
+        if now >= deadline || po.life.stopped.load(std::sync::atomic::Ordering::Acquire) {
+            return Err(Error::Timeout(format!(
+                "{} {} did not settle within {:.0} s (PS_TIMEOUT)",
+                if add { "adding" } else { "draining" },
+                Node::describe(server),
+                timeout.as_secs_f64()
+            )));
+        }
+        w = crate::sync::wait_timeout(&r.cv, w, (deadline - now).min(super::node::TICK));
     }
 }

@@ -119,7 +119,6 @@ impl Routes {
         self.open.get(route).cloned()
     }
 
-    /// Sends an event made by `event` to every open route (a peer is gone).
     /// How many server routes are open (key-value servers of this process).
     pub fn servers(&self) -> usize {
         self.open
@@ -128,6 +127,7 @@ impl Routes {
             .count()
     }
 
+    /// Sends an event made by `event` to every open route (a peer is gone, a key layout).
     pub fn broadcast(&self, event: impl Fn() -> CustomerEvent) {
         for tx in self.open.values() {
             let _ = tx.send(event());

@@ -136,6 +136,8 @@ pub enum ControlMsg {
         epoch: u64,
         /// The bytes of rows this node received for it.
         bytes: u64,
+        /// Why rows could not be exported or imported, per range that failed.
+        failed: Vec<String>,
     },
 }
 
@@ -236,6 +238,11 @@ pub struct KeyLayout {
     /// the scheduler's broadcast of the moves to the last new owner's report. `None` while
     /// the rows move.
     pub settled: Option<(u64, u64)>,
+    /// Once settled: why rows could not move, per range that failed (requests for those keys
+    /// are refused with it). Empty when every row moved.
+    pub failed: Vec<String>,
+    /// The node whose resize led to this layout.
+    pub asked_by: NodeId,
 }
 
 /// What a replacement takes over from the node it replaces (in its node table).

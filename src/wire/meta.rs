@@ -229,7 +229,7 @@ pub enum Placement {
     },
     /// Server → server: the rows of keys `[begin, end)` (`end` = `u64::MAX` includes it) for
     /// their new owner at layout `epoch`; frame 0 is the handler's export
-    /// ([`crate::kv::server::RequestHandler::take_range`]), or empty with `Meta::error`
+    /// ([`crate::kv::server::RequestHandler::export_range`]), or empty with `Meta::error`
     /// saying why the rows could not be exported.
     Handoff {
         /// The epoch of the layout that gives the keys to the receiver.
@@ -238,6 +238,10 @@ pub enum Placement {
         begin: u64,
         /// One past the last key.
         end: u64,
+        /// This message's piece of the export (each within a server's frame bound).
+        piece: u32,
+        /// How many pieces the export was cut into.
+        pieces: u32,
     },
 }
 

@@ -257,10 +257,16 @@ fn start_resizes(
         return None;
     }
     let (po, steps) = (po.clone(), a.resize.0.clone());
+    let servers = po.num_servers();
     let pause = std::time::Duration::from_millis(a.resize_pause_ms);
     Some(std::thread::spawn(move || {
         for (add, rank) in steps {
             std::thread::sleep(pause);
+            if rank >= servers {
+                return Err(Error::InvalidArgument(format!(
+                    "kv-app --resize: server rank {rank}, but the cluster has {servers} servers"
+                )));
+            }
             let id = crate::wire::Node::server_id(rank);
             let r = po.resize(id, add)?;
             println!(

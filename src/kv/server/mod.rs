@@ -179,6 +179,7 @@ impl<V: Value> KVServer<V> {
             lists: KeptLists::new(cache, cache.saturating_mul(po.num_workers().max(1))),
             timeout: po.config().timing.timeout,
             holding: crate::postoffice::ranges::holding::Holding::new(po.my_id(), po.layout()),
+            pieces: moving::Pieces::default(),
             app_id,
             po: po.clone(),
         };
@@ -210,6 +211,8 @@ struct Served<H> {
     timeout: Duration,
     /// Which keys it serves as the key layout changes (elastic servers).
     holding: crate::postoffice::ranges::holding::Holding,
+    /// Rows handed over in pieces, until whole.
+    pieces: moving::Pieces,
     app_id: i32,
     po: Arc<Postoffice>,
 }

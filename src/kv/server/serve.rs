@@ -59,7 +59,6 @@ pub(super) fn serve_request<V: Value>(
     let Message { meta: m, mut data } = msg;
     let started = std::time::Instant::now();
     let mut reply = Message::new(reply_meta(&m));
-    reply.meta.kv.placement = m.kv.placement;
     // The key list first, before anything can refuse the request: what the server keeps under
     // a digest then always follows the worker's registrations (see `super::keycache`).
     // Then the gate's refusal, answered as an error text like a malformed reference.

@@ -13,6 +13,10 @@ struct Moving {
     /// The new owners that have not reported their rows.
     awaiting: Vec<NodeId>,
     bytes: u64,
+    /// Why rows could not move, as the new owners reported.
+    failed: Vec<String>,
+    /// The node that asked.
+    asked_by: NodeId,
 }
 
 /// The layout the scheduler holds and the resize in progress.
@@ -36,12 +40,17 @@ impl Coordinator {
     }
 
     /// Server `server` to get a share of the keys (`add`) or to give all of its keys away,
-    /// asked at `now`. Returns the layout to broadcast (its moves to make).
+    /// asked by node `by` at `now`. Returns the layout to broadcast (its moves to make).
     ///
     /// # Errors
     /// A text naming why not: a resize in progress, or as [`Layout::plan_add`] and
     /// [`Layout::plan_drain`].
-    pub fn resize(&mut self, server: NodeId, add: bool, now: Instant) -> Result<KeyLayout, String> {
+    pub fn resize(
+        &mut self,
+        (server, add): (NodeId, bool),
+        by: NodeId,
+        now: Instant,
+    ) -> Result<KeyLayout, String> {
         if let Some(m) = &self.moving {
             return Err(format!(
                 "the keys are moving to layout {} already (waiting for {}); ask again when it \
@@ -59,35 +68,41 @@ impl Coordinator {
         let mut awaiting: Vec<NodeId> = plan.moves.iter().map(|m| m.to).collect();
         awaiting.sort_unstable();
         awaiting.dedup();
-        let wire = self.layout.to_wire(&plan, None);
+        let mut wire = self.layout.to_wire(&plan, None);
+        wire.asked_by = by;
         self.moving = Some(Moving {
             plan,
             started: now,
             awaiting,
             bytes: 0,
+            failed: Vec::new(),
+            asked_by: by,
         });
         Ok(wire)
     }
 
-    /// Server `from` holds the rows moved to it for layout `epoch` (`bytes` of them), at
-    /// `now`. Returns the settled layout to broadcast once it was the last new owner.
+    /// Server `from` holds the rows moved to it for layout `epoch` (`bytes` of them; `failed`:
+    /// why some could not move), at `now`. Returns the settled layout to broadcast once it was
+    /// the last new owner.
     pub fn arrived(
         &mut self,
-        from: NodeId,
-        epoch: u64,
-        bytes: u64,
+        (from, epoch): (NodeId, u64),
+        (bytes, failed): (u64, Vec<String>),
         now: Instant,
     ) -> Option<KeyLayout> {
         let m = self.moving.as_mut().filter(|m| m.plan.epoch == epoch)?;
         let at = m.awaiting.iter().position(|&a| a == from)?;
         m.awaiting.remove(at);
         m.bytes += bytes;
+        m.failed.extend(failed);
         if !m.awaiting.is_empty() {
             return None;
         }
         let m = self.moving.take()?;
         let micros = now.saturating_duration_since(m.started).as_micros() as u64;
-        Some(self.layout.to_wire(&m.plan, Some((m.bytes, micros))))
+        let mut wire = self.layout.to_wire(&m.plan, Some((m.bytes, micros)));
+        (wire.failed, wire.asked_by) = (m.failed, m.asked_by);
+        Some(wire)
     }
 
     /// The epoch whose rows are moving, if any.
@@ -112,24 +127,32 @@ mod tests {
     fn one_resize_at_a_time_settles_when_every_new_owner_reported() {
         let t0 = Instant::now();
         let mut c = Coordinator::new(&[8, 10, 12]);
-        let drain = c.resize(12, false, t0).expect("drains");
+        let drain = c.resize((12, false), 9, t0).expect("drains");
         assert_eq!(drain.epoch, 1);
         assert_eq!(drain.moves.len(), 1);
         assert_eq!(drain.moves[0].to, 10);
         assert_eq!(drain.parts.len(), 2);
-        let busy = c.resize(12, true, t0).expect_err("one at a time");
+        let busy = c.resize((12, true), 9, t0).expect_err("one at a time");
         assert!(busy.contains("moving to layout 1"), "{busy}");
-        assert!(c.arrived(8, 1, 5, t0).is_none(), "8 receives nothing");
-        assert!(c.arrived(10, 0, 5, t0).is_none(), "another epoch");
+        assert!(
+            c.arrived((8, 1), (5, vec![]), t0).is_none(),
+            "8 receives nothing"
+        );
+        assert!(
+            c.arrived((10, 0), (5, vec![]), t0).is_none(),
+            "another epoch"
+        );
         let settled = c
-            .arrived(10, 1, 40, t0 + Duration::from_millis(30))
+            .arrived((10, 1), (40, vec![]), t0 + Duration::from_millis(30))
             .expect("the last new owner");
         assert_eq!(settled.settled, Some((40, 30_000)));
         assert_eq!(c.moving(), None);
-        let add = c.resize(12, true, t0).expect("adds back");
+        let add = c.resize((12, true), 9, t0).expect("adds back");
         assert_eq!(add.epoch, 2);
         assert!(c.layout().part_of(12).is_some());
-        let again = c.arrived(12, 2, 0, t0).expect("settles");
+        let again = c
+            .arrived((12, 2), (0, vec!["no rows".into()]), t0)
+            .expect("settles");
         assert_eq!(
             again.parts,
             c.layout()
@@ -142,15 +165,19 @@ mod tests {
                 )
                 .parts
         );
+        assert_eq!(
+            (again.failed, again.asked_by),
+            (vec!["no rows".to_string()], 9)
+        );
     }
 
     #[test]
     fn refusals_name_the_reason() {
         let t0 = Instant::now();
         let mut c = Coordinator::new(&[8]);
-        let only = c.resize(8, false, t0).expect_err("the only server");
+        let only = c.resize((8, false), 9, t0).expect_err("the only server");
         assert!(only.contains("only server"), "{only}");
-        let twice = c.resize(8, true, t0).expect_err("owns keys");
+        let twice = c.resize((8, true), 9, t0).expect_err("owns keys");
         assert!(twice.contains("already owns keys"), "{twice}");
     }
 }

@@ -39,19 +39,26 @@ pub enum Verdict {
     Refuse(String),
 }
 
-/// Rows that arrived for a layout this server has not adopted yet.
+/// Rows that arrived for the layout after this server's, not adopted yet.
 struct Early {
     epoch: u64,
     range: Range,
+    from: NodeId,
     rows: Result<bytes::Bytes, String>,
 }
+
+/// How many handoffs are kept for layouts not adopted yet. One range moves to a server per
+/// layout, and a layout starts only once the one before settled, so one handoff at most is
+/// ahead of its layout; more come only from a confused or hostile peer.
+const MAX_EARLY: usize = 2;
 
 /// One key-value server's view of the layout.
 pub struct Holding {
     me: NodeId,
     layout: Arc<Layout>,
-    /// Ranges moved here whose rows have not arrived, with their layout's epoch.
-    awaiting: Vec<(u64, Range)>,
+    /// Ranges moved here whose rows have not arrived: their layout's epoch, the range, the
+    /// old owner.
+    awaiting: Vec<(u64, Range, NodeId)>,
     early: Vec<Early>,
     /// Ranges whose rows could not move, and why.
     failed: Vec<(Range, String)>,
@@ -84,7 +91,7 @@ impl Holding {
         let overlaps =
             |r: &Range| r.holds(first) || r.holds(last) || (first < r.begin && r.begin <= last);
         if mine.is_some_and(|p| p.holds(first) && p.holds(last)) {
-            if self.awaiting.iter().any(|(_, r)| overlaps(r)) {
+            if self.awaiting.iter().any(|(_, r, _)| overlaps(r)) {
                 return Verdict::NotYet;
             }
             return match self.failed.iter().find(|(r, _)| overlaps(r)) {
@@ -138,15 +145,16 @@ impl Holding {
             match self
                 .early
                 .iter()
-                .position(|e| e.epoch == plan.epoch && e.range == m.range)
+                .position(|e| e.epoch == plan.epoch && e.range == m.range && e.from == m.from)
             {
                 Some(i) => {
                     let e = self.early.remove(i);
                     arrived.push((e.range, e.rows));
                 }
-                None => self.awaiting.push((plan.epoch, m.range)),
+                None => self.awaiting.push((plan.epoch, m.range, m.from)),
             }
         }
+        self.early.retain(|e| e.epoch > plan.epoch);
         // A range that moves again is no longer this server's concern.
         self.failed.retain(|(r, _)| {
             !plan
@@ -157,23 +165,30 @@ impl Holding {
         Some(Adopted { out, arrived })
     }
 
-    /// A handoff of `range`'s rows for layout `epoch` arrived. Returns them to import now,
-    /// or `None` when kept until that layout is adopted (or dropped: a handoff of a layout
-    /// already passed or not awaited).
+    /// A handoff of `range`'s rows for layout `epoch` arrived from server `from`. Returns them
+    /// to import now, or `None` when kept until that layout is adopted ([`MAX_EARLY`] at
+    /// most) or dropped: a layout already passed, a range not awaited, or another server than
+    /// the range's old owner.
     pub fn handoff(
         &mut self,
-        epoch: u64,
-        range: Range,
+        (epoch, range, from): (u64, Range, NodeId),
         rows: Result<bytes::Bytes, String>,
     ) -> Option<Result<bytes::Bytes, String>> {
         if epoch > self.epoch() {
-            self.early.push(Early { epoch, range, rows });
+            if self.early.len() < MAX_EARLY {
+                self.early.push(Early {
+                    epoch,
+                    range,
+                    from,
+                    rows,
+                });
+            }
             return None;
         }
         let i = self
             .awaiting
             .iter()
-            .position(|&(e, r)| e == epoch && r == range)?;
+            .position(|&(e, r, f)| e == epoch && r == range && f == from)?;
         self.awaiting.remove(i);
         Some(rows)
     }
@@ -181,6 +196,11 @@ impl Holding {
     /// The rows of `range` could not be imported: requests for it are refused with `why`.
     pub fn failed(&mut self, range: Range, why: String) {
         self.failed.push((range, why));
+    }
+
+    /// The rows of `range` were imported: it is served again if it had failed before.
+    pub fn imported(&mut self, range: Range) {
+        self.failed.retain(|(r, _)| *r != range);
     }
 }
 
@@ -223,7 +243,7 @@ mod tests {
         );
         // Rows before the layout: kept, imported when it is adopted.
         assert!(new
-            .handoff(1, moved, Ok(bytes::Bytes::from_static(b"rows")))
+            .handoff((1, moved, 12), Ok(bytes::Bytes::from_static(b"rows")))
             .is_none());
         let adopted = new.adopt(&wire(&l1, &plan)).expect("newer");
         assert!(adopted.out.is_empty());
@@ -246,16 +266,27 @@ mod tests {
         new.adopt(&wire(&l1, &plan)).expect("newer");
         assert_eq!(new.verdict(&[r.begin, r.end - 1], Some(1)), Verdict::NotYet);
         assert_eq!(new.verdict(&[r.begin], Some(0)), Verdict::NotYet);
-        assert!(new.handoff(1, r, Ok(bytes::Bytes::new())).is_some());
+        assert!(
+            new.handoff((1, r, 8), Ok(bytes::Bytes::new())).is_none(),
+            "only the old owner hands the rows over"
+        );
+        assert_eq!(new.verdict(&[r.begin], Some(1)), Verdict::NotYet);
+        assert!(new.handoff((1, r, 10), Ok(bytes::Bytes::new())).is_some());
         assert_eq!(new.verdict(&[r.begin, r.end - 1], Some(1)), Verdict::Serve);
         assert!(
-            new.handoff(1, r, Ok(bytes::Bytes::new())).is_none(),
+            new.handoff((1, r, 10), Ok(bytes::Bytes::new())).is_none(),
             "taken once"
         );
         new.failed(r, "no rows".into());
         assert_eq!(
             new.verdict(&[r.begin], Some(1)),
             Verdict::Refuse("no rows".into())
+        );
+        new.imported(r);
+        assert_eq!(
+            new.verdict(&[r.begin], Some(1)),
+            Verdict::Serve,
+            "rows that came back"
         );
     }
 }

@@ -1,12 +1,12 @@
 //! Which server owns which keys, epoch by epoch, as servers are added and drained.
 //!
-//! Range splitting, not consistent hashing: a server's keys stay one or a few contiguous ranges,
-//! so a worker still slices a sorted key list with one binary search per range
-//! ([`super::super::range::server_of`]), a server's key caches, tables and checkpoint keep
-//! their order, and a move is one cut of a sorted store. Adding a server splits the widest
-//! range at its middle and moves the upper half (from n servers, 1/(2n) of the key space at
-//! most); draining one gives each of its ranges to the owner of the range before it (after it,
-//! for the first). Consistent hashing (the OSDI'14 Parameter Server) balances better after many
+//! Range splitting, not consistent hashing: a server's keys stay one contiguous range, so a
+//! worker still slices a sorted key list with one binary search per server
+//! (`kv::slicer::slice` over [`Layout::parts`]), a server's key caches, tables and checkpoint
+//! keep their order, and a move is one cut of a sorted store. Adding a server splits the widest
+//! range at its middle and moves the upper half (half of the widest range: 1/(2n) of the key
+//! space from n even shares); draining one gives its range to the owner of the range before it
+//! (after it, for the first). Consistent hashing (the OSDI'14 Parameter Server) balances better after many
 //! changes but scatters every server's keys over many arcs; a later rebalance can move ranges
 //! one by one with the same [`Move`].
 
@@ -117,6 +117,8 @@ impl Layout {
                 })
                 .collect(),
             settled,
+            failed: Vec::new(),
+            asked_by: 0,
         }
     }
 

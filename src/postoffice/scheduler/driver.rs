@@ -39,11 +39,11 @@ pub(in crate::postoffice) struct SchedulerIo {
 
 impl SchedulerIo {
     /// The IO around `scheduler`.
-    pub(in crate::postoffice) fn new(scheduler: Scheduler, servers: usize) -> SchedulerIo {
+    pub(in crate::postoffice) fn new(scheduler: Scheduler) -> SchedulerIo {
         SchedulerIo {
+            coordinator: super::resize::coordinator(scheduler.servers),
             scheduler: Mutex::new(scheduler),
             held: Mutex::new(Vec::new()),
-            coordinator: super::resize::coordinator(servers),
         }
     }
 
@@ -98,9 +98,14 @@ pub(in crate::postoffice) fn scheduler_obeys(
         (ControlMsg::Resize { server, add }, true) => {
             super::resize::on_resize(po, from, server, add)
         }
-        (ControlMsg::RangesArrived { epoch, bytes }, true) => {
-            super::resize::on_arrived(po, from, epoch, bytes)
-        }
+        (
+            ControlMsg::RangesArrived {
+                epoch,
+                bytes,
+                failed,
+            },
+            true,
+        ) => super::resize::on_arrived(po, (from, epoch), (bytes, failed)),
         _ => return false,
     }
     true

@@ -40,7 +40,7 @@ pub(super) fn on_resize(po: &Postoffice, from: NodeId, server: NodeId, add: bool
     };
     let started = match refusal {
         Some(why) => Err(why),
-        None => lock(&sched.coordinator).resize(server, add, Instant::now()),
+        None => lock(&sched.coordinator).resize((server, add), from, Instant::now()),
     };
     match started {
         Ok(layout) => {
@@ -74,10 +74,15 @@ pub(super) fn on_resize(po: &Postoffice, from: NodeId, server: NodeId, add: bool
     }
 }
 
-/// Server `from` holds the rows moved to it for layout `epoch`.
-pub(super) fn on_arrived(po: &Postoffice, from: NodeId, epoch: u64, bytes: u64) {
+/// Server `from` holds the rows moved to it for layout `epoch` (`failed`: why some did not
+/// move).
+pub(super) fn on_arrived(
+    po: &Postoffice,
+    (from, epoch): (NodeId, u64),
+    (bytes, failed): (u64, Vec<String>),
+) {
     let Some(sched) = &po.scheduler else { return };
-    let settled = lock(&sched.coordinator).arrived(from, epoch, bytes, Instant::now());
+    let settled = lock(&sched.coordinator).arrived((from, epoch), (bytes, failed), Instant::now());
     if let Some(layout) = settled {
         if let Some((bytes, micros)) = layout.settled {
             tracing::warn!(
@@ -85,6 +90,9 @@ pub(super) fn on_arrived(po: &Postoffice, from: NodeId, epoch: u64, bytes: u64) 
                 layout.epoch,
                 micros as f64 / 1e3
             );
+        }
+        for why in &layout.failed {
+            tracing::error!("key layout {}: {why}", layout.epoch);
         }
         broadcast(po, &layout);
     }

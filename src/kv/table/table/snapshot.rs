@@ -143,7 +143,13 @@ impl Table {
                 String::from_utf8_lossy(spec)
             ));
         }
-        let floats = r.u64("the floats per row")? as usize;
+        let floats = r.u64("the floats per row")?;
+        let width = self.dim + self.spec.optimizer.slot_values(self.dim);
+        if floats != width as u64 {
+            return Err(format!(
+                "moved rows have {floats} floats each (row and optimizer slots), this table's {width}"
+            ));
+        }
         let n = r.u64("the row count")?;
         let stamp = stamp_of(self.counts.pushes, 0);
         for _ in 0..n {
@@ -153,7 +159,7 @@ impl Table {
                     "moved row of key {key} is outside the range {range:?}"
                 ));
             }
-            let values = r.take(floats * 4, "a row")?;
+            let values = r.take(width * 4, "a row")?;
             let slot = match self.find(key) {
                 Some(s) => s,
                 None => {
@@ -164,12 +170,6 @@ impl Table {
                 }
             };
             let (at, row) = self.rows.stamp_and_values_mut(slot);
-            if row.len() != floats {
-                return Err(format!(
-                    "moved rows have {floats} floats each (row and optimizer slots), this table's {}",
-                    row.len()
-                ));
-            }
             *at = stamp;
             bytemuck::cast_slice_mut::<f32, u8>(row).copy_from_slice(values);
         }

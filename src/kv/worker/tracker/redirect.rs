@@ -10,7 +10,7 @@ use super::pending::Outcome;
 use super::Tracker;
 use crate::error::Error;
 use crate::kv::pairs::view;
-use crate::kv::slicer::slice;
+use crate::kv::slicer::{slice, Slice};
 use crate::kv::value::Value;
 use crate::kv::{Key, Timestamp};
 use crate::postoffice::Postoffice;
@@ -61,10 +61,12 @@ pub(super) fn redirect<V: Value>(
 }
 
 /// Sends part `slot` of request `ts` (its `keys` and its message `req`) again, sliced by the
-/// current layout: each slice a new part; the old one answered with them.
+/// current layout: to the same server as the same part when the layout still places all its
+/// keys there; else each slice a new part, the old one answered with them (a new part that
+/// cannot be sent fails with the others not sent).
 ///
 /// # Errors
-/// A malformed kept part; as [`Tracker::send_part`] for the first new part not sent.
+/// A malformed kept part; as [`Tracker::send_part`] for the same part sent again.
 fn send_again<V: Value>(
     t: &Tracker<V>,
     po: &Postoffice,
@@ -74,10 +76,9 @@ fn send_again<V: Value>(
 ) -> crate::Result<()> {
     let layout = po.layout();
     let key_list = view::<Key>(keys, "keys").map_err(Error::InvalidArgument)?;
-    let vals = req.data.get(1).cloned().unwrap_or_default();
+    let nvals = req.data.get(1).map_or(0, Bytes::len) / width::<V>();
     let lens_frame = req.data.get(2).cloned().unwrap_or_default();
     let lens = view::<u32>(&lens_frame, "lens").map_err(Error::InvalidArgument)?;
-    let nvals = vals.len() / std::mem::size_of::<V>();
     let slices = slice(&layout, &key_list, nvals, &lens);
     // The old part answered and the new ones opened in one step.
     let slots: Vec<usize> = {
@@ -85,35 +86,62 @@ fn send_again<V: Value>(
         let Some(pd) = map.get_mut(&ts).filter(|pd| !pd.answered[slot]) else {
             return Ok(()); // ended meanwhile
         };
+        if let [only] = &slices[..] {
+            if pd.servers[slot] == only.server {
+                drop(map);
+                let again = part_of(&req, only, (layout.epoch(), slot), width::<V>());
+                return t.send_part(po, only.server, &key_list, again, None);
+            }
+        }
         pd.answered[slot] = true;
         pd.asked[slot].resend = None;
         t.budget.give(std::mem::take(&mut pd.asked[slot].cost));
         slices.iter().map(|s| pd.add_part(s.server)).collect()
     };
-    let width = std::mem::size_of::<V>();
+    let mut failed: Option<Error> = None;
     for (s, new) in slices.iter().zip(slots) {
-        let mut meta = req.meta.clone();
-        meta.recver = Node::server_id(s.server);
-        meta.kv.keys = None;
-        meta.kv.placement = Some(Placement::Part {
-            epoch: layout.epoch(),
-            part: new as u32,
-        });
-        let part_vals = if vals.is_empty() {
-            Bytes::new()
-        } else {
-            vals.slice(s.vals.start * width..s.vals.end * width)
-        };
-        let part_lens = if lens.is_empty() {
-            Bytes::new()
-        } else {
-            lens_frame.slice(s.keys.start * 4..s.keys.end * 4)
-        };
-        let msg = Message {
-            meta,
-            data: vec![Bytes::new(), part_vals, part_lens],
-        };
-        t.send_part(po, s.server, &key_list[s.keys.clone()], msg, None)?;
+        if let Some(e) = &failed {
+            t.settle(ts, (s.server, Some(new as u32)), Outcome::Failed(e.clone()));
+            continue;
+        }
+        let msg = part_of(&req, s, (layout.epoch(), new), width::<V>());
+        if let Err(e) = t.send_part(po, s.server, &key_list[s.keys.clone()], msg, None) {
+            t.settle(ts, (s.server, Some(new as u32)), Outcome::Failed(e.clone()));
+            failed = Some(e);
+        }
     }
     Ok(())
+}
+
+/// Bytes per value.
+fn width<V: Value>() -> usize {
+    std::mem::size_of::<V>()
+}
+
+/// Slice `s` of kept part `req` as part number `part` sliced by layout `epoch` (its keys frame
+/// empty: [`Tracker::send_part`] fills it in; values `width` bytes each).
+fn part_of(req: &Message, s: &Slice, (epoch, part): (u64, usize), width: usize) -> Message {
+    let frame = |i: usize| req.data.get(i).cloned().unwrap_or_default();
+    let (vals, lens) = (frame(1), frame(2));
+    let mut meta = req.meta.clone();
+    meta.recver = Node::server_id(s.server);
+    meta.kv.keys = None;
+    meta.kv.placement = Some(Placement::Part {
+        epoch,
+        part: part as u32,
+    });
+    let part_vals = if vals.is_empty() {
+        Bytes::new()
+    } else {
+        vals.slice(s.vals.start * width..s.vals.end * width)
+    };
+    let part_lens = if lens.is_empty() {
+        Bytes::new()
+    } else {
+        lens.slice(s.keys.start * 4..s.keys.end * 4)
+    };
+    Message {
+        meta,
+        data: vec![Bytes::new(), part_vals, part_lens],
+    }
 }

@@ -1,8 +1,9 @@
 //! A whole job against the sans-IO parts: the scheduler's [`Coordinator`], a [`Holding`] and a
 //! key store per server, and workers that slice pushes by the layout they know and slice a
 //! part again when a server answers "moved" or "not yet" (as `kv::worker::tracker::redirect`
-//! does). Every connection is FIFO, as a ZMQ connection with resend is; the connections are
-//! delivered in any interleaving, resizes start at any moment. Checked: no part is ever
+//! does). Every message is delivered once (as the vans with resend deliver), in any order:
+//! across connections, and within one (a resent message arrives after later ones); resizes
+//! start at any moment. Checked: no part is ever
 //! refused, at most one server serves a key at any moment, and once the job is quiet every
 //! part was answered and every key's owner holds exactly the pushes of it.
 
@@ -181,7 +182,7 @@ impl Job {
     }
 
     fn resize(&mut self, add: bool, s: usize) {
-        if let Ok(layout) = self.coord.resize(SERVERS[s], add, self.now) {
+        if let Ok(layout) = self.coord.resize((SERVERS[s], add), WORKERS[0], self.now) {
             self.broadcast(&layout);
         }
     }
@@ -192,7 +193,8 @@ impl Job {
         }
     }
 
-    /// Delivers the next message of the `n`-th non-empty connection (modulo their number).
+    /// Delivers a message of the `n`-th non-empty connection (modulo their number): its
+    /// oldest for most `n`, another one for some (a message overtaken).
     fn deliver(&mut self, n: usize) -> Result<bool, TestCaseError> {
         let busy: Vec<(NodeId, NodeId)> = self
             .chans
@@ -204,11 +206,17 @@ impl Job {
             return Ok(false);
         }
         let (from, to) = busy[n % busy.len()];
-        let m = self
+        let q = self
             .chans
             .get_mut(&(from, to))
-            .and_then(VecDeque::pop_front)
             .ok_or_else(|| TestCaseError::fail("a busy connection"))?;
+        let at = match (n / busy.len()) % 4 {
+            0 => (n / busy.len() / 4) % q.len(),
+            _ => 0,
+        };
+        let m = q
+            .remove(at)
+            .ok_or_else(|| TestCaseError::fail("a message"))?;
         match to {
             SCHEDULER => self.at_scheduler(from, m),
             t if SERVERS.contains(&t) => self.at_server(from, t, m)?,
@@ -220,48 +228,52 @@ impl Job {
 
     fn at_scheduler(&mut self, from: NodeId, m: Msg) {
         if let Msg::Arrived { epoch } = m {
-            if let Some(settled) = self.coord.arrived(from, epoch, 0, self.now) {
+            if let Some(settled) = self.coord.arrived((from, epoch), (0, Vec::new()), self.now) {
                 self.broadcast(&settled);
             }
         }
     }
 
+    /// Server `me` adopts layout `l`: hands the rows leaving it over, imports rows that came
+    /// early.
+    fn server_adopts(&mut self, me: NodeId, l: &KeyLayout) {
+        let server = self.servers.get_mut(&me).expect("a server");
+        let Some(adopted) = server.holding.adopt(l) else {
+            return;
+        };
+        let mut sends = Vec::new();
+        for mv in adopted.out {
+            let rows = server
+                .sums
+                .iter()
+                .filter(|(k, _)| mv.range.holds(**k))
+                .map(|(&k, &v)| (k, v))
+                .collect();
+            let h = Msg::Handoff {
+                epoch: l.epoch,
+                range: mv.range,
+                rows,
+            };
+            sends.push((mv.to, h));
+        }
+        for (range, _) in adopted.arrived {
+            let rows = server.early.remove(&(l.epoch, range.begin));
+            server.sums.extend(rows.unwrap_or_default());
+            sends.push((SCHEDULER, Msg::Arrived { epoch: l.epoch }));
+        }
+        for (to, m) in sends {
+            self.send(me, to, m);
+        }
+    }
+
     fn at_server(&mut self, from: NodeId, me: NodeId, m: Msg) -> Result<(), TestCaseError> {
         match m {
-            Msg::Layout(l) => {
-                let server = self.servers.get_mut(&me).expect("a server");
-                let Some(adopted) = server.holding.adopt(&l) else {
-                    return Ok(());
-                };
-                let mut sends = Vec::new();
-                for mv in adopted.out {
-                    let rows = server
-                        .sums
-                        .iter()
-                        .filter(|(k, _)| mv.range.holds(**k))
-                        .map(|(&k, &v)| (k, v))
-                        .collect();
-                    let h = Msg::Handoff {
-                        epoch: l.epoch,
-                        range: mv.range,
-                        rows,
-                    };
-                    sends.push((mv.to, h));
-                }
-                for (range, _) in adopted.arrived {
-                    let rows = server.early.remove(&(l.epoch, range.begin));
-                    server.sums.extend(rows.unwrap_or_default());
-                    sends.push((SCHEDULER, Msg::Arrived { epoch: l.epoch }));
-                }
-                for (to, m) in sends {
-                    self.send(me, to, m);
-                }
-            }
+            Msg::Layout(l) => self.server_adopts(me, &l),
             Msg::Handoff { epoch, range, rows } => {
                 let server = self.servers.get_mut(&me).expect("a server");
                 match server
                     .holding
-                    .handoff(epoch, range, Ok(bytes::Bytes::new()))
+                    .handoff((epoch, range, from), Ok(bytes::Bytes::new()))
                 {
                     Some(_) => {
                         server.sums.extend(rows);
