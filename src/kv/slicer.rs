@@ -61,7 +61,7 @@ mod tests {
     use crate::postoffice::range::{server_key_ranges, server_of};
 
     fn even(n: usize) -> Layout {
-        Layout::even(&(0..n).map(Node::server_id).collect::<Vec<_>>())
+        Layout::start(n)
     }
 
     #[test]

@@ -51,9 +51,8 @@ pub(super) struct Resizing {
 impl Resizing {
     /// Epoch 0: `servers` servers with even shares (ps-lite's `GetServerKeyRanges`).
     pub(super) fn new(servers: usize) -> Resizing {
-        let ids: Vec<NodeId> = (0..servers.max(1)).map(Node::server_id).collect();
         Resizing {
-            layout: RwLock::new(Arc::new(Layout::even(&ids))),
+            layout: RwLock::new(Arc::new(Layout::start(servers))),
             waits: Mutex::new(Waits::default()),
             cv: Condvar::new(),
             asking: Mutex::new(()),

@@ -26,10 +26,10 @@ pub struct Coordinator {
 }
 
 impl Coordinator {
-    /// Epoch 0: `servers` (ids, in rank order) with even shares.
-    pub fn new(servers: &[NodeId]) -> Coordinator {
+    /// Starting from `layout` (epoch 0: [`Layout::start`]).
+    pub fn new(layout: Layout) -> Coordinator {
         Coordinator {
-            layout: Layout::even(servers),
+            layout,
             moving: None,
         }
     }
@@ -126,7 +126,7 @@ mod tests {
     #[test]
     fn one_resize_at_a_time_settles_when_every_new_owner_reported() {
         let t0 = Instant::now();
-        let mut c = Coordinator::new(&[8, 10, 12]);
+        let mut c = Coordinator::new(Layout::start(3));
         let drain = c.resize((12, false), 9, t0).expect("drains");
         assert_eq!(drain.epoch, 1);
         assert_eq!(drain.moves.len(), 1);
@@ -174,7 +174,7 @@ mod tests {
     #[test]
     fn refusals_name_the_reason() {
         let t0 = Instant::now();
-        let mut c = Coordinator::new(&[8]);
+        let mut c = Coordinator::new(Layout::start(1));
         let only = c.resize((8, false), 9, t0).expect_err("the only server");
         assert!(only.contains("only server"), "{only}");
         let twice = c.resize((8, true), 9, t0).expect_err("owns keys");

@@ -66,6 +66,13 @@ impl Layout {
         Layout { epoch: 0, parts }
     }
 
+    /// Epoch 0 of a cluster of `servers` servers (at least one): [`even`](Self::even) over
+    /// their ids in rank order, what every node holds at the start.
+    pub fn start(servers: usize) -> Layout {
+        let ids: Vec<NodeId> = (0..servers.max(1)).map(Node::server_id).collect();
+        Layout::even(&ids)
+    }
+
     /// This layout's epoch.
     pub fn epoch(&self) -> u64 {
         self.epoch

@@ -4,6 +4,7 @@
 //! the sans-IO [`Coordinator`] decides.
 
 use super::super::ranges::coordinator::Coordinator;
+use super::super::ranges::layout::Layout;
 use super::super::{Postoffice, SCHEDULER};
 use crate::sync::lock;
 use crate::wire::{ControlMsg, KeyLayout, Message, Meta, Node, NodeId, Role};
@@ -12,8 +13,7 @@ use std::time::Instant;
 
 /// The coordinator of a scheduler with `servers` servers.
 pub(super) fn coordinator(servers: usize) -> Mutex<Coordinator> {
-    let ids: Vec<NodeId> = (0..servers.max(1)).map(Node::server_id).collect();
-    Mutex::new(Coordinator::new(&ids))
+    Mutex::new(Coordinator::new(Layout::start(servers)))
 }
 
 /// Node `from` asks to give server `server` keys (`add`) or drain it.

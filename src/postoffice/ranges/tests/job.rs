@@ -106,7 +106,7 @@ impl Job {
     fn new() -> Job {
         let l0 = Layout::even(&SERVERS);
         Job {
-            coord: Coordinator::new(&SERVERS),
+            coord: Coordinator::new(l0.clone()),
             servers: SERVERS
                 .iter()
                 .map(|&s| {
