@@ -18,6 +18,11 @@
 //! their checkpoint; without it (or that variable in the launcher's environment) the scheduler
 //! accepts no replacement, so `--restart` needs it.
 //!
+//! `--join-servers N` starts N more servers after the cluster, one every `--join-after-ms`
+//! (ranks S, S+1, …, with the cluster's variables): each joins the running job and takes a
+//! share of the keys. Joins are refused with checkpoints, so it conflicts with
+//! `--checkpoint-dir`.
+//!
 //! `--worker-cmd CMD` runs each worker as the shell command CMD instead (`python train.py`: a
 //! Python worker), with the same variables.
 //!
@@ -127,6 +132,15 @@ struct Local {
     /// nodes, so this needs --checkpoint-dir); 0 stops the run at the first failure.
     #[arg(long, default_value_t = 0)]
     restart: usize,
+    /// Servers started after the cluster, to join the running job (ranks after --servers,
+    /// one every --join-after-ms); each takes its share of the keys when it joins. The
+    /// cluster's DMLC_NUM_SERVER stays --servers.
+    #[arg(long, default_value_t = 0)]
+    join_servers: usize,
+    /// Milliseconds from the cluster's start to the first --join-servers server, and between
+    /// two of them.
+    #[arg(long, default_value_t = 1000)]
+    join_after_ms: u64,
     /// Directory where the servers keep their checkpoint (sets PS_CHECKPOINT_DIR in every
     /// child).
     #[arg(long)]
@@ -246,7 +260,13 @@ fn given(var: &str) -> bool {
 
 /// Starts `nodes` in order and watches them ([`watch`]) until the run ends; returns its exit
 /// code.
-fn start_and_watch(launch: &Launch<'_>, nodes: Vec<Node>, restart: usize) -> Result<i32, String> {
+/// `joins`: servers started later, each at its time, to join the running job.
+fn start_and_watch(
+    launch: &Launch<'_>,
+    nodes: Vec<Node>,
+    mut joins: Vec<(std::time::Instant, Node)>,
+    restart: usize,
+) -> Result<i32, String> {
     let stop = Arc::new(AtomicBool::new(false));
     {
         let stop = stop.clone();
@@ -267,7 +287,7 @@ fn start_and_watch(launch: &Launch<'_>, nodes: Vec<Node>, restart: usize) -> Res
         limit: restart,
         used: 0,
     };
-    let code = watch(launch, &mut procs, &stop, &mut restarts);
+    let code = watch(launch, &mut procs, &mut joins, &stop, &mut restarts);
     launch.board.finish();
     code
 }
@@ -320,7 +340,7 @@ fn run_ssh(opts: &ssh::Ssh) -> Result<i32, String> {
         }
     }
     serve_tables(&mut all, &opts.tables);
-    start_and_watch(&launch, all, 0)
+    start_and_watch(&launch, all, Vec::new(), 0)
 }
 
 /// Runs the cluster until every process has exited or one has failed past the restart budget;
@@ -341,6 +361,13 @@ fn run(local: &Local) -> Result<i32, String> {
         env.push(("PS_CHECKPOINT_DIR", dir.clone()));
     }
     let inherited = std::env::var_os("PS_CHECKPOINT_DIR").is_some_and(|d| !d.is_empty());
+    if local.join_servers > 0 && (local.checkpoint_dir.is_some() || inherited) {
+        return Err(
+            "--join-servers cannot be used with --checkpoint-dir (or PS_CHECKPOINT_DIR): a \
+             server joins a running job only while lost nodes are not replaced"
+                .into(),
+        );
+    }
     if local.restart > 0 && local.checkpoint_dir.is_none() && !inherited {
         return Err(
             "--restart needs --checkpoint-dir (or PS_CHECKPOINT_DIR): without a \
@@ -361,7 +388,30 @@ fn run(local: &Local) -> Result<i32, String> {
     }
     pslite::kv::table::check_specs(&local.tables).map_err(|e| e.to_string())?;
     serve_tables(&mut all, &local.tables);
-    start_and_watch(&launch, all, local.restart)
+    let joins = joining_servers(local, &all);
+    start_and_watch(&launch, all, joins, local.restart)
+}
+
+/// The servers of `--join-servers`: ranks after the cluster's servers, each started
+/// `--join-after-ms` after the one before (the first after the cluster), with the servers'
+/// arguments.
+fn joining_servers(local: &Local, all: &[Node]) -> Vec<(std::time::Instant, Node)> {
+    let Some(first) = all.iter().find(|n| n.role == "server") else {
+        return Vec::new();
+    };
+    let step = std::time::Duration::from_millis(local.join_after_ms);
+    let start = std::time::Instant::now();
+    (0..local.join_servers)
+        .map(|k| {
+            let rank = local.servers + k;
+            let node = Node {
+                name: format!("server {rank}"),
+                rank: Some(rank),
+                ..first.clone()
+            };
+            (start + step * (k as u32 + 1), node)
+        })
+        .collect()
 }
 
 /// Gives every server of `all` a `--table` argument per spec.

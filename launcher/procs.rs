@@ -306,10 +306,12 @@ fn copy_lines<R: Read + Send + 'static>(
 /// Waits until the scheduler and every worker have exited (0), one has failed and cannot be
 /// restarted (its exit code) or `stop` is set (130), polling every 20 ms; then stops every
 /// process. A failed node is started again while `restarts` allows (a server or worker only
-/// while the scheduler runs).
+/// while the scheduler runs). Each node of `joins` is started at its time (a server joining
+/// the running job).
 pub fn watch(
     launch: &Launch<'_>,
-    procs: &mut [Proc],
+    procs: &mut Vec<Proc>,
+    joins: &mut Vec<(std::time::Instant, Node)>,
     stop: &AtomicBool,
     restarts: &mut Restarts,
 ) -> Result<i32, String> {
@@ -319,6 +321,22 @@ pub fn watch(
             eprintln!("pslite-launch: interrupted; stopping every process");
             kill_all(procs);
             return Ok(130);
+        }
+        let now = std::time::Instant::now();
+        if let Some(i) = joins.iter().position(|(at, _)| now >= *at) {
+            let (_, node) = joins.remove(i);
+            eprintln!(
+                "pslite-launch: starting {} (PSLITE_RANK={}) to join the running job",
+                node.name,
+                node.rank.unwrap_or_default()
+            );
+            match spawn(launch, node) {
+                Ok(p) => procs.push(p),
+                Err(e) => {
+                    kill_all(procs);
+                    return Err(e);
+                }
+            }
         }
         if let Some(result) = poll(launch, procs, restarts) {
             kill_all(procs);

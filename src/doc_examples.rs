@@ -22,6 +22,10 @@ pub struct Configuration;
 #[doc = include_str!("../docs/tables.md")]
 pub struct Tables;
 
+/// docs/staleness.md
+#[doc = include_str!("../docs/staleness.md")]
+pub struct Staleness;
+
 /// docs/api.md
 #[doc = include_str!("../docs/api.md")]
 pub struct Api;

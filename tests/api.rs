@@ -301,6 +301,11 @@ fn workers_pushing_the_same_keys_get_the_sum() {
 }
 
 #[test]
+fn a_server_joins_the_running_job_and_is_drained_over_zmq() {
+    common::conformance::a_server_joins_and_is_drained_over(pslite::VanType::Zmq);
+}
+
+#[test]
 fn shared_pushes_are_sliced_across_servers_without_changing_sums() {
     let c = cluster(2, 1, 20.0);
     let kv = KVWorker::<f32>::new(&c.workers[0], 0, 0).expect("worker");

@@ -231,3 +231,69 @@ fn a_server_table_of_another_dimension_is_named() {
     c.finish();
     assert!(err.to_string().contains("--print-tables"), "{err}");
 }
+
+#[test]
+fn with_bounded_staleness_worker_0_reports_progress_and_approaches_the_best_auc() {
+    let mut a = small();
+    a.training.epochs = 1;
+    a.data.test = 10_000;
+    a.ssp = ctr::ssp::CtrSsp {
+        staleness: Some(pslite::apps::staleness::Staleness(Some(1))),
+        eval_every: 100,
+        cache_rows: 0,
+    };
+    let (reports, results) = cluster_run(1, 3, &a);
+    for r in results {
+        r.expect("worker succeeds");
+    }
+    let progress: Vec<_> = reports
+        .iter()
+        .filter_map(|r| match r {
+            Report::Progress(p) => Some(p.clone()),
+            _ => None,
+        })
+        .collect();
+    // Worker 0 trains on a third of 200 000 samples, 256 per step: 261 steps.
+    let clocks: Vec<(u64, bool)> = progress.iter().map(|p| (p.clock, p.last)).collect();
+    assert_eq!(clocks, [(100, false), (200, false), (261, true)]);
+    assert!(progress.iter().all(|p| p.staleness == Some(1)));
+    assert!(progress.windows(2).all(|w| w[0].seconds <= w[1].seconds));
+    let last = progress.last().expect("a final report");
+    let bayes = match &reports[0] {
+        Report::Data { bayes_auc, .. } => *bayes_auc,
+        r => panic!("the data report first: {r:?}"),
+    };
+    assert!(
+        bayes - last.auc <= 0.02,
+        "AUC {} vs best possible {bayes}",
+        last.auc
+    );
+}
+
+#[test]
+fn a_row_cache_within_the_bound_still_approaches_the_best_auc() {
+    let mut a = small();
+    a.training.epochs = 1;
+    a.data.test = 10_000;
+    a.ssp = ctr::ssp::CtrSsp {
+        staleness: Some(pslite::apps::staleness::Staleness(None)),
+        eval_every: 0,
+        cache_rows: 10_000,
+    };
+    let (_, results) = cluster_run(1, 1, &a);
+    assert_eq!(
+        results[0].clone().expect_err("no bound").to_string(),
+        "invalid argument: --cache-rows needs a finite --staleness: a cached row is served for τ \
+         clocks"
+    );
+    a.ssp.staleness = Some(pslite::apps::staleness::Staleness(Some(2)));
+    let (reports, results) = cluster_run(1, 2, &a);
+    for r in results {
+        r.expect("worker succeeds");
+    }
+    let (last, bayes) = match (reports.last(), &reports[0]) {
+        (Some(Report::Progress(p)), Report::Data { bayes_auc, .. }) => (p.auc, *bayes_auc),
+        r => panic!("the data report first, the final one last: {r:?}"),
+    };
+    assert!(bayes - last <= 0.02, "AUC {last} vs best possible {bayes}");
+}

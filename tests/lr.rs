@@ -45,8 +45,14 @@ fn the_a8a_files_match_their_sha256_sums() {
 }
 
 fn lr(servers: usize, workers: usize, extra: &[&str]) -> Output {
+    lr_env(servers, workers, extra, ("PS_UNUSED", ""))
+}
+
+/// As [`lr`], with one more environment variable for every process.
+fn lr_env(servers: usize, workers: usize, extra: &[&str], var: (&str, &str)) -> Output {
     let (train, test) = (data("a8a.train"), data("a8a.test"));
     Command::new(env!("CARGO_BIN_EXE_pslite-launch"))
+        .env(var.0, var.1)
         .args([
             "local",
             "--servers",
@@ -115,6 +121,28 @@ fn async_sgd_also_learns() {
     assert!(
         acc >= 0.84 && loss <= 0.35,
         "async sgd: accuracy {acc}, log-loss {loss}"
+    );
+}
+
+#[test]
+fn ssp_with_a_slowed_worker_matches_sync_and_names_its_mode() {
+    let (base, _) = epochs(&lr(1, 1, &[]))[4];
+    let o = lr_env(2, 4, &["--staleness", "2"], ("PS_SLOW_WORKER", "3:2"));
+    let out = String::from_utf8_lossy(&o.stdout).to_string();
+    let (acc, _) = epochs(&o)[4];
+    assert!(
+        (acc - base).abs() <= 0.005,
+        "SSP τ=2 accuracy {acc} vs 1x1 {base}"
+    );
+    assert!(out.contains(r#""mode":"ssp""#), "{out}");
+    let err = lr_env(1, 2, &["--staleness", "2"], ("PS_SLOW_WORKER", "x"));
+    assert!(!err.status.success());
+    let text = String::from_utf8_lossy(&err.stderr);
+    assert!(
+        text.contains(
+            "PS_SLOW_WORKER is \"x\": expected RANK:FACTOR, a worker rank and a factor ≥ 1"
+        ),
+        "{text}"
     );
 }
 

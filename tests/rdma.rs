@@ -285,6 +285,12 @@ fn kv_app_ends_exactly_after_the_scheduler_is_killed_and_replaced_over_rdma() {
 
 #[test]
 #[ignore = "needs an RDMA device: run in scripts/softroce-vm.sh"]
+fn a_server_joins_the_running_job_and_is_drained_over_rdma() {
+    common::conformance::a_server_joins_and_is_drained_over(VanType::Rdma);
+}
+
+#[test]
+#[ignore = "needs an RDMA device: run in scripts/softroce-vm.sh"]
 fn a_server_drained_and_added_back_over_rdma_keeps_the_sums_exact() {
     // The rows move between servers over the van's ZMQ connections (servers have no QPs to
     // each other); requests keep going over the rings.

@@ -6,6 +6,8 @@
 
 mod common;
 
+use common::Scratch;
+
 use common::launched::{
     kv_app_with_a_node_killed, kv_app_with_the_scheduler_killed, KillRun, Launched, SchedulerKill,
 };
@@ -16,28 +18,8 @@ use std::time::Duration;
 
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
-/// A fresh, empty directory for one test's checkpoints, removed when dropped (a test's
-/// checkpoints reach hundreds of MB; CI's disk is not ours to fill). Declare it before the
-/// cluster that writes into it, so the cluster's processes are stopped first.
-struct Scratch(PathBuf);
-
-impl std::ops::Deref for Scratch {
-    type Target = Path;
-    fn deref(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 fn fresh_dir(name: &str) -> Scratch {
-    let dir = std::env::temp_dir().join(format!("pslite-recovery-{}-{name}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("a temporary directory");
-    Scratch(dir)
+    Scratch::new(&format!("recovery-{name}"))
 }
 
 /// How a test damages server 0's checkpoint of application 0's u8 values (the bench's).
@@ -342,9 +324,8 @@ fn ctr_auc(out: &str) -> f64 {
 #[test]
 fn ctr_reaches_the_undisturbed_auc_after_the_scheduler_is_killed_and_replaced_twice() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    let opt = "opt=adagrad:lr=0.05:init_acc=0.001";
-    let wide = format!("app=10,dim=1,init=zeros,{opt}");
-    let emb = format!("app=11,dim=8,init=normal:0:0.01,{opt}");
+    // The servers' tables as `ctr --print-tables` gives them.
+    let [wide, emb] = pslite::apps::ctr::table_specs(&pslite::apps::ctr::CtrArgs::defaults());
     let cluster = [
         "--servers",
         "2",

@@ -130,13 +130,36 @@ impl PyPostoffice {
         })?)
     }
 
+    /// (Worker) Bounded staleness (SSP): advances this worker's clock by one (call it once per
+    /// training step, after its pushes were applied) and returns once the slowest worker is
+    /// at most `staleness` clocks behind; `staleness=0` is a barrier of the workers per clock,
+    /// `None` never waits. Returns `(clock, seconds waited)`. Ctrl-C interrupts the wait.
+    ///
+    /// Raises `TimeoutError` after PS_TIMEOUT naming the slowest worker and its clock;
+    /// `PeerLostError` once a node was lost; `InvalidArgumentError` on a server. Call
+    /// `clocks_done()` after the last step.
+    #[pyo3(signature = (staleness = None))]
+    fn clock(&self, py: Python<'_>, staleness: Option<u64>) -> PyResult<(u64, f64)> {
+        let po = self.po.clone();
+        let c = check(blocking::interruptible(py, "clock", move || {
+            po.clock(staleness)
+        })?)?;
+        Ok((c.clock, c.waited.as_secs_f64()))
+    }
+
+    /// (Worker) This worker takes no more steps: the other workers no longer wait for its
+    /// clock. Call it after the last step; a server ignores it.
+    fn clocks_done(&self) -> PyResult<()> {
+        check(self.po.clocks_done())
+    }
+
     /// Elastic servers: moves every key of server `server` (a rank) to the other servers
     /// (`add=False`), or gives that server, holding none, a share again (`add=True`), while
     /// every worker goes on pushing; returns `(epoch, bytes, seconds)` once every new owner
     /// holds its rows. The GIL is released while it waits, and Ctrl-C interrupts it.
     ///
     /// Raises `InvalidArgumentError` with the scheduler's refusal (another resize moving
-    /// keys, the only server, one that holds keys already or none, `PS_CHECKPOINT_DIR` set);
+    /// keys, the only server, one that holds keys already or none);
     /// `TimeoutError` when it did not settle within PS_TIMEOUT.
     #[pyo3(signature = (server, add = false))]
     fn resize(&self, py: Python<'_>, server: usize, add: bool) -> PyResult<(u64, u64, f64)> {

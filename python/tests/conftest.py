@@ -27,6 +27,26 @@ def binary(name):
     return str(path)
 
 
+def in_threads(work, n=2, limit=60):
+    """Runs ``work()`` in ``n`` threads at once (a cluster's workers); fails when one still runs
+    after ``limit`` seconds, or with what the threads raised."""
+    errors = []
+
+    def run():
+        try:
+            work()
+        except BaseException as e:  # reported by the calling thread
+            errors.append(e)
+
+    threads = [threading.Thread(target=run) for _ in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(limit)
+    assert not any(t.is_alive() for t in threads), f"a worker still runs after {limit} s"
+    assert not errors, errors
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -78,6 +78,8 @@ pub fn run_scheduler(cli: &SchedulerCli) -> Result<()> {
 /// Runs a server until every worker finalized: its embedding tables (`--table`), application
 /// 0 with the default handler for every value type (but `f32` when a table serves it), and
 /// application [`lr::LR_APP`] with the logistic-regression optimizer (unless a table serves it).
+/// A server that joined the running job takes its share of the keys; `SIGUSR2` drains it
+/// ([`super::elastic`]).
 ///
 /// # Errors
 /// Configuration, start-up and barrier errors (a lost worker among them); a bad table spec
@@ -106,6 +108,8 @@ pub fn run_server(cli: &ServerCli) -> Result<()> {
             lr::OptimizerHandler::new(),
         )?)
     };
+    super::elastic::take_share(&po);
+    super::elastic::drain_on_sigusr2(&po);
     let done = po.finalize();
     for spec in &cli.tables {
         eprintln!(

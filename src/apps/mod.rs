@@ -4,9 +4,11 @@
 pub mod bench;
 pub mod cli;
 pub mod ctr;
+pub mod elastic;
 pub mod inspect;
 pub mod kv_app;
 pub mod lr;
+pub mod staleness;
 pub mod stats;
 pub mod table_app;
 

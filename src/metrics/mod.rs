@@ -34,6 +34,7 @@
 
 mod labels;
 mod serve;
+mod staleness;
 mod table;
 
 pub use labels::{KindLabels, Peer, PeerLabels, QueueLabels, RequestLabels, TableLabels};
@@ -46,6 +47,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
+pub use staleness::StalenessMetrics;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
@@ -267,6 +269,8 @@ pub struct Metrics {
     pub resend: ResendMetrics,
     /// Re-registrations after the scheduler went silent.
     pub membership: MembershipMetrics,
+    /// Bounded staleness: the worker's clock, its waits, its row cache.
+    pub staleness: StalenessMetrics,
     tables: TableFamilies,
 }
 
@@ -288,12 +292,14 @@ impl Metrics {
             requests: RequestMetrics::default(),
             resend: ResendMetrics::default(),
             membership: MembershipMetrics::default(),
+            staleness: StalenessMetrics::default(),
             tables: TableFamilies::default(),
         };
         m.peer_families.register(&mut r);
         m.requests.register(&mut r, inflight_bytes);
         m.resend.register(&mut r);
         m.membership.register(&mut r);
+        m.staleness.register(&mut r);
         m.tables.register(&mut r);
         more(&mut r);
         Metrics { registry: r, ..m }

@@ -149,6 +149,15 @@ impl BarrierBook {
         })
     }
 
+    /// `node` joined the running job with role group `role` ([`crate::wire::Role::group`]): a
+    /// member of every open barrier of a group including it from now on (it arrives there
+    /// when its application calls that barrier).
+    pub fn join(&mut self, node: NodeId, role: i32) {
+        for (_, open) in self.open.iter_mut().filter(|(g, _)| *g & role != 0) {
+            open.members.insert(node);
+        }
+    }
+
     /// `node` is gone and will be replaced: its arrivals no longer count; its
     /// replacement arrives again.
     pub fn leave(&mut self, node: NodeId) {

@@ -165,9 +165,15 @@ fn node_obeys(po: &Postoffice, control: ControlMsg, msg: Message) -> bool {
                 super::recovery::confirm_replaced(po, node, incarnation);
             }
         }
+        (ControlMsg::NodeJoined { node, reach }, false) => {
+            super::join::on_node_joined(po, node, reach)
+        }
         (ControlMsg::Answered { .. }, true) => deliver_answered(po, msg),
         (ControlMsg::Layout(layout), false) if from == crate::wire::SCHEDULER => {
             super::resize::on_layout(po, &msg.meta, layout)
+        }
+        (ControlMsg::Floor { floor, slowest }, false) => {
+            super::staleness::on_floor(po, floor, slowest)
         }
         _ => return false,
     }
@@ -300,13 +306,15 @@ fn kind(request: bool) -> &'static str {
 
 /// Whether command `cmd` (a request or answer, received by the scheduler or not) is obeyed
 /// only from the scheduler: node tables and refusals, barrier releases, heartbeat
-/// answers, TERMINATE, NODE_LOST, NODE_REPLACED notices, key layouts. (With a token the sender is the
+/// answers, clock floors, TERMINATE, NODE_LOST, NODE_REPLACED and NODE_JOINED notices, key layouts. (With a token the sender is the
 /// one its connection proved, [`crate::auth`].)
 fn scheduler_only(cmd: Command, at_scheduler: bool, request: bool) -> bool {
     match cmd {
-        Command::AddNode | Command::Barrier | Command::Heartbeat => !request,
+        Command::AddNode | Command::Barrier | Command::Heartbeat | Command::Clock => !request,
         Command::Terminate => true,
-        Command::NodeLost | Command::NodeReplaced | Command::Layout => !at_scheduler,
+        Command::NodeLost | Command::NodeReplaced | Command::NodeJoined | Command::Layout => {
+            !at_scheduler
+        }
         _ => false,
     }
 }

@@ -137,7 +137,8 @@ pub(super) fn update_table(po: &Postoffice, meta: &Meta, table: NodeTable) {
     }
     {
         let mut t = po.recovery.takeover();
-        t.replacement = table.replacement.is_some();
+        t.replacement = table.replacement.as_ref().is_some_and(|r| !r.joined);
+        t.joined = table.replacement.as_ref().is_some_and(|r| r.joined);
         t.replace_within = table.replace_within_ms;
         t.run_id = table.run_id;
         if let Some(r) = &table.replacement {
@@ -152,6 +153,36 @@ pub(super) fn update_table(po: &Postoffice, meta: &Meta, table: NodeTable) {
     st.nodes = nodes;
     st.ready = true;
     po.node.cv.notify_all();
+}
+
+/// NODE_JOINED from the scheduler: server `node` joined the running job. It goes into the
+/// node table; this node connects to it when they are peers (with the password `reach`).
+pub(super) fn on_node_joined(po: &Postoffice, node: Node, reach: Vec<(NodeId, String)>) {
+    let me = po.my_id();
+    if node.id == me || Node::role_of(node.id) != Some(Role::Server) {
+        tracing::warn!("dropped a NODE_JOINED naming {}", Node::describe(node.id));
+        return;
+    }
+    {
+        let mut st = lock(&po.node.state);
+        if st.nodes.iter().any(|n| n.id == node.id) {
+            return;
+        }
+        st.nodes.push(node.clone());
+    }
+    po.van.set_reach(reach);
+    if Node::are_peers(me, node.id) {
+        if let Err(e) = po.van.connect(node.id, &node.host, node.port) {
+            super::failure::mark_lost(po, node.id, super::failure::LossCause::ChannelFailed, e);
+            return;
+        }
+    }
+    tracing::warn!(
+        "{} joined the running job at {}",
+        Node::describe(node.id),
+        crate::wire::place(&node.host, node.port)
+    );
+    po.node.wake();
 }
 
 /// The `ps-heartbeat` thread of a server or worker: a heartbeat to the scheduler every
@@ -229,6 +260,8 @@ fn rejoin_due(po: &Postoffice, interval: Duration) -> Option<crate::wire::Rejoin
         started: st.barrier.started,
         barriers_done: st.barrier.done.iter().map(|(&g, &n)| (g, n)).collect(),
         waiting: st.barrier.waiting(),
+        layout: super::resize::held_wire(po),
+        clock: st.clock.clock(),
     })
 }
 
@@ -239,6 +272,10 @@ pub(super) fn heartbeat_answered(po: &Postoffice) {
         return;
     };
     po.metrics.membership.rejoins.inc();
+    // A scheduler that took the job over learns from this node that its rows arrived, and
+    // a worker's clock.
+    super::resize::report_again(po);
+    super::staleness::say_again(po);
     tracing::warn!(
         "re-registered with the scheduler at {}, {:.1} s after re-registering began",
         crate::wire::place(&po.cfg.cluster.root_uri, po.cfg.cluster.root_port),
@@ -312,7 +349,7 @@ pub(super) fn join_and_meet(po: &Arc<Postoffice>, me: &Node) -> Result<()> {
     }
     let skip_start = {
         let t = po.recovery.takeover();
-        t.replacement && !t.must_meet
+        (t.replacement || t.joined) && !t.must_meet
     };
     if skip_start {
         // The others passed the start-up barrier long ago.

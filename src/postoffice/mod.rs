@@ -11,23 +11,18 @@
 //! the final barrier of [`Postoffice::finalize`], which waits as long as every missing node is
 //! alive (heartbeats, `PS_HEARTBEAT_TIMEOUT`).
 //!
-//! Files: this one is the facade (start, finalize, shutdown, accessors) over parts that own
-//! their state, and `pipeline` orders every message's steps (`send`, and what a received
-//! message passes): only these two files hold `Postoffice`'s methods. Every other file is a
-//! part — its state type, and the procedures it runs for the postoffice as functions taking
-//! `po: &Postoffice`. `node` is membership and the barrier; `join` registers a node and sends
-//! its heartbeats; `control` is the receiving thread (commands in, answers out); `scheduler`
-//! is the sans-IO [`scheduler::Scheduler`] with its IO in `scheduler/driver.rs`; `routes`
-//! hands data messages to customers; `memory` holds the registered pool, immediate slots and
-//! the van's memory registrations (a remote write is a pipeline step); `resender` stamps, acknowledges, de-duplicates and resends data
-//! messages (`PS_RESEND`); `failure` handles lost peers and `recovery` replaced ones
-//! (`PS_CHECKPOINT_DIR`); `observe` serves metrics and the "who waits on whom" lines;
-//! `barrier`, `liveness`, `scheduler` and `resend` are sans-IO state.
+//! Files: this one is the facade (start, finalize, shutdown, accessors) and `pipeline` orders
+//! every message's steps; only these two hold `Postoffice`'s methods. Every other file is a
+//! part — its state type, and what it does for the postoffice as functions taking
+//! `po: &Postoffice` (ARCHITECTURE.md lists them). `barrier`, `clocks`, `liveness`, `ranges`,
+//! `scheduler` and `resend` are sans-IO state.
 
 #[doc(hidden)]
 pub mod barrier;
 #[doc(hidden)]
 pub mod budget;
+#[doc(hidden)]
+pub mod clocks;
 mod control;
 mod customer;
 mod failure;
@@ -49,13 +44,16 @@ mod resize;
 mod routes;
 #[doc(hidden)]
 pub mod scheduler;
+mod staleness;
 
 pub use crate::wire::SCHEDULER;
 pub(crate) use customer::on_customer_thread;
 pub use customer::{Customer, CustomerEvent, Route};
+pub use pipeline::reply_meta;
 pub use range::Range;
-pub(crate) use resize::range_arrived;
 pub use resize::Resized;
+pub(crate) use resize::{key_value_servers, layout_wire, range_arrived, unsettled_layout};
+pub use staleness::Clocked;
 
 use crate::config::{Config, VanType};
 use crate::error::{Error, Result};
@@ -63,7 +61,7 @@ use crate::metrics::Metrics;
 use crate::sync::lock;
 use crate::van::zmq::{ZmqOptions, ZmqVan};
 use crate::van::Van;
-use crate::wire::{Meta, Node, Role};
+use crate::wire::{Node, Role};
 use crossbeam_channel::Sender;
 use memory::Memory;
 use routes::Routes;
@@ -123,25 +121,6 @@ struct Lifecycle {
     stopped: AtomicBool,
     threads: Mutex<Vec<JoinHandle<()>>>,
     metrics_server: Mutex<Option<crate::metrics::MetricsServer>>,
-}
-
-/// The answer to a request: sender and receiver swapped, `request` cleared, ids echoed.
-pub fn reply_meta(req: &Meta) -> Meta {
-    Meta {
-        head: req.head,
-        tag: req.tag,
-        sender: req.recver,
-        recver: req.sender,
-        request: false,
-        kv: crate::wire::KvHeader {
-            push: req.kv.push,
-            pull: req.kv.pull,
-            dtype: req.kv.dtype,
-            placement: req.kv.placement, // the part it answers
-            ..Default::default()
-        },
-        ..Meta::default()
-    }
 }
 
 impl Postoffice {
@@ -252,9 +231,14 @@ impl Postoffice {
         &self.cfg
     }
 
-    /// Number of servers.
+    /// Number of servers: `DMLC_NUM_SERVER` until the node table arrived, then the table's
+    /// (servers that joined the running job count, drained ones too).
     pub fn num_servers(&self) -> usize {
-        self.cfg.cluster.num_servers
+        let st = lock(&self.node.state);
+        if !st.ready {
+            return self.cfg.cluster.num_servers;
+        }
+        st.nodes.iter().filter(|n| n.role == Role::Server).count()
     }
 
     /// Number of workers.
@@ -294,7 +278,7 @@ impl Postoffice {
     /// [`Error::DeclaredLost`] if this node was; [`Error::JobFailed`] when a member's
     /// application failed ([`finalize_failed`](Self::finalize_failed)).
     pub fn finalize(&self) -> Result<()> {
-        self.end(None)
+        node::end(self, None)
     }
 
     /// Ends this node after its application failed with `error`: as [`finalize`](Self::finalize),
@@ -306,7 +290,7 @@ impl Postoffice {
     /// [`Error::JobFailed`] with the failures of every member that failed, or what
     /// `finalize` fails with.
     pub fn finalize_failed(&self, error: &Error) -> Result<()> {
-        self.end(Some(error.to_string()))
+        node::end(self, Some(error.to_string()))
     }
 
     /// Records that this node's application failed with `error` while it goes on (a server
@@ -316,32 +300,7 @@ impl Postoffice {
     /// error (the scheduler counts the failure of a member that arrived). The first error
     /// recorded is kept.
     pub fn fail_application(&self, error: &str) {
-        let finalizing = {
-            let mut st = lock(&self.node.state);
-            if st.app_failure.is_some() {
-                return;
-            }
-            st.app_failure = Some(error.to_string());
-            st.finalizing
-        };
-        if finalizing {
-            if let Err(e) = node::arrive(self, ALL_GROUP, None, Some(error.to_string())) {
-                tracing::warn!("cannot tell the scheduler this node failed: {e}");
-            }
-        }
-    }
-
-    /// The last barrier (`failed`: this node's application error, or one recorded by
-    /// [`fail_application`](Self::fail_application)), then the shutdown.
-    fn end(&self, failed: Option<String>) -> Result<()> {
-        let failed = {
-            let mut st = lock(&self.node.state);
-            st.finalizing = true;
-            failed.or_else(|| st.app_failure.clone())
-        };
-        let r = node::barrier_with(self, ALL_GROUP, None, failed);
-        self.shutdown();
-        r
+        node::fail_application(self, error)
     }
 
     fn shutdown(&self) {
@@ -382,8 +341,15 @@ impl Postoffice {
         self.recovery.takeover().replacement
     }
 
-    /// How many barriers of `group` the node this one replaces completed after the start-up
-    /// barrier (0 on a node that replaces none): an application skips the work it did before
+    /// Whether this node is a server that joined the running job (registered after the start
+    /// with `PSLITE_RANK` = the number of servers). It holds no keys until a resize adds it:
+    /// [`resize`](Self::resize)`(my_id(), true)` once its key-value servers exist.
+    pub fn joined(&self) -> bool {
+        self.recovery.takeover().joined
+    }
+
+    /// How many barriers of `group` the node this one replaces (or the job this server joined)
+    /// completed after the start-up barrier, 0 otherwise: an application skips the work before
     /// them, and [`barrier`](Self::barrier) passes them at once.
     pub fn inherited_barriers(&self, group: i32) -> u64 {
         let t = self.recovery.takeover();
@@ -406,6 +372,12 @@ impl Postoffice {
     /// even split by rank, one epoch more per resize).
     pub fn layout(&self) -> Arc<ranges::layout::Layout> {
         self.node.resizing.layout()
+    }
+
+    /// Whether every move of the current [`layout`](Self::layout) is done, as this node heard
+    /// from the scheduler (otherwise rows may still be moving, and a resize is refused).
+    pub fn layout_settled(&self) -> bool {
+        self.node.resizing.settled()
     }
 
     /// Elastic servers: asks the scheduler to give server `server` (a node id) a share of the
@@ -452,6 +424,28 @@ impl Postoffice {
             return Ok(());
         }
         node::barrier_with(self, group, Some(self.cfg.timing.timeout), None)
+    }
+
+    /// (Worker) Bounded staleness (SSP, Ho et al. 2013): advances this worker's clock by one
+    /// (call it once per training step) and returns once the slowest worker is at most
+    /// `staleness` clocks behind — at once within the bound; `Some(0)` is a barrier of the
+    /// workers per clock, `None` never waits. The clocks are kept by the scheduler.
+    ///
+    /// # Errors
+    /// [`Error::Timeout`] after `PS_TIMEOUT`, naming the slowest worker and its clock;
+    /// [`Error::PeerLost`] when a node is lost; [`Error::InvalidArgument`] on a server or
+    /// scheduler.
+    pub fn clock(&self, staleness: Option<u64>) -> Result<Clocked> {
+        staleness::clock(self, staleness)
+    }
+
+    /// (Worker) This worker takes no more steps: the other workers no longer wait for its
+    /// clock (call it after the last step; a server or scheduler ignores it).
+    ///
+    /// # Errors
+    /// The send's ([`Error::Van`]).
+    pub fn clocks_done(&self) -> Result<()> {
+        staleness::clocks_done(self)
     }
 
     /// This node's registered memory pool (`PS_POOL_BYTES`), reserved — and registered with

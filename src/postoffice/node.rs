@@ -33,6 +33,8 @@ pub(super) struct State {
     pub app_failure: Option<String>,
     /// `finalize` (or `finalize_failed`) was called: the last barrier is sent or about to be.
     pub finalizing: bool,
+    /// (Worker) Its bounded-staleness clock and the floor it heard of ([`super::staleness`]).
+    pub clock: super::clocks::Gate,
 }
 
 /// The barrier a node waits in and the barriers it passed, as it tells a scheduler it
@@ -265,4 +267,34 @@ pub(super) fn arrive(
         )
     };
     po.send(Message::new(meta)).map(|_| ())
+}
+
+/// [`Postoffice::fail_application`].
+pub(super) fn fail_application(po: &Postoffice, error: &str) {
+    let finalizing = {
+        let mut st = lock(&po.node.state);
+        if st.app_failure.is_some() {
+            return;
+        }
+        st.app_failure = Some(error.to_string());
+        st.finalizing
+    };
+    if finalizing {
+        if let Err(e) = arrive(po, ALL_GROUP, None, Some(error.to_string())) {
+            tracing::warn!("cannot tell the scheduler this node failed: {e}");
+        }
+    }
+}
+
+/// The last barrier (`failed`: this node's application error, or one recorded by
+/// [`Postoffice::fail_application`]), then the shutdown.
+pub(super) fn end(po: &Postoffice, failed: Option<String>) -> Result<()> {
+    let failed = {
+        let mut st = lock(&po.node.state);
+        st.finalizing = true;
+        failed.or_else(|| st.app_failure.clone())
+    };
+    let r = barrier_with(po, ALL_GROUP, None, failed);
+    po.shutdown();
+    r
 }

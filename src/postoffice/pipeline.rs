@@ -24,6 +24,25 @@ use crate::wire::{ControlMsg, Message, Meta, Node, NodeId, SCHEDULER};
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
+/// The answer to a request: sender and receiver swapped, `request` cleared, ids echoed.
+pub fn reply_meta(req: &Meta) -> Meta {
+    Meta {
+        head: req.head,
+        tag: req.tag,
+        sender: req.recver,
+        recver: req.sender,
+        request: false,
+        kv: crate::wire::KvHeader {
+            push: req.kv.push,
+            pull: req.kv.pull,
+            dtype: req.kv.dtype,
+            placement: req.kv.placement, // the part it answers
+            ..Default::default()
+        },
+        ..Meta::default()
+    }
+}
+
 impl Postoffice {
     /// Sends `msg` with this node as sender.
     ///

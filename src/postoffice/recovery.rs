@@ -70,7 +70,10 @@ pub(super) fn window(cfg: &Config) -> Option<Duration> {
 pub(super) struct Takeover {
     /// This node replaces a lost one (it restores its state and skipped the start barrier).
     pub replacement: bool,
-    /// A replacement whose cluster has not passed the start-up barrier yet: it passes it.
+    /// A server that joined the running job under a new id (not a replacement).
+    pub joined: bool,
+    /// A replacement (or a joined server) whose cluster has not passed the start-up barrier
+    /// yet: it passes it.
     pub must_meet: bool,
     /// How long, in ms, the scheduler awaits a lost node's replacement (0: a loss fails the
     /// job), as its node table says.

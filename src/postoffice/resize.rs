@@ -37,6 +37,9 @@ struct Waits {
     /// Per epoch, how many of this node's key-value servers hold their rows, the bytes, and
     /// why some could not take theirs.
     arrived: HashMap<u64, (usize, u64, Vec<String>)>,
+    /// This node's last report of rows arrived (epoch, bytes, failures), sent again to a
+    /// scheduler that took the job over before it settled.
+    reported: Option<(u64, u64, Vec<String>)>,
 }
 
 /// This node's key layout and its resizes.
@@ -46,6 +49,11 @@ pub(super) struct Resizing {
     cv: Condvar,
     /// One resize asked at a time from this node.
     asking: Mutex<()>,
+    /// The last epoch this node heard settle (epoch 0 is settled from the start).
+    settled: std::sync::atomic::AtomicU64,
+    /// The current layout as the scheduler sent it, with the moves that led to it (`None`
+    /// at epoch 0).
+    wire: RwLock<Option<Arc<KeyLayout>>>,
 }
 
 impl Resizing {
@@ -56,7 +64,15 @@ impl Resizing {
             waits: Mutex::new(Waits::default()),
             cv: Condvar::new(),
             asking: Mutex::new(()),
+            settled: std::sync::atomic::AtomicU64::new(0),
+            wire: RwLock::new(None),
         }
+    }
+
+    /// Whether every move of the current layout is done, as this node heard (the scheduler's
+    /// settled broadcast).
+    pub(super) fn settled(&self) -> bool {
+        self.layout().epoch() <= self.settled.load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// The current layout.
@@ -66,6 +82,55 @@ impl Resizing {
             .unwrap_or_else(|p| p.into_inner())
             .clone()
     }
+}
+
+/// The layout this node holds as the scheduler sent it (with its moves; `None` at epoch 0),
+/// and the last epoch it heard settle: what a key-value server that may have missed a
+/// broadcast (created while it went out) catches up with.
+pub(crate) fn layout_wire(po: &Postoffice) -> (Option<Arc<KeyLayout>>, u64) {
+    let r = &po.node.resizing;
+    let wire = r.wire.read().unwrap_or_else(|p| p.into_inner()).clone();
+    (wire, r.settled.load(std::sync::atomic::Ordering::Acquire))
+}
+
+/// How many key-value servers this node runs (one per application and value type).
+pub(crate) fn key_value_servers(po: &Postoffice) -> usize {
+    lock(&po.routes).servers()
+}
+
+/// The layout this node holds as the scheduler sent it (with the moves that led to it,
+/// settled or not), for a re-registration; `None` at epoch 0.
+pub(super) fn held_wire(po: &Postoffice) -> Option<KeyLayout> {
+    let r = &po.node.resizing;
+    let mut wire = (*r.wire.read().unwrap_or_else(|p| p.into_inner()).clone()?).clone();
+    if r.settled() && wire.settled.is_none() {
+        wire.settled = Some((0, 0));
+    }
+    Some(wire)
+}
+
+/// After re-registering with a scheduler that took the job over: this node's last report
+/// of rows arrived goes again while its layout has not settled (the silent scheduler may have
+/// had it alone).
+pub(super) fn report_again(po: &Postoffice) {
+    let r = &po.node.resizing;
+    if r.settled() {
+        return;
+    }
+    let last = lock(&r.waits).reported.clone();
+    if let Some((epoch, bytes, failed)) = last.filter(|l| l.0 == r.layout().epoch()) {
+        report_arrived(po, epoch, bytes, failed);
+    }
+}
+
+/// The current layout with its moves while they are not settled (as this node heard): a
+/// key-value server created now starts from the layout before it and adopts this one, so that
+/// it exports or awaits the rows that move (a replacement server restoring its checkpoint
+/// during a move). `None` once settled.
+pub(crate) fn unsettled_layout(po: &Postoffice) -> Option<Arc<KeyLayout>> {
+    let r = &po.node.resizing;
+    let wire = r.wire.read().unwrap_or_else(|p| p.into_inner()).clone()?;
+    (!r.settled() && wire.epoch == r.layout().epoch()).then_some(wire)
 }
 
 /// A [`ControlMsg::Layout`] from the scheduler: a refusal of this node's resize (`Meta::error`),
@@ -87,9 +152,13 @@ pub(super) fn on_layout(po: &Postoffice, meta: &Meta, wire: KeyLayout) {
     };
     let newer = {
         let mut held = r.layout.write().unwrap_or_else(|p| p.into_inner());
-        let newer = layout.epoch() > held.epoch();
+        // Epoch 0 with other parts: a node that joined the running job, whose epoch 0 was its
+        // guess from DMLC_NUM_SERVER, gets the scheduler's.
+        let newer = layout.epoch() > held.epoch()
+            || (layout.epoch() == 0 && held.epoch() == 0 && layout.parts() != held.parts());
         if newer {
             *held = Arc::new(layout);
+            *r.wire.write().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(wire.clone()));
         }
         newer
     };
@@ -97,38 +166,66 @@ pub(super) fn on_layout(po: &Postoffice, meta: &Meta, wire: KeyLayout) {
         lock(&r.waits).mine = Some(wire.epoch);
     }
     if newer {
-        // A membership change: logged on every node at the default level, as losses and
-        // re-registrations are.
-        tracing::warn!("key layout {}: {}", wire.epoch, describe(&wire));
-        po.metrics().layout_epoch(wire.epoch);
-        if po.role() == crate::wire::Role::Server {
-            let wire = Arc::new(wire.clone());
-            lock(&po.routes).broadcast(|| CustomerEvent::Layout(wire.clone()));
-            if wire.moves.iter().any(|m| m.to == po.my_id()) && lock(&po.routes).servers() == 0 {
-                report_arrived(po, wire.epoch, 0, Vec::new());
-            }
-        }
+        adopted(po, &wire);
     }
-    if let Some((bytes, micros)) = wire.settled {
-        tracing::info!(
-            "key layout {} settled: {bytes} bytes of rows moved in {:.1} ms",
-            wire.epoch,
-            micros as f64 / 1e3
-        );
-        if wire.asked_by == po.my_id() {
-            let resized = Resized {
-                epoch: wire.epoch,
-                bytes,
-                took: Duration::from_micros(micros),
-            };
-            lock(&r.waits).settled = Some((resized, wire.failed.clone()));
-            r.cv.notify_all();
-        }
+    if wire.settled.is_some() && wire.epoch == r.layout().epoch() {
+        r.settled
+            .fetch_max(wire.epoch, std::sync::atomic::Ordering::AcqRel);
+        *r.wire.write().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(wire.clone()));
+    }
+    // The key-value servers adopt a new layout, and learn when it settled.
+    if po.role() == crate::wire::Role::Server && (newer || wire.settled.is_some()) {
+        let wire = Arc::new(wire.clone());
+        lock(&po.routes).broadcast(|| CustomerEvent::Layout(wire.clone()));
+    }
+    on_settled(po, &wire);
+}
+
+/// This node adopted layout `wire`: logged (a membership change: on every node at the
+/// default level, as losses and re-registrations are), counted; a running server without
+/// key-value servers reports at once the rows it takes (none). A node that has no table yet
+/// (a replacement or a joining server gets the layout first) or that replaces a lost one
+/// creates its key-value servers later, and they count what they take.
+fn adopted(po: &Postoffice, wire: &KeyLayout) {
+    tracing::warn!("key layout {}: {}", wire.epoch, describe(wire));
+    po.metrics().layout_epoch(wire.epoch);
+    let takes = wire.moves.iter().any(|m| m.to == po.my_id());
+    let running = lock(&po.node.state).ready && !po.is_replacement();
+    if po.role() == crate::wire::Role::Server && takes && running && lock(&po.routes).servers() == 0
+    {
+        report_arrived(po, wire.epoch, 0, Vec::new());
     }
 }
 
-/// What a layout moves, for the log: "keys [a, b) server 2 → server 0; …".
+/// The scheduler's word that layout `wire` settled (nothing when it did not): logged, and the
+/// resize this node asked for returns.
+fn on_settled(po: &Postoffice, wire: &KeyLayout) {
+    let Some((bytes, micros)) = wire.settled else {
+        return;
+    };
+    tracing::info!(
+        "key layout {} settled: {bytes} bytes of rows moved in {:.1} ms",
+        wire.epoch,
+        micros as f64 / 1e3
+    );
+    if wire.asked_by == po.my_id() {
+        let r = &po.node.resizing;
+        let resized = Resized {
+            epoch: wire.epoch,
+            bytes,
+            took: Duration::from_micros(micros),
+        };
+        lock(&r.waits).settled = Some((resized, wire.failed.clone()));
+        r.cv.notify_all();
+    }
+}
+
+/// What a layout moves, for the log: "keys [a, b) server 2 → server 0; …" ("no keys move":
+/// the layout as a node learning it late is sent it).
 fn describe(wire: &KeyLayout) -> String {
+    if wire.moves.is_empty() {
+        return "no keys move".into();
+    }
     wire.moves
         .iter()
         .map(|m| {
@@ -145,10 +242,17 @@ fn describe(wire: &KeyLayout) -> String {
 }
 
 /// One key-value server of this node holds the rows moved to it for layout `epoch` (`bytes`
-/// of them; `failed`: why it could not take them); once all of them do, the scheduler is
-/// told. (A server receives one range per layout: each server of the node calls this once.)
-pub(crate) fn range_arrived(po: &Postoffice, epoch: u64, bytes: u64, failed: Option<String>) {
-    let all = lock(&po.routes).servers();
+/// of them; `failed`: why it could not take them); once as many did as this node runs, and at
+/// least `of` (the old owner's key-value servers, each of which hands its rows over: a
+/// replacement's are still being created), the scheduler is told. (A server receives one
+/// range per layout: each server of the node calls this once.)
+pub(crate) fn range_arrived(
+    po: &Postoffice,
+    (epoch, of): (u64, u32),
+    bytes: u64,
+    failed: Option<String>,
+) {
+    let all = lock(&po.routes).servers().max(of as usize);
     let done = {
         let mut w = lock(&po.node.resizing.waits);
         let e = w.arrived.entry(epoch).or_insert((0, 0, Vec::new()));
@@ -167,6 +271,7 @@ pub(crate) fn range_arrived(po: &Postoffice, epoch: u64, bytes: u64, failed: Opt
 }
 
 fn report_arrived(po: &Postoffice, epoch: u64, bytes: u64, failed: Vec<String>) {
+    lock(&po.node.resizing.waits).reported = Some((epoch, bytes, failed.clone()));
     tracing::info!("holds the rows moved here for key layout {epoch} ({bytes} bytes)");
     let arrived = ControlMsg::RangesArrived {
         epoch,

@@ -197,6 +197,7 @@ mod tests {
                         start_open: true,
                         barriers_done: vec![(4, 3)],
                         incarnation: 2,
+                        joined: true,
                     }),
                 })),
                 also_refused: vec![5, 9],

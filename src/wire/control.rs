@@ -27,6 +27,8 @@ pub enum Command {
     NodeLost,
     /// [`ControlMsg::NodeReplaced`].
     NodeReplaced,
+    /// [`ControlMsg::NodeJoined`].
+    NodeJoined,
     /// [`ControlMsg::Answered`].
     Answered,
     /// [`ControlMsg::Rejoin`].
@@ -34,6 +36,8 @@ pub enum Command {
     /// The servers' key layout: [`ControlMsg::Resize`], [`ControlMsg::Layout`],
     /// [`ControlMsg::RangesArrived`].
     Layout,
+    /// Bounded staleness: [`ControlMsg::Clock`] and [`ControlMsg::Floor`].
+    Clock,
 }
 
 /// A control message's body.
@@ -97,6 +101,16 @@ pub enum ControlMsg {
         /// How many nodes held its id before it.
         incarnation: u32,
     },
+    /// Elastic servers: scheduler → every other node, server `node` joined the running job
+    /// (a new id, after the last server's): connect to it if it is a peer. It holds no keys
+    /// until a resize adds it. Not in ps-lite.
+    NodeJoined {
+        /// The new server, with its id.
+        node: Node,
+        /// The PLAIN password the receiving node presents to it ([`NodeTable::reach`]'s
+        /// entry for it); empty without the token.
+        reach: Vec<(NodeId, String)>,
+    },
     /// Recovery cross-check: worker → a replacement server (a request routed like the data
     /// requests of `RequestTag::app_id` and `KvHeader::dtype`, parked until that application is
     /// served). The replacement refuses to serve when its restored log lacks one. Not in
@@ -139,6 +153,22 @@ pub enum ControlMsg {
         /// Why rows could not be exported or imported, per range that failed.
         failed: Vec<String>,
     },
+    /// Bounded staleness (request): a worker → the scheduler, this worker is at clock `clock`
+    /// ([`crate::postoffice::Postoffice::clock`]). Not in ps-lite.
+    Clock {
+        /// The worker's clock (1 after its first step).
+        clock: u64,
+        /// The worker waits at this clock (beyond the floor it knows), or says its clock again
+        /// while it waits: answered with the floor even when it did not rise.
+        waits: bool,
+    },
+    /// Bounded staleness (answer): the scheduler → workers, the slowest worker's clock.
+    Floor {
+        /// The lowest clock of all workers.
+        floor: u64,
+        /// A worker at that clock.
+        slowest: NodeId,
+    },
 }
 
 impl ControlMsg {
@@ -152,12 +182,14 @@ impl ControlMsg {
             ControlMsg::Ack { .. } => Command::Ack,
             ControlMsg::NodeLost { .. } => Command::NodeLost,
             ControlMsg::NodeReplaced { .. } => Command::NodeReplaced,
+            ControlMsg::NodeJoined { .. } => Command::NodeJoined,
             ControlMsg::Answered { .. } => Command::Answered,
             ControlMsg::Terminate => Command::Terminate,
             ControlMsg::Rejoin(_) => Command::Rejoin,
             ControlMsg::Resize { .. }
             | ControlMsg::Layout(_)
             | ControlMsg::RangesArrived { .. } => Command::Layout,
+            ControlMsg::Clock { .. } | ControlMsg::Floor { .. } => Command::Clock,
         }
     }
 }
@@ -257,6 +289,9 @@ pub struct Takeover {
     /// How many nodes held its id before it (a replacement worker numbers its requests from
     /// `incarnation × 2^27` on).
     pub incarnation: u32,
+    /// Not a replacement: a server joining the running job under a new id (it takes no one's
+    /// place, restores nothing, and skips the start-up barrier the others passed).
+    pub joined: bool,
 }
 
 /// What a server or worker tells a scheduler it re-registers with ([`ControlMsg::Rejoin`]):
@@ -281,6 +316,11 @@ pub struct Rejoin {
     pub barriers_done: Vec<(i32, u64)>,
     /// The barrier this node waits in, if any.
     pub waiting: Option<BarrierWait>,
+    /// The servers' key layout as this node holds it (with the moves that led to it, settled
+    /// or not); `None` at epoch 0.
+    pub layout: Option<KeyLayout>,
+    /// A worker's bounded-staleness clock (0 for other nodes, and before a worker's first).
+    pub clock: u64,
 }
 
 /// A barrier a node waits in, as it tells a scheduler it re-registers with.

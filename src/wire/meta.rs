@@ -242,6 +242,10 @@ pub enum Placement {
         piece: u32,
         /// How many pieces the export was cut into.
         pieces: u32,
+        /// How many key-value servers of the old owner hand their rows of this range over
+        /// (one per application and value type): the new owner reports the range arrived once
+        /// as many took theirs.
+        of: u32,
     },
 }
 

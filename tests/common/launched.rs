@@ -46,14 +46,20 @@ impl Launched {
 
     /// Waits (at most 60 s) until the output has a line containing `text`; returns that line.
     pub fn wait_line(&self, text: &str) -> String {
+        self.wait_for(&format!("line with {text:?}"), |l| l.contains(text))
+    }
+
+    /// Waits (at most 60 s) until a line of the output is one `is` takes; returns it.
+    /// `what` names it in the failure.
+    pub fn wait_for(&self, what: &str, is: impl Fn(&str) -> bool) -> String {
         let t0 = Instant::now();
         loop {
-            if let Some(l) = self.text().lines().find(|l| l.contains(text)) {
+            if let Some(l) = self.text().lines().find(|l| is(l)) {
                 return l.to_string();
             }
             assert!(
                 t0.elapsed() < Duration::from_secs(60),
-                "no line with {text:?}:\n{}",
+                "no {what}:\n{}",
                 self.text()
             );
             std::thread::sleep(Duration::from_millis(10));
@@ -77,9 +83,18 @@ impl Launched {
 
     /// SIGKILLs the process the launcher started as `node` ("server 0") most recently.
     pub fn kill(&self, node: &str) {
+        self.signal(node, libc::SIGKILL);
+    }
+
+    /// Sends `signal` to the process the launcher started as `node` most recently.
+    pub fn signal(&self, node: &str, signal: i32) {
         let pid = self.pid(node);
         // SAFETY: kill(2) on a process the launcher started (its pid from the launcher).
-        assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0, "kill {node}");
+        assert_eq!(
+            unsafe { libc::kill(pid, signal) },
+            0,
+            "signal {signal} to {node}"
+        );
     }
 
     /// Waits (at most `limit`) for the launcher's exit; its status and whole output.

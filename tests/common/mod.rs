@@ -9,6 +9,7 @@ pub mod procs;
 pub mod roles;
 
 use pslite::{Config, DefaultHandler, KVServer, Postoffice, Result, Role, Value};
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::thread::{self, JoinHandle};
 use std::time::Duration;
@@ -24,6 +25,8 @@ pub fn skip(var: &str, missing: &str, fix: &str) {
 pub struct Cluster {
     pub workers: Vec<Arc<Postoffice>>,
     pub others: Vec<JoinHandle<Result<()>>>,
+    /// The scheduler's port on 127.0.0.1.
+    pub port: u16,
 }
 
 /// Config for a node of a local cluster with `PS_TIMEOUT` `timeout_s`. Its heartbeat timeout
@@ -85,7 +88,11 @@ pub fn cluster_cfg(
         .into_iter()
         .map(|t| t.join().expect("no panic").expect("worker starts"))
         .collect();
-    Cluster { workers, others }
+    Cluster {
+        workers,
+        others,
+        port,
+    }
 }
 
 /// A server of application 0 running the default handler for values of type `V` (for
@@ -149,4 +156,37 @@ pub fn scheduler_alone(env: &[(&str, &str)]) -> String {
     let err = String::from_utf8_lossy(&o.stderr).to_string();
     assert!(!o.status.success(), "the start-up gives up: {err}");
     err
+}
+
+/// A fresh, empty directory for one test's checkpoints, removed when dropped (a test's
+/// checkpoints reach hundreds of MB; CI's disk is not ours to fill). Declare it before the
+/// cluster that writes into it, so the cluster's processes are stopped first.
+pub struct Scratch(PathBuf);
+
+impl Scratch {
+    /// `pslite-NAME-PID` under the temporary directory, emptied.
+    pub fn new(name: &str) -> Scratch {
+        let dir = std::env::temp_dir().join(format!("pslite-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("a temporary directory");
+        Scratch(dir)
+    }
+
+    /// The path as a string, for a command line.
+    pub fn arg(&self) -> String {
+        self.0.to_string_lossy().to_string()
+    }
+}
+
+impl std::ops::Deref for Scratch {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }

@@ -67,6 +67,18 @@ class Postoffice:
 
         Raises TimeoutError (PS_TIMEOUT), PeerLostError, InvalidArgumentError (group not 1–7).
         """
+    def clock(self, staleness: int | None = None) -> tuple[int, float]:
+        """(Worker) Bounded staleness (SSP): advances this worker's clock by one (once per
+        training step, after its pushes were applied) and returns once the slowest worker is
+        at most ``staleness`` clocks behind (0: in lock step; None: never waits). Returns
+        ``(clock, seconds waited)``; Ctrl-C interrupts the wait.
+
+        Raises TimeoutError (PS_TIMEOUT) naming the slowest worker and its clock,
+        PeerLostError, InvalidArgumentError on a server.
+        """
+    def clocks_done(self) -> None:
+        """(Worker) This worker takes no more steps: the other workers no longer wait for its
+        clock. Call it after the last step; a server ignores it."""
     def resize(self, server: int, add: bool = False) -> tuple[int, int, float]:
         """Drains server rank ``server`` (its keys move to the other servers) or, with
         ``add=True``, gives it a share of the keys again, while every worker goes on pushing;

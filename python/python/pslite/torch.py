@@ -58,10 +58,10 @@ import torch
 from torch import Tensor, nn
 
 from ._errors import InvalidArgumentError
-from ._pslite import WORKER_GROUP, KVWorker, unique_keys
+from ._pslite import WORKER_GROUP, KVWorker, Postoffice, unique_keys
 
 __all__ = ["DistributedOptimizer", "Embedding", "EmbeddingBag", "broadcast_parameters",
-           "flush", "prefetching"]
+           "clock", "flush", "prefetching"]
 
 #: Prefetched pulls a module keeps at most; older ones are dropped (their rows discarded).
 MAX_PREFETCHED = 4
@@ -319,6 +319,20 @@ def flush(model: nn.Module) -> None:
     Raises as the modules' ``flush``."""
     for m in _tables(model):
         m.flush()
+
+
+def clock(model: nn.Module, po: Postoffice, staleness: Optional[int]) -> Tuple[int, float]:
+    """Bounded staleness (SSP, Ho et al. 2013) for a training loop: call it once per step.
+    Waits until the servers applied this step's pushes of every table module in ``model``
+    (:func:`flush`), then advances this worker's clock (``po.clock``) and waits while the
+    slowest worker is more than ``staleness`` steps behind (0: the workers in lock step;
+    None: never). Returns ``(clock, seconds waited)``.
+
+    Raises as :func:`flush` and ``Postoffice.clock`` (TimeoutError naming the slowest worker
+    after PS_TIMEOUT)."""
+    flush(model)
+    result: Tuple[int, float] = po.clock(staleness)
+    return result
 
 
 B = TypeVar("B")

@@ -26,13 +26,17 @@ pub mod auc;
 pub mod gen;
 pub mod model;
 pub mod reference;
+pub mod report;
+pub mod ssp;
 pub mod train;
 
 pub use crate::kv::table::{Table, TableSpec};
 pub use gen::{Dataset, GenConfig, Generator, Split, BIAS_KEY};
+pub use report::{EpochReport, ProgressReport, Report};
 pub use train::{Evaluation, Store, Trainer};
 
 use crate::error::{Error, Result};
+use crate::kv::worker::RowCache;
 use crate::kv::{KVWorker, Key};
 use crate::postoffice::{Postoffice, WORKER_GROUP};
 use std::sync::Arc;
@@ -67,6 +71,9 @@ pub struct CtrArgs {
     /// Worker 0 prints the two `--table` specs that match these options, then the workers stop.
     #[arg(long)]
     pub print_tables: bool,
+    /// Bounded staleness (SSP) instead of a barrier per epoch.
+    #[command(flatten)]
+    pub ssp: ssp::CtrSsp,
 }
 
 /// The synthetic click log of `ctr` (part of [`CtrArgs`]).
@@ -135,6 +142,7 @@ impl CtrArgs {
             reference: false,
             reference_only: false,
             print_tables: false,
+            ssp: ssp::CtrSsp::default(),
         }
     }
 
@@ -163,6 +171,7 @@ impl CtrArgs {
         if !(training.learning_rate > 0.0 && training.init_std >= 0.0) {
             return bad("--learning-rate must be > 0 and --init-std ≥ 0".into());
         }
+        self.ssp.check()?;
         self.gen_config()
             .check()
             .map_err(|e| Error::InvalidArgument(format!("data options: {e}")))
@@ -192,116 +201,15 @@ pub fn table_specs(a: &CtrArgs) -> [String; 2] {
     ]
 }
 
-/// Figures of one epoch, as worker 0 measured them.
-#[derive(Clone, Debug, serde::Serialize)]
-pub struct EpochReport {
-    /// 1-based epoch.
-    pub epoch: usize,
-    /// Test ROC AUC.
-    pub auc: f64,
-    /// Test mean log-loss (natural log).
-    pub logloss: f64,
-    /// The best possible test AUC: the true probabilities'.
-    pub bayes_auc: f64,
-    /// The true probabilities' test log-loss.
-    pub bayes_logloss: f64,
-    /// Mean training log-loss of worker 0's minibatches (before each step).
-    pub train_loss: f64,
-    /// Training samples per second over all workers (worker 0's samples × workers / its epoch
-    /// time).
-    pub samples_per_s: f64,
-    /// Seconds of the epoch's training on worker 0.
-    pub seconds: f64,
-    /// Workers.
-    pub workers: usize,
-    /// Servers.
-    pub servers: usize,
-}
-
-impl EpochReport {
-    /// One line of text.
-    pub fn text(&self) -> String {
-        format!(
-            "epoch {}: test AUC {:.4} (best possible {:.4}), log-loss {:.4} (best {:.4}), train loss {:.4}, {:.0} samples/s ({} workers, {} servers)",
-            self.epoch, self.auc, self.bayes_auc, self.logloss, self.bayes_logloss, self.train_loss,
-            self.samples_per_s, self.workers, self.servers
-        )
-    }
-}
-
-/// What worker 0 reports.
-#[derive(Clone, Debug, serde::Serialize)]
-#[serde(tag = "report", rename_all = "snake_case")]
-pub enum Report {
-    /// The data: sizes, click-through rate, best possible test AUC.
-    Data {
-        /// Training samples (all workers).
-        train: u64,
-        /// Test samples.
-        test: u64,
-        /// Mean test label.
-        ctr: f64,
-        /// The true probabilities' test AUC.
-        bayes_auc: f64,
-        /// Vocabulary of each field.
-        vocabularies: Vec<usize>,
-    },
-    /// An epoch's figures.
-    Epoch(EpochReport),
-    /// The in-process reference's result.
-    Reference(reference::ReferenceReport),
-    /// The table specs that match the options.
-    Tables {
-        /// `--table` specs: wide, embedding.
-        specs: [String; 2],
-    },
-}
-
-impl Report {
-    /// One or more lines of text.
-    pub fn text(&self) -> String {
-        match self {
-            Report::Data {
-                train,
-                test,
-                ctr,
-                bayes_auc,
-                vocabularies,
-            } => format!(
-                "data: {train} training and {test} test samples, {} fields (vocabularies {}..{}), test CTR {ctr:.4}, best possible test AUC {bayes_auc:.4}",
-                vocabularies.len(),
-                vocabularies.first().copied().unwrap_or(0),
-                vocabularies.last().copied().unwrap_or(0),
-            ),
-            Report::Epoch(e) => e.text(),
-            Report::Reference(r) => format!(
-                "reference (one process, in-process tables): test AUC {:.4} (best possible {:.4}) in {:.1} s",
-                r.auc(),
-                r.bayes_auc,
-                r.seconds
-            ),
-            Report::Tables { specs } => specs
-                .iter()
-                .map(|s| format!("--table {s}"))
-                .collect::<Vec<_>>()
-                .join("\n"),
-        }
-    }
-
-    /// The report as `--json` or text wants it.
-    pub fn line(&self, json: bool) -> String {
-        if json {
-            serde_json::to_string(self).unwrap_or_default()
-        } else {
-            self.text()
-        }
-    }
-}
-
 /// The servers' tables through two [`KVWorker`]s (apps [`CTR_WIDE_APP`] and [`CTR_EMB_APP`]).
 pub struct ServerTables {
     wide: KVWorker<f32>,
     emb: KVWorker<f32>,
+    /// With `--cache-rows`: the wide and embedding rows pulled within the staleness bound
+    /// ([`ssp`]), used while `cached`, as of clock `clock`.
+    caches: Option<[RowCache<f32>; 2]>,
+    cached: bool,
+    clock: u64,
 }
 
 impl ServerTables {
@@ -313,6 +221,9 @@ impl ServerTables {
         Ok(ServerTables {
             wide: KVWorker::new(po, CTR_WIDE_APP, 0)?,
             emb: KVWorker::new(po, CTR_EMB_APP, 0)?,
+            caches: None,
+            cached: false,
+            clock: 0,
         })
     }
 }
@@ -343,6 +254,13 @@ impl Store for ServerTables {
         emb_keys: &[Key],
         emb: &mut [f32],
     ) -> Result<()> {
+        if let Some([cw, ce]) = self.caches.as_mut().filter(|_| self.cached) {
+            // Both tables' missed rows are in flight together.
+            let (_, tw) = cw.start(&self.wide, wide_keys, self.clock, wide)?;
+            let (_, te) = ce.start(&self.emb, emb_keys, self.clock, emb)?;
+            cw.finish(&self.wide, tw, self.clock, wide)?;
+            return ce.finish(&self.emb, te, self.clock, emb);
+        }
         // Both pulls are in flight together.
         let tw = self.wide.pull(wide_keys)?;
         let te = if emb_keys.is_empty() {
@@ -390,13 +308,11 @@ pub fn run(
     if a.print_tables || a.reference_only {
         return run_worker0_only(po, a, &mut report);
     }
-    let (rank, workers) = (po.my_rank(), po.num_workers());
-    let gen = Generator::new(&a.gen_config()).map_err(Error::InvalidArgument)?;
-    let train = gen.dataset(Split::Train, a.data.train, rank as u64, workers as u64);
-    let test = (rank == 0).then(|| gen.dataset(Split::Test, a.data.test, 0, 1));
-    if let Some(t) = &test {
-        report(&data_report(a, &gen, t));
+    if let Some(tau) = a.ssp.staleness {
+        return ssp::run(po, a, tau.0, &mut report);
     }
+    let (rank, workers) = (po.my_rank(), po.num_workers());
+    let (train, test) = datasets(po, a, &mut report)?;
     let mut tables = ServerTables::new(po)?;
     let mut trainer = Trainer::new(a.training.dim);
     let (batch, epochs) = (a.training.batch, a.training.epochs);
@@ -461,6 +377,25 @@ fn run_worker0_only(
     report(&Report::Reference(r.clone()));
     require(a, r.auc())?;
     Ok(r.epochs.last().copied())
+}
+
+/// This worker's shard of the training set, and on worker 0 the test set (reported).
+///
+/// # Errors
+/// Bad data options.
+fn datasets(
+    po: &Postoffice,
+    a: &CtrArgs,
+    report: &mut impl FnMut(&Report),
+) -> Result<(Dataset, Option<Dataset>)> {
+    let (rank, workers) = (po.my_rank(), po.num_workers());
+    let gen = Generator::new(&a.gen_config()).map_err(Error::InvalidArgument)?;
+    let train = gen.dataset(Split::Train, a.data.train, rank as u64, workers as u64);
+    let test = (rank == 0).then(|| gen.dataset(Split::Test, a.data.test, 0, 1));
+    if let Some(t) = &test {
+        report(&data_report(a, &gen, t));
+    }
+    Ok((train, test))
 }
 
 /// Worker 0's report of the data: the sizes of `a`, and the test set `test`'s click-through

@@ -36,7 +36,10 @@ pub struct KvAppArgs {
     pub zero_copy: bool,
     /// Elastic servers: worker 0 drains and adds servers while every worker pushes, one
     /// step after the other, e.g. `drain:2,add:2,drain:2` (server ranks); each step's time
-    /// and bytes moved are printed. The sums stay exact whichever server holds a key.
+    /// and bytes moved are printed. The sums stay exact whichever server holds a key. A rank
+    /// past the cluster's servers names a server that joins the running job (started with
+    /// `PSLITE_RANK` = that rank; it takes its share itself): `drain:R` waits until it holds
+    /// keys, then drains it.
     #[arg(long, value_parser = parse_resizes, default_value = "")]
     pub resize: Resizes,
     /// Milliseconds between two `--resize` steps (and before the first).
@@ -262,12 +265,24 @@ fn start_resizes(
     Some(std::thread::spawn(move || {
         for (add, rank) in steps {
             std::thread::sleep(pause);
-            if rank >= servers {
+            let id = crate::wire::Node::server_id(rank);
+            let now = po.num_servers();
+            if rank > now {
                 return Err(Error::InvalidArgument(format!(
-                    "kv-app --resize: server rank {rank}, but the cluster has {servers} servers"
+                    "kv-app --resize: server rank {rank}, but the cluster has {now} servers (a \
+                     server joining the running job takes rank {now})"
                 )));
             }
-            let id = crate::wire::Node::server_id(rank);
+            if rank >= servers {
+                if add {
+                    return Err(Error::InvalidArgument(format!(
+                        "kv-app --resize add:{rank}: the cluster started with {servers} \
+                         servers; a server joining the running job takes its share itself, so \
+                         name only drain:{rank} for it"
+                    )));
+                }
+                wait_until_holding(&po, id)?;
+            }
             let r = po.resize(id, add)?;
             println!(
                 "kv-app: {} server rank {rank}: key layout {} settled in {:.1} ms, {} bytes of rows moved",
@@ -279,6 +294,32 @@ fn start_resizes(
         }
         Ok(())
     }))
+}
+
+/// Waits until server `id`, one that joins the running job, holds keys (it joined and took
+/// its share, and the move settled), at most `PS_TIMEOUT`.
+///
+/// # Errors
+/// [`Error::Timeout`] naming the server.
+fn wait_until_holding(po: &Postoffice, id: crate::wire::NodeId) -> Result<()> {
+    let timeout = po.config().timing.timeout;
+    let start = Instant::now();
+    while !(po.layout().owners().contains(&id) && po.layout_settled()) {
+        if start.elapsed() >= timeout {
+            return Err(Error::Timeout(format!(
+                "kv-app --resize: {} did not join and take keys within {:.0} s (PS_TIMEOUT)",
+                crate::wire::Node::describe(id),
+                timeout.as_secs_f64()
+            )));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    println!(
+        "kv-app: {} joined and holds keys after {:.1} s",
+        crate::wire::Node::describe(id),
+        start.elapsed().as_secs_f64()
+    );
+    Ok(())
 }
 
 /// Waits for the `--resize` thread (worker 0), then prints how many of this worker's parts

@@ -8,7 +8,9 @@
 //!
 //! Sync mode: a barrier of the workers ends every epoch, so every push of an epoch is applied
 //! before the next epoch's first pull (and before worker 0 evaluates). Async mode (`--async`):
-//! no barriers until the end. Worker 0 prints test accuracy, log-loss and examples/s per epoch.
+//! no barriers until the end. SSP (`--staleness τ`): no barriers until the end, and each
+//! minibatch ends at a clock ([`Postoffice::clock`]). Worker 0 prints test accuracy, log-loss
+//! and examples/s per epoch.
 
 pub mod libsvm;
 pub mod optimizer;
@@ -55,6 +57,11 @@ pub struct LrArgs {
     /// No barrier between epochs (asynchronous SGD).
     #[arg(long = "async")]
     pub asynchronous: bool,
+    /// Bounded staleness τ (SSP): each minibatch ends at a clock, a worker runs at most τ
+    /// minibatches ahead of the slowest (0: in lock step; inf: no bound), and no barrier
+    /// ends an epoch but the last. `PS_SLOW_WORKER=RANK:FACTOR` slows a worker.
+    #[arg(long, value_parser = crate::apps::staleness::parse_staleness, conflicts_with = "asynchronous")]
+    pub staleness: Option<crate::apps::staleness::Staleness>,
     /// Print one JSON object per epoch.
     #[arg(long)]
     pub json: bool,
@@ -73,7 +80,7 @@ pub struct EpochReport {
     pub examples_per_s: f64,
     /// Seconds of the epoch on worker 0.
     pub seconds: f64,
-    /// "sync" or "async".
+    /// "sync", "async" or "ssp" (`--staleness`).
     pub mode: &'static str,
     /// Update rule.
     pub optimizer: Optimizer,
@@ -160,19 +167,19 @@ pub fn run(
     let bar = super::training_bar(rank, (batches * a.epochs) as u64);
     let mut reports = Vec::new();
     let mut scratch = Minibatch::default();
-    let resume = Resume::new(po.inherited_barriers(WORKER_GROUP), a.asynchronous);
+    let asynchronous = a.asynchronous || a.staleness.is_some();
+    let resume = Resume::new(po.inherited_barriers(WORKER_GROUP), asynchronous);
+    let mut step_done = step_end(po, a, &bar)?;
     for epoch in 1..=a.epochs {
         let t0 = Instant::now();
         if resume.trained(epoch) {
             bar.inc(batches as u64);
         } else {
-            scratch.epoch(&kv, &train, a.batch, &bar)?;
+            scratch.epoch(&kv, &train, a.batch, &mut step_done)?;
         }
         let seconds = t0.elapsed().as_secs_f64();
         let last = epoch == a.epochs;
-        if !a.asynchronous || last {
-            po.barrier(WORKER_GROUP)?;
-        }
+        end_epoch(po, a, last)?;
         let to_evaluate = test
             .as_ref()
             .zip(test_keys.as_ref())
@@ -185,7 +192,7 @@ pub fn run(
                 logloss,
                 examples_per_s: (train.rows() * w_count) as f64 / seconds.max(1e-9),
                 seconds,
-                mode: if a.asynchronous { "async" } else { "sync" },
+                mode: mode(a),
                 optimizer: a.optimizer,
                 workers: w_count,
                 servers: po.num_servers(),
@@ -193,13 +200,60 @@ pub fn run(
             bar.suspend(|| report(&rep));
             reports.push(rep);
         }
-        if !a.asynchronous {
+        if !asynchronous {
             // Worker 0 evaluates the epoch's weights before anyone pushes again.
             po.barrier(WORKER_GROUP)?;
         }
     }
     bar.finish_and_clear();
     Ok(reports)
+}
+
+/// The end of an epoch's training: a barrier of the workers in sync mode, and after the last
+/// epoch (with `--staleness`, once this worker told it takes no more steps).
+///
+/// # Errors
+/// The barrier's.
+fn end_epoch(po: &Postoffice, a: &LrArgs, last: bool) -> Result<()> {
+    if last && a.staleness.is_some() {
+        po.clocks_done()?;
+    }
+    match (a.asynchronous || a.staleness.is_some(), last) {
+        (true, false) => Ok(()),
+        _ => po.barrier(WORKER_GROUP),
+    }
+}
+
+/// The mode a report names: "async", "ssp" or "sync".
+fn mode(a: &LrArgs) -> &'static str {
+    match (a.asynchronous, a.staleness) {
+        (true, _) => "async",
+        (false, Some(_)) => "ssp",
+        (false, None) => "sync",
+    }
+}
+
+/// What ends each minibatch: the bar moves; with `--staleness`, the straggler's sleep
+/// (`PS_SLOW_WORKER`) and the worker's clock ([`crate::apps::staleness::StepClock`]).
+///
+/// # Errors
+/// A bad `PS_SLOW_WORKER`.
+fn step_end<'a>(
+    po: &'a Postoffice,
+    a: &LrArgs,
+    bar: &'a indicatif::ProgressBar,
+) -> Result<impl FnMut() -> Result<()> + 'a> {
+    let mut steps = a
+        .staleness
+        .map(|tau| crate::apps::staleness::StepClock::new(po, tau.0))
+        .transpose()?;
+    Ok(move || {
+        bar.inc(1);
+        if let Some(steps) = steps.as_mut() {
+            steps.end(po)?;
+        }
+        Ok(())
+    })
 }
 
 /// Checks the options; returns the servers' optimizer configuration they give.
@@ -313,7 +367,7 @@ struct Minibatch {
 }
 
 impl Minibatch {
-    /// One epoch: every minibatch of `batch` rows of `train` in order, the bar moved by each.
+    /// One epoch: every minibatch of `batch` rows of `train` in order, `step_done` after each.
     ///
     /// # Errors
     /// As [`train`](Self::train).
@@ -322,12 +376,12 @@ impl Minibatch {
         kv: &KVWorker<f32>,
         train: &Dataset,
         batch: usize,
-        bar: &indicatif::ProgressBar,
+        step_done: &mut dyn FnMut() -> Result<()>,
     ) -> Result<()> {
         for b in 0..train.rows().div_ceil(batch) {
             let rows = b * batch..((b + 1) * batch).min(train.rows());
             self.train(kv, train, rows)?;
-            bar.inc(1);
+            step_done()?;
         }
         Ok(())
     }

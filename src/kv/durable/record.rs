@@ -4,7 +4,8 @@
 //!
 //! An entry (little-endian) starts with its kind `u8`:
 //! - 1, an applied request: sender `i32`, customer id `i32`, timestamp `i32`, application
-//!   command `i32`, flags `u8` (1 push, 2 pull), the number of data frames `u32`, then each
+//!   command `i32`, part `u32` (the request's part this server got, [`Request::part`]), flags
+//!   `u8` (1 push, 2 pull), the number of data frames `u32`, then each
 //!   frame as length `u64` and bytes — the request's keys, values and lengths frames exactly
 //!   as the handler saw them (a cached key list already replaced by its keys);
 //!   With flag 4 (`keys_by_digest`), the keys frame is replaced by the 8-byte digest of a key
@@ -23,6 +24,9 @@ const APPLIED: u8 = 1;
 const FORGET: u8 = 2;
 const KEY_LIST: u8 = 3;
 
+/// [`Request::part`] of a request that carries no part number.
+pub const WHOLE: u32 = u32::MAX;
+
 /// An applied request as logged.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Request<'b> {
@@ -32,6 +36,10 @@ pub struct Request<'b> {
     pub customer: i32,
     /// The worker's timestamp.
     pub timestamp: i32,
+    /// Which part of the request it was (`Placement::part`; [`WHOLE`] for a request sent
+    /// whole): a request sliced again while servers are added or drained may bring this
+    /// server a second part of it.
+    pub part: u32,
     /// The application command (`Meta::head`).
     pub cmd: i32,
     /// It pushed values.
@@ -92,6 +100,7 @@ impl<'b> Entry<'b> {
                 for v in [r.sender, r.customer, r.timestamp, r.cmd] {
                     head.extend_from_slice(&v.to_le_bytes());
                 }
+                head.extend_from_slice(&r.part.to_le_bytes());
                 let by_digest = r.keys_by_digest.is_some();
                 head.push(u8::from(r.push) | (u8::from(r.pull) << 1) | (u8::from(by_digest) << 2));
                 if let Some(d) = r.keys_by_digest {
@@ -147,6 +156,9 @@ pub fn decode(bytes: &[u8]) -> Result<Entry<'_>, String> {
         APPLIED => {
             let (sender, customer) = (r.i32("the sender")?, r.i32("the customer id")?);
             let (timestamp, cmd) = (r.i32("the timestamp")?, r.i32("the command")?);
+            let mut part = [0u8; 4];
+            part.copy_from_slice(r.take(4, "the part")?);
+            let part = u32::from_le_bytes(part);
             let flags = r.u8("the flags")?;
             let keys_by_digest = if flags & 4 != 0 {
                 Some(r.u64("the key list's digest")?)
@@ -166,6 +178,7 @@ pub fn decode(bytes: &[u8]) -> Result<Entry<'_>, String> {
                 sender,
                 customer,
                 timestamp,
+                part,
                 cmd,
                 push: flags & 1 != 0,
                 pull: flags & 2 != 0,
@@ -193,7 +206,7 @@ mod tests {
         #[test]
         fn entries_round_trip_and_truncations_fail(
             sender in -20i32..20, customer in 0i32..3, ts in any::<i32>(), cmd in any::<i32>(),
-            push: bool, pull: bool,
+            part in any::<u32>(), push: bool, pull: bool,
             frames in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..40), 0..4),
             kind in 0u8..3, digest in any::<Option<u64>>(),
         ) {
@@ -201,7 +214,7 @@ mod tests {
             let e = match kind {
                 0 => Entry::Forget(sender),
                 1 => Entry::KeyList { sender, customer, digest: digest.unwrap_or(7), keys: frames.first().copied().unwrap_or(&[]) },
-                _ => Entry::Applied(Request { sender, customer, timestamp: ts, cmd, push, pull, keys_by_digest: digest, frames }),
+                _ => Entry::Applied(Request { sender, customer, timestamp: ts, part, cmd, push, pull, keys_by_digest: digest, frames }),
             };
             let bytes = e.encode();
             prop_assert_eq!(decode(&bytes), Ok(e.clone()));

@@ -1,8 +1,9 @@
 //! Snapshot files: one whole state per file, replaced atomically.
 //!
-//! Layout (little-endian): `PSLSNAP1` (8 bytes), format version `u32` (1), payload length
-//! `u64`, the payload, crc32c (Castagnoli) `u32` of every byte before it. What the payload holds
-//! is the handler's business (its `save`); this layer only guarantees it comes back whole.
+//! Layout (little-endian): `PSLSNAP1` (8 bytes), format version `u32` (2: applied requests
+//! named with their part), payload length `u64`, the payload, crc32c (Castagnoli) `u32` of
+//! every byte before it. What the payload holds is the handler's business (its `save`); this
+//! layer only guarantees it comes back whole.
 
 use super::{le32, Damage, Fsync};
 use crate::error::{Error, Result};
@@ -12,7 +13,7 @@ use std::path::Path;
 /// The first 8 bytes of every snapshot file.
 pub const MAGIC: &[u8; 8] = b"PSLSNAP1";
 /// The format version this build writes and reads.
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 /// Bytes before the payload.
 pub const HEADER: usize = 8 + 4 + 8;
 
@@ -232,7 +233,7 @@ mod tests {
         bad[8] = 9;
         assert_eq!(
             decode("f", &bad).map_err(|d| d.to_string()),
-            Err("f: damaged at byte 8: format version 9; this build reads 1".into())
+            Err("f: damaged at byte 8: format version 9; this build reads 2".into())
         );
         let mut bad = good.clone();
         bad[HEADER] ^= 1;

@@ -8,7 +8,7 @@ use super::{ReqMeta, RequestHandler};
 use crate::error::{Error, Result};
 use crate::kv::durable::checkpoint::{corrupt, Checkpoint, Restored, SNAPSHOT};
 use crate::kv::durable::log::Prepared;
-use crate::kv::durable::record::{Entry, Request};
+use crate::kv::durable::record::{Entry, Request, WHOLE};
 use crate::kv::durable::Fsync;
 use crate::kv::pairs::decode_checked;
 use crate::kv::value::Value;
@@ -112,7 +112,7 @@ impl Durable {
         let lost: Vec<(i32, i32)> = answered
             .iter()
             .copied()
-            .filter(|&(c, ts)| !applied.contains(from, c, ts) && !applied.forgotten(from, c, ts))
+            .filter(|&(c, ts)| !applied.has_request(from, c, ts) && !applied.forgotten(from, c, ts))
             .collect();
         if lost.is_empty() {
             return;
@@ -156,7 +156,7 @@ impl Durable {
     pub(super) fn applied_before(&self, m: &Meta) -> bool {
         self.cp
             .applied
-            .contains(m.sender, m.tag.customer_id, m.tag.timestamp)
+            .contains(m.sender, m.tag.customer_id, (m.tag.timestamp, part_of(m)))
     }
 
     /// Before request `m` (with `frames`: keys, values, lengths) is applied: writes its log
@@ -215,25 +215,45 @@ impl Durable {
 
     /// Takes a snapshot when one is due (the log outgrew its limit).
     pub(super) fn maybe_snapshot<V: Value>(&mut self, handler: &impl RequestHandler<V>) {
-        if !self.cp.due() {
-            return;
+        if self.cp.due() {
+            if let Err(e) = self.snapshot_now(handler) {
+                tracing::error!("{}: {e}, the log keeps growing", self.name);
+            }
         }
+    }
+
+    /// Takes a snapshot now (rows moved here are in no log: a replacement restores them from
+    /// it).
+    ///
+    /// # Errors
+    /// The handler cannot save its state, or the snapshot could not be written: the state is
+    /// in memory only.
+    pub(super) fn snapshot_now<V: Value>(
+        &mut self,
+        handler: &impl RequestHandler<V>,
+    ) -> std::result::Result<(), String> {
         let t0 = std::time::Instant::now();
         let state = &mut self.state;
         if !handler.save_into(state) {
-            return;
+            return Err("snapshot failed: the handler cannot save its state".into());
         }
-        match self.cp.snapshot(state) {
-            Ok(()) => tracing::info!(
-                "{}: snapshot of {:.1} MB in {:.1} ms, log generation {}",
-                self.name,
-                state.len() as f64 / 1e6,
-                t0.elapsed().as_secs_f64() * 1e3,
-                self.cp.generation()
-            ),
-            Err(e) => tracing::error!("{}: snapshot failed, the log keeps growing: {e}", self.name),
-        }
+        self.cp
+            .snapshot(state)
+            .map_err(|e| format!("snapshot failed: {e}"))?;
+        tracing::info!(
+            "{}: snapshot of {:.1} MB in {:.1} ms, log generation {}",
+            self.name,
+            state.len() as f64 / 1e6,
+            t0.elapsed().as_secs_f64() * 1e3,
+            self.cp.generation()
+        );
+        Ok(())
     }
+}
+
+/// Which part of its request `m` is ([`crate::wire::Placement::part`]; [`WHOLE`] without one).
+fn part_of(m: &Meta) -> u32 {
+    m.kv.placement.and_then(|p| p.part()).unwrap_or(WHOLE)
 }
 
 /// The log entry of request `m` with `frames`; the keys frame left out when they are the kept
@@ -247,6 +267,7 @@ fn applied<'a>(m: &Meta, frames: &'a [Bytes], list: Option<u64>) -> Entry<'a> {
         sender: m.sender,
         customer: m.tag.customer_id,
         timestamp: m.tag.timestamp,
+        part: part_of(m),
         cmd: m.head,
         push: m.kv.push,
         pull: m.kv.pull,

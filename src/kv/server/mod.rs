@@ -172,17 +172,25 @@ impl<V: Value> KVServer<V> {
         let mut handler = handler;
         let durable = durable::Durable::open::<V>(po, app_id, &mut handler)?;
         let cache = po.config().kv.key_cache_keys;
+        let (holding, pending) = moving::start_holding(po, durable.is_some());
         let mut served = Served {
             durable,
             handler: ManuallyDrop::new(handler),
             rv: ServerRv::new(po, V::DTYPE),
             lists: KeptLists::new(cache, cache.saturating_mul(po.num_workers().max(1))),
             timeout: po.config().timing.timeout,
-            holding: crate::postoffice::ranges::holding::Holding::new(po.my_id(), po.layout()),
+            holding,
             pieces: moving::Pieces::default(),
+            kept: Vec::new(),
+            opened: false,
             app_id,
             po: po.clone(),
         };
+        // Created while rows move: export or await them as if it had adopted the layout.
+        if let Some(wire) = pending {
+            served.on_layout::<V>(&wire);
+        }
+        served.opened = true;
         let customer = Customer::new(
             po,
             Route::Server {
@@ -213,6 +221,10 @@ struct Served<H> {
     holding: crate::postoffice::ranges::holding::Holding,
     /// Rows handed over in pieces, until whole.
     pieces: moving::Pieces,
+    /// Handoffs sent whose layout has not settled (with a checkpoint).
+    kept: Vec<moving::Kept>,
+    /// Its customer's route is open (false while `KVServer::new` creates it).
+    opened: bool,
     app_id: i32,
     po: Arc<Postoffice>,
 }
@@ -224,6 +236,7 @@ impl<H> Served<H> {
     where
         H: RequestHandler<V>,
     {
+        self.catch_up::<V>();
         if let Some(msg) = self.key_value(ev) {
             self.on_request(msg);
         }
@@ -249,8 +262,9 @@ impl<H> Served<H> {
             }
             // The postoffice refuses what would go to the peer; nothing waits here.
             Arrival::PeerLost { .. } => {}
-            // A replaced worker's requests come from its replacement; nothing to do here.
-            Arrival::PeerReplaced { .. } => {}
+            // A replaced worker's requests come from its replacement; a replaced server gets
+            // again the rows handed to it during a move.
+            Arrival::PeerReplaced { peer, .. } => self.on_peer_replaced(peer),
             Arrival::Content { from, .. } => {
                 tracing::warn!(
                     "a key-value server got rendezvous content from {}; dropped",

@@ -7,12 +7,13 @@
 use super::{RequestHandler, Served};
 use crate::kv::value::Value;
 use crate::postoffice::ranges::holding::{Holding, Verdict};
-use crate::postoffice::ranges::layout::Move;
-use crate::postoffice::Range;
+use crate::postoffice::ranges::layout::{Layout, Move};
+use crate::postoffice::{Postoffice, Range};
 use crate::rendezvous::RvMessage;
 use crate::wire::{KeyLayout, KvHeader, Message, Meta, Node, NodeId, Placement, RequestTag, Role};
 use bytes::Bytes;
 use std::collections::HashMap;
+use std::sync::Arc;
 
 /// Why rendezvous request `msg` is not served here, `None` when it is: its key's rows moved
 /// to another server or have not arrived (a zero-copy pull is not sent again: it fails with
@@ -41,9 +42,25 @@ const MAX_PIECE_BYTES: u64 = 64 << 20;
 #[derive(Default)]
 pub(super) struct Pieces {
     arriving: HashMap<(u64, u64, NodeId), Vec<Option<Bytes>>>,
+    /// Per layout epoch, how many key-value servers of the old owner hand rows over
+    /// ([`Placement::Handoff::of`]), for rows kept until their layout is adopted.
+    of: HashMap<u64, u32>,
 }
 
 impl Pieces {
+    /// The old owner of layout `epoch`'s range hands rows over from `of` key-value servers.
+    fn note_of(&mut self, epoch: u64, of: u32, current: u64) {
+        self.of.retain(|&e, _| e >= current);
+        if self.of.len() < 4 {
+            self.of.insert(epoch, of);
+        }
+    }
+
+    /// How many handoffs layout `epoch` brings (1 when unknown).
+    fn of(&self, epoch: u64) -> u32 {
+        self.of.get(&epoch).copied().unwrap_or(1)
+    }
+
     /// Piece `piece` of `pieces` of the handoff `id`; returns the whole export once every
     /// piece arrived. Dropped: a malformed piece number, a handoff of a layout before
     /// `current` (this server's), a third handoff arriving at once (one range moves to a
@@ -89,20 +106,89 @@ pub(super) fn is_handoff(msg: &Message) -> bool {
     matches!(msg.meta.kv.placement, Some(Placement::Handoff { .. }))
 }
 
+/// A handoff sent, kept until its layout settles: sent again to a replacement of its new
+/// owner (which restores a checkpoint without the rows).
+pub(super) struct Kept {
+    epoch: u64,
+    to: NodeId,
+    pieces: Vec<Message>,
+}
+
+/// The [`Holding`] a key-value server of `po` starts with, and the layout it adopts at once
+/// (one whose moves have not settled: it exports or awaits their rows); with checkpoints
+/// (`durable`), ranges moved here are served once their layout settled.
+pub(super) fn start_holding(po: &Postoffice, durable: bool) -> (Holding, Option<Arc<KeyLayout>>) {
+    let me = po.my_id();
+    let current = po.layout();
+    let pending = crate::postoffice::unsettled_layout(po);
+    let before = pending.as_ref().and_then(|w| {
+        let (_, plan) = Layout::from_wire(w).ok()?;
+        current.before(&plan).ok()
+    });
+    let start = before.map_or(current, Arc::new);
+    let holding = if durable {
+        Holding::until_settled(me, start)
+    } else {
+        Holding::new(me, start)
+    };
+    (holding, pending)
+}
+
 impl<H> Served<H> {
-    /// The key layout changed: hand off the rows leaving, import those that arrived early.
+    /// The key layout changed: hand off the rows leaving, import those that arrived early;
+    /// or it settled: serve the ranges held until then, forget the handoffs kept.
     pub(super) fn on_layout<V: Value>(&mut self, wire: &KeyLayout)
     where
         H: RequestHandler<V>,
     {
-        let Some(adopted) = self.holding.adopt(wire) else {
-            return;
-        };
-        for m in adopted.out {
-            self.hand_off::<V>(m, wire.epoch);
+        if let Some(adopted) = self.holding.adopt(wire) {
+            for m in adopted.out {
+                self.hand_off::<V>(m, wire.epoch);
+            }
+            let of = self.pieces.of(wire.epoch);
+            for (range, rows) in adopted.arrived {
+                self.import::<V>((wire.epoch, of), range, rows);
+            }
         }
-        for (range, rows) in adopted.arrived {
-            self.import::<V>(wire.epoch, range, rows);
+        if wire.settled.is_some() && wire.epoch <= self.holding.epoch() {
+            self.holding.settled(wire.epoch);
+            self.kept.retain(|k| k.epoch > wire.epoch);
+        }
+    }
+
+    /// Catches up with a layout (or its settling) this server missed: one broadcast while it
+    /// was being created, before its customer's route opened.
+    pub(super) fn catch_up<V: Value>(&mut self)
+    where
+        H: RequestHandler<V>,
+    {
+        let (wire, settled) = crate::postoffice::layout_wire(&self.po);
+        if let Some(w) = wire.filter(|w| w.epoch > self.holding.epoch()) {
+            self.on_layout::<V>(&w);
+        }
+        if settled > self.holding.settled_through() && settled <= self.holding.epoch() {
+            self.holding.settled(settled);
+            self.kept.retain(|k| k.epoch > settled);
+        }
+    }
+
+    /// Peer `peer` was replaced: the handoffs to it whose layout has not settled go again
+    /// (its replacement restored a checkpoint without them).
+    pub(super) fn on_peer_replaced(&self, peer: NodeId) {
+        for k in self.kept.iter().filter(|k| k.to == peer) {
+            tracing::warn!(
+                "handing the rows for key layout {} again to the replacement of {}",
+                k.epoch,
+                Node::describe(peer)
+            );
+            for msg in &k.pieces {
+                let mut msg = msg.clone();
+                msg.meta.stamp = Default::default();
+                if let Err(e) = self.po.send(msg) {
+                    tracing::error!("cannot hand rows again to {}: {e}", Node::describe(peer));
+                    break;
+                }
+            }
         }
     }
 
@@ -140,12 +226,24 @@ impl<H> Served<H> {
             Node::describe(m.to),
             V::DTYPE
         );
-        self.send_pieces(meta, Bytes::from(rows), (m, epoch));
+        let pieces = self.send_pieces(meta, Bytes::from(rows), (m, epoch));
+        // Only a server with a checkpoint may be replaced and need them again.
+        if self.durable.is_some() {
+            self.kept.push(Kept {
+                epoch,
+                to: m.to,
+                pieces,
+            });
+        }
     }
 
     /// Sends `rows` (the export of move `m` to layout `epoch`) under `meta` in pieces of at
-    /// most a server's frame bound.
-    fn send_pieces(&self, mut meta: Meta, rows: Bytes, (m, epoch): (Move, u64)) {
+    /// most a server's frame bound; returns every piece (to send again to a replacement), the
+    /// ones a failed send left unsent too.
+    fn send_pieces(&self, mut meta: Meta, rows: Bytes, (m, epoch): (Move, u64)) -> Vec<Message> {
+        // This server counts before its route opens (created during a move).
+        let servers = crate::postoffice::key_value_servers(&self.po) + usize::from(!self.opened);
+        let of = u32::try_from(servers).unwrap_or(u32::MAX);
         let piece_bytes = self
             .po
             .config()
@@ -158,32 +256,38 @@ impl<H> Served<H> {
                 m.range.begin,
                 m.range.end
             );
-            return;
+            return Vec::new();
         };
-        for piece in 0..pieces {
-            meta.kv.placement = Some(Placement::Handoff {
-                epoch,
-                begin: m.range.begin,
-                end: m.range.end,
-                piece,
-                pieces,
-            });
-            let at = piece as usize * piece_bytes;
-            let part = rows.slice(at.min(rows.len())..(at + piece_bytes).min(rows.len()));
-            let msg = Message {
-                meta: meta.clone(),
-                data: vec![part],
-            };
-            if let Err(e) = self.po.send(msg) {
+        let all: Vec<Message> = (0..pieces)
+            .map(|piece| {
+                meta.kv.placement = Some(Placement::Handoff {
+                    epoch,
+                    begin: m.range.begin,
+                    end: m.range.end,
+                    piece,
+                    pieces,
+                    of,
+                });
+                let at = piece as usize * piece_bytes;
+                let part = rows.slice(at.min(rows.len())..(at + piece_bytes).min(rows.len()));
+                Message {
+                    meta: meta.clone(),
+                    data: vec![part],
+                }
+            })
+            .collect();
+        for msg in &all {
+            if let Err(e) = self.po.send(msg.clone()) {
                 tracing::error!(
                     "cannot hand keys [{}, {}) to {}: {e}; their requests will wait",
                     m.range.begin,
                     m.range.end,
                     Node::describe(m.to)
                 );
-                return;
+                break;
             }
         }
+        all
     }
 
     /// A server handed rows to this one.
@@ -198,6 +302,7 @@ impl<H> Served<H> {
             end,
             piece,
             pieces,
+            of,
         }) = msg.meta.kv.placement
         else {
             return;
@@ -228,15 +333,22 @@ impl<H> Served<H> {
                 }
             }
         };
+        self.pieces.note_of(epoch, of, self.holding.epoch());
         if let Some(rows) = self.holding.handoff((epoch, range, from), rows) {
-            self.import::<V>(epoch, range, rows);
+            self.import::<V>((epoch, of), range, rows);
         }
     }
 
     /// Imports `range`'s rows for layout `epoch` (or records why they are missing), and
-    /// counts them as arrived.
-    fn import<V: Value>(&mut self, epoch: u64, range: Range, rows: Result<Bytes, String>)
-    where
+    /// counts them as arrived (one of `of` handoffs). With a checkpoint, takes a snapshot
+    /// first: a replacement of this server then restores the rows, and takes them again from
+    /// the old owner only if it died before.
+    fn import<V: Value>(
+        &mut self,
+        (epoch, of): (u64, u32),
+        range: Range,
+        rows: Result<Bytes, String>,
+    ) where
         H: RequestHandler<V>,
     {
         let bytes = rows.as_ref().map_or(0, |r| r.len() as u64);
@@ -247,6 +359,16 @@ impl<H> Served<H> {
                     range.begin, range.end
                 )
             })
+        });
+        // With a checkpoint the rows count as taken once a snapshot holds them.
+        let done = done.and_then(|()| match &mut self.durable {
+            Some(d) => d.snapshot_now(&*self.handler).map_err(|e| {
+                format!(
+                    "the rows of keys [{}, {}) were taken but not kept: {e}",
+                    range.begin, range.end
+                )
+            }),
+            None => Ok(()),
         });
         let failure = match done {
             Ok(()) => {
@@ -265,7 +387,7 @@ impl<H> Served<H> {
                 Some(why)
             }
         };
-        crate::postoffice::range_arrived(&self.po, epoch, bytes, failure);
+        crate::postoffice::range_arrived(&self.po, (epoch, of), bytes, failure);
     }
 }
 

@@ -78,7 +78,7 @@ pub(super) fn serve_request<V: Value>(
         }
     };
     // Keys placed elsewhere, or not here yet, as the key layout changes: nothing is applied.
-    if let Some(answer) = placed(server.holding, &m, &data) {
+    if let Some(answer) = elsewhere(&server, &m, &data) {
         match answer {
             Ok(p) => reply.meta.kv.placement = Some(p),
             Err(e) => reply.meta.error = Some(e),
@@ -108,6 +108,19 @@ pub(super) fn serve_request<V: Value>(
     }
     send_answer(po, reply);
     pushed.map(|keys| (m, keys))
+}
+
+/// How to answer request `m` whose keys are not all this server's at the layout it acts on
+/// ([`placed`]); `None` when it serves them. A request this server applied before a restart is
+/// answered as applied wherever its keys are now (they left with what it did).
+fn elsewhere<H>(
+    server: &Handling<'_, H>,
+    m: &Meta,
+    data: &[Bytes],
+) -> Option<Result<Placement, String>> {
+    let again =
+        m.may_change_state() && server.durable.as_ref().is_some_and(|d| d.applied_before(m));
+    placed(server.holding, m, data).filter(|_| !again)
 }
 
 /// Applies request `m` (its payload `data`, the kept key list `list` it uses) with the

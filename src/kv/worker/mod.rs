@@ -21,8 +21,11 @@
 //! postoffice's own locks come after these.
 
 mod call;
+mod row_cache;
 mod tracker;
 mod zpull;
+
+pub use row_cache::{CachePull, RowCache};
 
 use super::pairs::KVPairs;
 use super::request::{Op, RequestOptions};

@@ -21,7 +21,6 @@
 
 use super::call::PulledPart;
 use crate::error::{Error, Result};
-use crate::kv::keycache::Mirror;
 use crate::kv::pairs::{view, KVPairs};
 use crate::kv::request::Callback;
 use crate::kv::value::Value;
@@ -37,6 +36,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 mod expiry;
+mod mirrors;
 mod pending;
 mod redirect;
 mod replaced;
@@ -47,7 +47,7 @@ use pending::{not_outstanding, Outcome, Pending};
 /// for the lock order).
 pub(super) struct Tracker<V> {
     /// What each server keeps for this worker (key caching), by server rank.
-    mirrors: Vec<Mutex<Mirror>>,
+    mirrors: mirrors::Mirrors,
     pending: Mutex<HashMap<Timestamp, Pending<V>>>,
     /// Notified whenever a server's answer was settled.
     settled: Condvar,
@@ -85,9 +85,7 @@ impl<V: Value> Tracker<V> {
         keep: bool,
     ) -> Tracker<V> {
         Tracker {
-            mirrors: (0..servers)
-                .map(|_| Mutex::new(Mirror::new(cache_keys)))
-                .collect(),
+            mirrors: mirrors::Mirrors::new(servers, cache_keys),
             pending: Mutex::new(HashMap::new()),
             settled: Condvar::new(),
             budget,
@@ -173,7 +171,7 @@ impl<V: Value> Tracker<V> {
             .mirrors
             .get(server)
             .ok_or_else(|| Error::InvalidArgument(format!("internal: no server rank {server}")))?;
-        let mut mirror = lock(mirror);
+        let mut mirror = lock(&mirror);
         if let Some(d) = stale {
             mirror.forget(d);
         }

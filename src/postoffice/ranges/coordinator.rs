@@ -23,6 +23,8 @@ struct Moving {
 pub struct Coordinator {
     layout: Layout,
     moving: Option<Moving>,
+    /// The last layout that settled, as broadcast (figures, who asked, failures).
+    settled: Option<KeyLayout>,
 }
 
 impl Coordinator {
@@ -31,6 +33,7 @@ impl Coordinator {
         Coordinator {
             layout,
             moving: None,
+            settled: None,
         }
     }
 
@@ -102,7 +105,61 @@ impl Coordinator {
         let micros = now.saturating_duration_since(m.started).as_micros() as u64;
         let mut wire = self.layout.to_wire(&m.plan, Some((m.bytes, micros)));
         (wire.failed, wire.asked_by) = (m.failed, m.asked_by);
+        self.settled = Some(wire.clone());
         Some(wire)
+    }
+
+    /// A scheduler that took the job over learns the layout from a node's re-registration
+    /// (`wire`, at `now`): the newest epoch wins, its moves awaited unless a node heard it
+    /// settle (the new owners that reported to the silent scheduler report again).
+    pub fn learn(&mut self, wire: &KeyLayout, now: Instant) {
+        let Ok((layout, plan)) = Layout::from_wire(wire) else {
+            return;
+        };
+        if wire.settled.is_some() && layout.epoch() >= self.layout.epoch() {
+            self.settled = Some(wire.clone());
+        }
+        if layout.epoch() > self.layout.epoch() {
+            let mut awaiting: Vec<NodeId> = plan.moves.iter().map(|m| m.to).collect();
+            awaiting.sort_unstable();
+            awaiting.dedup();
+            self.layout = layout;
+            self.moving = wire.settled.is_none().then(|| Moving {
+                plan,
+                started: now,
+                awaiting,
+                bytes: 0,
+                failed: Vec::new(),
+                asked_by: wire.asked_by,
+            });
+        } else if layout.epoch() == self.layout.epoch() && wire.settled.is_some() {
+            self.moving = None;
+        }
+    }
+
+    /// The current layout as a node learning it now is sent it: with its moves while they
+    /// are not settled; otherwise settled, without its moves (nothing to export or await), with
+    /// the figures, asker and failures of its settling when this scheduler knows them.
+    pub fn current(&self) -> KeyLayout {
+        match &self.moving {
+            Some(m) => {
+                let mut wire = self.layout.to_wire(&m.plan, None);
+                wire.asked_by = m.asked_by;
+                wire
+            }
+            None => {
+                let plan = Plan {
+                    epoch: self.layout.epoch(),
+                    moves: Vec::new(),
+                };
+                let mut wire = self.layout.to_wire(&plan, Some((0, 0)));
+                if let Some(s) = self.settled.as_ref().filter(|s| s.epoch == wire.epoch) {
+                    (wire.settled, wire.asked_by) = (s.settled, s.asked_by);
+                    wire.failed.clone_from(&s.failed);
+                }
+                wire
+            }
+        }
     }
 
     /// The epoch whose rows are moving, if any.
@@ -179,5 +236,55 @@ mod tests {
         assert!(only.contains("only server"), "{only}");
         let twice = c.resize((8, true), 9, t0).expect_err("owns keys");
         assert!(twice.contains("already owns keys"), "{twice}");
+    }
+
+    #[test]
+    fn a_scheduler_taking_over_learns_the_newest_layout_and_its_moves() {
+        let t0 = Instant::now();
+        let mut old = Coordinator::new(Layout::start(3));
+        let moving = old.resize((12, false), 9, t0).expect("drains");
+        assert_eq!(
+            old.current(),
+            moving,
+            "a node learning it now gets the moves"
+        );
+        let mut new = Coordinator::new(Layout::start(3));
+        new.learn(
+            &Layout::start(3).to_wire(
+                &Plan {
+                    epoch: 0,
+                    moves: Vec::new(),
+                },
+                None,
+            ),
+            t0,
+        );
+        assert_eq!(new.moving(), None);
+        new.learn(&moving, t0);
+        assert_eq!((new.layout().epoch(), new.moving()), (1, Some(1)));
+        assert!(
+            new.resize((12, true), 9, t0).is_err(),
+            "one resize at a time"
+        );
+        // The new owner reports again: settled, asked by the node that asked the old one.
+        let settled = new
+            .arrived((10, 1), (500, Vec::new()), t0 + Duration::from_millis(5))
+            .expect("settled");
+        assert_eq!((settled.settled, settled.asked_by), (Some((500, 5000)), 9));
+        assert_eq!(new.current().settled, Some((500, 5000)), "its figures");
+        assert_eq!(new.current().asked_by, 9, "the asker learns it settled");
+        assert!(new.current().moves.is_empty());
+        // A node that heard it settle ends the move as well.
+        let mut heard = Coordinator::new(Layout::start(3));
+        heard.learn(&moving, t0);
+        heard.learn(&settled, t0);
+        assert_eq!(heard.moving(), None);
+        assert_eq!(
+            heard.current().asked_by,
+            9,
+            "learnt from a node that heard it"
+        );
+        heard.learn(&moving, t0);
+        assert_eq!(heard.moving(), None, "an older word does not reopen it");
     }
 }

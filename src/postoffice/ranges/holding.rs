@@ -17,6 +17,10 @@
 //! customer thread between two requests: what it applied before is in the rows it hands off,
 //! what arrives after is answered "moved". The new owner answers "not yet" until the rows are
 //! imported. So each part is applied once, by one owner.
+//!
+//! With checkpoints ([`Holding::until_settled`]) the new owner serves a range only once the
+//! layout settled (every new owner holds its rows): until then a replacement of it, restored
+//! from the snapshot taken at the import, may take the rows again without losing a push.
 
 use super::layout::{Layout, Move};
 use crate::postoffice::Range;
@@ -62,6 +66,11 @@ pub struct Holding {
     early: Vec<Early>,
     /// Ranges whose rows could not move, and why.
     failed: Vec<(Range, String)>,
+    /// With checkpoints: ranges imported whose layout has not settled (their epoch), served
+    /// once it has; `None`: served once imported.
+    settling: Option<Vec<(u64, Range)>>,
+    /// The last epoch known settled.
+    settled: u64,
 }
 
 impl Holding {
@@ -73,6 +82,34 @@ impl Holding {
             awaiting: Vec::new(),
             early: Vec::new(),
             failed: Vec::new(),
+            settling: None,
+            settled: 0,
+        }
+    }
+
+    /// As [`new`](Self::new), serving a range moved here only once its layout settled
+    /// ([`settled`](Self::settled)), not at its import (a server with checkpoints).
+    pub fn until_settled(me: NodeId, layout: Arc<Layout>) -> Holding {
+        Holding {
+            settling: Some(Vec::new()),
+            ..Holding::new(me, layout)
+        }
+    }
+
+    /// The last epoch known settled ([`settled`](Self::settled)).
+    pub fn settled_through(&self) -> u64 {
+        self.settled
+    }
+
+    /// Layout `epoch` settled: the ranges imported for it (or before) are served. So are the
+    /// ranges still awaited for it: every new owner reported its rows, so this server is a
+    /// replacement of one that took them (and snapshotted them first, with a checkpoint), and
+    /// the old owner hands them over no more.
+    pub fn settled(&mut self, epoch: u64) {
+        self.settled = self.settled.max(epoch);
+        self.awaiting.retain(|&(e, _, _)| e > epoch);
+        if let Some(s) = &mut self.settling {
+            s.retain(|&(e, _)| e > epoch);
         }
     }
 
@@ -91,7 +128,14 @@ impl Holding {
         let overlaps =
             |r: &Range| r.holds(first) || r.holds(last) || (first < r.begin && r.begin <= last);
         if mine.is_some_and(|p| p.holds(first) && p.holds(last)) {
-            if self.awaiting.iter().any(|(_, r, _)| overlaps(r)) {
+            let settling = self.settling.iter().flatten().map(|(_, r)| r);
+            if self
+                .awaiting
+                .iter()
+                .map(|(_, r, _)| r)
+                .chain(settling)
+                .any(overlaps)
+            {
                 return Verdict::NotYet;
             }
             return match self.failed.iter().find(|(r, _)| overlaps(r)) {
@@ -141,7 +185,8 @@ impl Holding {
             .copied()
             .collect();
         let mut arrived = Vec::new();
-        for m in plan.moves.iter().filter(|m| m.to == self.me) {
+        let me = self.me;
+        for m in plan.moves.iter().filter(|m| m.to == me) {
             match self
                 .early
                 .iter()
@@ -149,6 +194,7 @@ impl Holding {
             {
                 Some(i) => {
                     let e = self.early.remove(i);
+                    self.hold(plan.epoch, e.range);
                     arrived.push((e.range, e.rows));
                 }
                 None => self.awaiting.push((plan.epoch, m.range, m.from)),
@@ -190,7 +236,16 @@ impl Holding {
             .iter()
             .position(|&(e, r, f)| e == epoch && r == range && f == from)?;
         self.awaiting.remove(i);
+        self.hold(epoch, range);
         Some(rows)
+    }
+
+    /// `range`'s rows arrived for layout `epoch`: with checkpoints, held until it settles.
+    fn hold(&mut self, epoch: u64, range: Range) {
+        match &mut self.settling {
+            Some(s) if epoch > self.settled => s.push((epoch, range)),
+            _ => {}
+        }
     }
 
     /// The rows of `range` could not be imported: requests for it are refused with `why`.
@@ -250,6 +305,34 @@ mod tests {
         assert_eq!(adopted.arrived.len(), 1);
         assert_eq!(new.verdict(&[a, z], Some(1)), Verdict::Serve);
         assert!(new.adopt(&wire(&l1, &plan)).is_none(), "adopted once");
+    }
+
+    #[test]
+    fn with_checkpoints_the_new_owner_serves_a_range_once_its_layout_settled() {
+        let l0 = Arc::new(Layout::even(&[8, 10]));
+        let plan = l0.plan_add(12).expect("adds");
+        let l1 = l0.apply(&plan).expect("applies");
+        let r = plan.moves[0].range;
+        let mut new = Holding::until_settled(12, l0);
+        new.adopt(&wire(&l1, &plan)).expect("newer");
+        assert!(new.handoff((1, r, 10), Ok(bytes::Bytes::new())).is_some());
+        assert_eq!(
+            new.verdict(&[r.begin], Some(1)),
+            Verdict::NotYet,
+            "imported"
+        );
+        new.settled(0);
+        assert_eq!(new.verdict(&[r.begin], Some(1)), Verdict::NotYet);
+        new.settled(1);
+        assert_eq!(new.verdict(&[r.begin, r.end - 1], Some(1)), Verdict::Serve);
+        // A replacement of the new owner awaiting rows its predecessor took (and snapshotted)
+        // serves them once the layout settled, and takes no handoff for them any more.
+        let mut again = Holding::until_settled(12, Arc::new(Layout::even(&[8, 10])));
+        again.adopt(&wire(&l1, &plan)).expect("newer");
+        assert_eq!(again.verdict(&[r.begin], Some(1)), Verdict::NotYet);
+        again.settled(1);
+        assert_eq!(again.verdict(&[r.begin], Some(1)), Verdict::Serve);
+        assert!(again.handoff((1, r, 10), Ok(bytes::Bytes::new())).is_none());
     }
 
     #[test]

@@ -272,6 +272,33 @@ impl Layout {
             parts: merged(parts),
         })
     }
+
+    /// The layout `plan` (which led to this one) started from: its moves undone.
+    ///
+    /// # Errors
+    /// When `plan` did not lead to this epoch (or to epoch 0), or a move's range is not owned
+    /// by its `to`.
+    pub fn before(&self, plan: &Plan) -> Result<Layout, String> {
+        if plan.epoch != self.epoch || self.epoch == 0 {
+            return Err(format!(
+                "the plan led to epoch {}, this layout is at {}",
+                plan.epoch, self.epoch
+            ));
+        }
+        let mut parts = self.parts.clone();
+        for m in plan.moves.iter().rev() {
+            let back = Move {
+                range: m.range,
+                from: m.to,
+                to: m.from,
+            };
+            parts = reassign(&parts, back)?;
+        }
+        Ok(Layout {
+            epoch: self.epoch - 1,
+            parts: merged(parts),
+        })
+    }
 }
 
 /// Checks that `parts` (of layout `epoch`) cover the key space in order from 0 to

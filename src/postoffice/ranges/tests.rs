@@ -84,6 +84,8 @@ proptest! {
             prop_assert_eq!(&back, &after);
             prop_assert_eq!(&back_plan, &plan);
             prop_assert!(layout.apply(&plan).is_ok() && after.apply(&plan).is_err(), "a plan applies once");
+            // A node that learns the layout mid-move starts from the one before it.
+            prop_assert_eq!(&after.before(&plan).map_err(TestCaseError::fail)?, &layout);
             layout = after;
         }
     }

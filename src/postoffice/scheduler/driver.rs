@@ -6,6 +6,7 @@
 use super::super::barrier::Outcome;
 use super::super::control::barrier_result;
 use super::super::failure::{lost_text, LossCause};
+use super::super::staleness;
 use super::super::{reply_meta, Postoffice, SCHEDULER};
 use super::tables::{refuse_all, send_table, send_table_to};
 use super::{Admission, Declared, Inherited, Scheduler};
@@ -35,6 +36,8 @@ pub(in crate::postoffice) struct SchedulerIo {
     held: Mutex<Vec<HeldTable>>,
     /// The servers' key layout and the resize in progress (taken alone).
     pub(super) coordinator: Mutex<super::super::ranges::coordinator::Coordinator>,
+    /// The workers' clocks for bounded staleness (taken alone).
+    pub(in crate::postoffice) clocks: Mutex<super::super::clocks::ClockBook>,
 }
 
 impl SchedulerIo {
@@ -44,6 +47,7 @@ impl SchedulerIo {
             coordinator: super::resize::coordinator(scheduler.servers),
             scheduler: Mutex::new(scheduler),
             held: Mutex::new(Vec::new()),
+            clocks: Mutex::default(),
         }
     }
 
@@ -72,7 +76,10 @@ pub(in crate::postoffice) fn scheduler_obeys(
         // Queued for the scheduler this one replaced, before the node re-registered here
         // (its re-registration says where it is).
         (
-            ControlMsg::Barrier { .. } | ControlMsg::Heartbeat | ControlMsg::NodeReplaced { .. },
+            ControlMsg::Barrier { .. }
+            | ControlMsg::Heartbeat
+            | ControlMsg::NodeReplaced { .. }
+            | ControlMsg::Clock { .. },
             _,
         ) if !counts(po) => {
             tracing::debug!(
@@ -106,6 +113,7 @@ pub(in crate::postoffice) fn scheduler_obeys(
             },
             true,
         ) => super::resize::on_arrived(po, (from, epoch), (bytes, failed)),
+        (ControlMsg::Clock { clock, waits }, true) => staleness::on_clock(po, from, clock, waits),
         _ => return false,
     }
     true
@@ -133,6 +141,12 @@ fn on_add_node(po: &Postoffice, node: Node) {
             admit_replacement(po, node, displaced, table, (started, inherited));
             super::rebuild::say_if_all_back(po);
         }
+        Admission::Joined {
+            node,
+            table,
+            started,
+            inherited,
+        } => super::joined::admit_joined(po, node, table, (started, inherited)),
     }
 }
 
@@ -335,6 +349,7 @@ fn admit_replacement(
             start_open: !started,
             barriers_done: inherited.barriers,
             incarnation: inherited.incarnation,
+            joined: false,
         }),
     };
     if node.role != Role::Worker {
@@ -360,12 +375,16 @@ fn admit_replacement(
     });
 }
 
-/// Connects to the replacement `node` and sends it its node `table`.
+/// Connects to the replacement `node` and sends it the current key layout (with its moves
+/// while they are not settled: a replacement server exports or awaits their rows), then its
+/// node `table`: its key-value servers, created once the table came, start from the layout.
 fn send_replacement_table(po: &Postoffice, node: &Node, table: NodeTable) {
     let control = ControlMsg::NodeTable(table);
+    let layout = ControlMsg::Layout(super::resize::current(po));
     let to_new = po
         .van
         .connect(node.id, &node.host, node.port)
+        .and_then(|_| po.send(Message::new(Meta::for_control(node.id, layout))))
         .and_then(|_| po.send(Message::new(Meta::for_control(node.id, control))));
     if let Err(e) = to_new {
         tracing::error!(

@@ -9,92 +9,7 @@ use super::liveness::Liveness;
 use crate::wire::{Node, NodeId, Role};
 use std::time::{Duration, Instant};
 
-/// What to do about one registration (ADD_NODE).
-#[derive(Debug, PartialEq, Eq)]
-pub enum Admission {
-    /// Counted; not every node has registered yet.
-    Waiting,
-    /// A repeat of a registration already counted (same host and port): nothing to do.
-    Repeat,
-    /// A registration from a node listed in a rebuilt scheduler's table that never got the
-    /// old scheduler's table ([`Scheduler::rejoin`]): send it the table (the node is given
-    /// with its id).
-    Resend(Node),
-    /// Not admitted: tell the node why.
-    Refused {
-        /// The node, as it registered.
-        node: Node,
-        /// Why, naming the variable to check.
-        why: String,
-    },
-    /// Every node registered: the node table, the scheduler first, then servers and workers
-    /// with their ids. Send it to every node but the scheduler.
-    Complete(Vec<Node>),
-    /// A server or worker registered after the start to replace a lost one of its role: it
-    /// takes the lost node's id (so its rank, and a server's key range). Send it
-    /// the table, tell every other node its address, and tell `displaced` (the old holder) that
-    /// it was replaced.
-    Replaced {
-        /// The replacement, with its id.
-        node: Node,
-        /// The node it replaces (told it was replaced: alive or paused, it then stops).
-        displaced: Node,
-        /// The node table with the replacement in it.
-        table: Vec<Node>,
-        /// Whether the start-up barrier (the first of all nodes) has completed; if not, the
-        /// replacement must pass it.
-        started: bool,
-        /// What the replacement takes over from the node it replaces.
-        inherited: Inherited,
-    },
-}
-
-/// What a replacement takes over besides the id: where its predecessor was in the job.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Inherited {
-    /// Per barrier group, the barriers of that group completed since the start-up barrier
-    /// (the predecessor passed them; the replacement's `Postoffice::barrier` passes them at
-    /// once, and applications skip the work before them).
-    pub barriers: Vec<(i32, u64)>,
-    /// How many nodes held this id before the replacement (1 for the first replacement): a
-    /// replacement worker numbers its requests from `incarnation × 2^27` on, so that answers
-    /// to its predecessor's requests match none of its own.
-    pub incarnation: u32,
-}
-
-/// How many times one worker id may be replaced: a replacement numbers its requests from
-/// `incarnation × 2^27` on, in 16 ranges of an `i32`.
-pub const MAX_WORKER_REPLACEMENTS: u32 = 15;
-
-/// Why the scheduler declared a node lost.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Why {
-    /// No heartbeat for this long (`PS_HEARTBEAT_TIMEOUT`).
-    Silent(Duration),
-    /// A lost node was not replaced within this long (`PS_RECOVERY_TIMEOUT`).
-    NotReplaced(Duration),
-}
-
-/// A node the scheduler declared lost at a tick.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Declared {
-    /// The node.
-    pub id: NodeId,
-    /// Why.
-    pub why: Why,
-    /// `Some(window)`: a server or worker whose replacement is awaited for `window`
-    /// (`PS_RECOVERY_TIMEOUT`); the job goes on meanwhile. `None`: the job fails.
-    pub awaiting: Option<Duration>,
-}
-
-/// What [`Scheduler::tick`] decided (a new kind of decision is a new field).
-#[derive(Debug, Default)]
-pub struct Tick {
-    /// The nodes newly declared lost.
-    pub lost: Vec<Declared>,
-    /// The barriers that failed.
-    pub failed: Vec<Outcome>,
-}
+pub use admission::{Admission, Declared, Inherited, Tick, Why, MAX_WORKER_REPLACEMENTS};
 
 /// The scheduler's state; see the module docs.
 pub struct Scheduler {
@@ -164,6 +79,9 @@ impl Scheduler {
         {
             return self.register_again(&node, now).unwrap_or(Admission::Repeat);
         }
+        if self.joins(&node) {
+            return self.join(node, now);
+        }
         if let Some(why) = self.proven_conflict(&node) {
             return Admission::Refused { node, why };
         }
@@ -177,6 +95,10 @@ impl Scheduler {
         if self.ready || have >= want {
             let why = match node.role {
                 Role::Scheduler => "a second scheduler cannot join".to_string(),
+                Role::Server if self.ready => format!(
+                    "the cluster already has its {want} servers (DMLC_NUM_SERVER); a server \
+                     joins the running job with PSLITE_RANK={want}"
+                ),
                 r => format!(
                     "the cluster already has its {want} {r}s (DMLC_NUM_{})",
                     r.name().to_uppercase()
@@ -204,6 +126,62 @@ impl Scheduler {
         self.table = table.clone();
         self.ready = true;
         Admission::Complete(table)
+    }
+
+    /// Whether `node` asks to join the running job as a new server: a server registering
+    /// after the start with the rank after the last server's (`PSLITE_RANK`), proven as that
+    /// rank's id or unproven.
+    fn joins(&self, node: &Node) -> bool {
+        let next = self.servers;
+        self.ready
+            && node.role == Role::Server
+            && node.requested_rank == Some(next as u32)
+            && (node.id < 0 || node.id == id_of(Role::Server, next))
+    }
+
+    /// `node` joins as server rank [`Self::servers`] (see [`Admission::Joined`]); refused while
+    /// lost nodes are replaced (`PS_CHECKPOINT_DIR`: moved keys do not follow checkpoints).
+    fn join(&mut self, node: Node, now: Instant) -> Admission {
+        if self.replacements.on() {
+            let why = "a server joins a running job only without PS_CHECKPOINT_DIR (lost \
+                       nodes are replaced, and neither a replacement of a joined server nor a \
+                       scheduler taking the job over knows of servers beyond DMLC_NUM_SERVER)";
+            return Admission::Refused {
+                node,
+                why: why.to_string(),
+            };
+        }
+        let id = id_of(Role::Server, self.servers);
+        self.servers += 1;
+        let node = Node { id, ..node };
+        let at = self
+            .table
+            .iter()
+            .position(|n| n.role == Role::Worker)
+            .unwrap_or(self.table.len());
+        self.table.insert(at, node.clone());
+        self.liveness.seen(id, now);
+        self.book.join(id, Role::Server.group());
+        Admission::Joined {
+            node,
+            table: self.table.clone(),
+            started: self.progress.started,
+            inherited: self.inherited(0),
+        }
+    }
+
+    /// What a node taking a place in the job now inherits: the barriers completed so far,
+    /// and `incarnation`.
+    fn inherited(&self, incarnation: u32) -> Inherited {
+        Inherited {
+            barriers: self
+                .progress
+                .barriers
+                .iter()
+                .map(|(&g, &n)| (g, n))
+                .collect(),
+            incarnation,
+        }
     }
 
     /// Why a registration proven as an id (`node.id >= 0`: its node holds that id's key; the
@@ -283,15 +261,7 @@ impl Scheduler {
             b.rejoined.insert(id);
         }
         self.book.leave(id);
-        let inherited = Inherited {
-            barriers: self
-                .progress
-                .barriers
-                .iter()
-                .map(|(&g, &n)| (g, n))
-                .collect(),
-            incarnation,
-        };
+        let inherited = self.inherited(incarnation);
         Some(Admission::Replaced {
             node: Node { id, ..node.clone() },
             displaced,
@@ -470,7 +440,9 @@ impl Scheduler {
     }
 }
 
+mod admission;
 pub(super) mod driver;
+mod joined;
 mod ranks;
 mod rebuild;
 mod rejoin;

@@ -26,7 +26,8 @@ pub(super) fn on_rejoin(po: &Postoffice, r: Rejoin, meta: &Meta) {
         return;
     }
     let node = r.node.clone();
-    let incarnation = r.incarnation;
+    let (incarnation, clock) = (r.incarnation, r.clock);
+    let layout = r.layout.clone();
     let run_id = po.run_id();
     let rejoined = s.scheduler().rejoin(r, run_id, Instant::now());
     let (adopted, released) = match rejoined {
@@ -41,6 +42,9 @@ pub(super) fn on_rejoin(po: &Postoffice, r: Rejoin, meta: &Meta) {
         }
         Rejoined::Counted { adopted, released } => (adopted, released),
     };
+    if let Some(w) = &layout {
+        lock(&s.coordinator).learn(w, Instant::now());
+    }
     match adopted {
         Some((table, run_id, started, joined)) => {
             take_over(po, &table, run_id, started);
@@ -49,6 +53,10 @@ pub(super) fn on_rejoin(po: &Postoffice, r: Rejoin, meta: &Meta) {
             }
         }
         None => connect_if_moved(po, &node),
+    }
+    if clock > 0 {
+        // The workers' clocks, as each re-registers: the floor rises once all are back.
+        super::super::staleness::on_clock(po, from, clock, false);
     }
     po.metrics.membership.rejoined.inc();
     if incarnation > 0 {
@@ -72,6 +80,8 @@ pub(super) fn say_if_all_back(po: &Postoffice) {
         "all {n} nodes re-registered with this scheduler, {:.2} s after the first",
         took.as_secs_f64()
     );
+    // Nodes that missed the silent scheduler's last word on the layout get it.
+    super::resize::rebroadcast(po);
 }
 
 /// The first re-registration: the job's node `table`, `run_id` and progress (`started`)

@@ -162,6 +162,13 @@ impl Scheduler {
             .any(|n| n.id != except && !b.back(n.id) && !lost.contains(&n.id))
     }
 
+    /// Whether this scheduler does not hold the job yet: the start-up has not completed, or it
+    /// took the job over from a silent one and some node has not re-registered (what the
+    /// nodes know, the key layout among it, is still coming in).
+    pub fn taking_over(&self) -> bool {
+        !self.ready || self.rebuilding(SCHEDULER)
+    }
+
     /// Once after every node of a rebuilt table is back (re-registered, sent the table
     /// again, or replaced): how long after the first re-registration.
     pub fn all_back(&mut self) -> Option<Duration> {
@@ -372,6 +379,8 @@ mod tests {
                 started: self.started,
                 barriers_done: self.done.iter().map(|(&g, &n)| (g, n)).collect(),
                 waiting: self.waiting.clone(),
+                layout: None,
+                clock: 0,
             }
         }
     }

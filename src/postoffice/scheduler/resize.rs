@@ -16,13 +16,22 @@ pub(super) fn coordinator(servers: usize) -> Mutex<Coordinator> {
     Mutex::new(Coordinator::new(Layout::start(servers)))
 }
 
+/// The current layout as a node learning it now is sent it (a server joining the running
+/// job, a replacement): [`Coordinator::current`].
+pub(super) fn current(po: &Postoffice) -> KeyLayout {
+    match &po.scheduler {
+        Some(sched) => lock(&sched.coordinator).current(),
+        None => KeyLayout::default(),
+    }
+}
+
 /// Node `from` asks to give server `server` keys (`add`) or drain it.
 pub(super) fn on_resize(po: &Postoffice, from: NodeId, server: NodeId, add: bool) {
     let Some(sched) = &po.scheduler else { return };
-    let refusal = if super::super::recovery::window(po.config()).is_some() {
+    let refusal = if sched.scheduler().taking_over() {
         Some(
-            "servers are not added or drained while lost nodes are replaced (PS_CHECKPOINT_DIR \
-             is set): the rows' checkpoints and request logs do not move yet"
+            "the scheduler is taking the job over (not every node has re-registered with it); \
+             ask again once they have"
                 .to_string(),
         )
     } else if Node::role_of(server) != Some(Role::Server)
@@ -94,6 +103,14 @@ pub(super) fn on_arrived(
         for why in &layout.failed {
             tracing::error!("key layout {}: {why}", layout.epoch);
         }
+        broadcast(po, &layout);
+    }
+}
+
+/// Sends the current layout ([`Coordinator::current`]) to every server and worker.
+pub(super) fn rebroadcast(po: &Postoffice) {
+    let layout = current(po);
+    if layout.epoch > 0 {
         broadcast(po, &layout);
     }
 }

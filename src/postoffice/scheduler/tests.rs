@@ -374,3 +374,105 @@ fn a_server_not_replaced_in_time_fails_the_job_and_a_live_one_can_be_displaced()
         "too late"
     );
 }
+
+#[test]
+fn a_server_asking_for_the_next_rank_after_the_start_joins_with_a_new_id() {
+    let now = Instant::now();
+    let mut s = scheduler(2, 1);
+    for (role, port) in [(Role::Server, 1), (Role::Server, 2), (Role::Worker, 3)] {
+        s.add_node(node(role, port, None), now);
+    }
+    for id in [SCHEDULER, 8, 10, 9] {
+        s.barrier(id, 7, None, now);
+    }
+    let done = s.barrier(9, 4, None, now).expect("a worker barrier");
+    assert_eq!(done.failure, None);
+    // The scheduler waits in the last barrier of all nodes already (it finalizes at once).
+    assert_eq!(s.barrier(SCHEDULER, 7, None, now), None);
+    // Rank 3 is not next; an unranked server has nobody to replace.
+    for rank in [Some(3), None] {
+        assert!(
+            matches!(
+                s.add_node(node(Role::Server, 5, rank), now),
+                Admission::Refused { .. }
+            ),
+            "rank {rank:?}"
+        );
+    }
+    let Admission::Joined {
+        node: n,
+        table,
+        started,
+        inherited,
+    } = s.add_node(node(Role::Server, 5, Some(2)), now)
+    else {
+        panic!("a join");
+    };
+    assert_eq!((n.id, n.port), (12, 5));
+    assert!(started, "it skips the start-up barrier the others passed");
+    assert_eq!(inherited.barriers, vec![(4, 1)]);
+    assert_eq!(inherited.incarnation, 0);
+    let ids: Vec<NodeId> = table.iter().map(|n| n.id).collect();
+    assert_eq!(
+        ids,
+        vec![SCHEDULER, 8, 10, 12, 9],
+        "after the other servers"
+    );
+    // It is a member of the servers' barriers now, and is watched for heartbeats.
+    for id in [8, 10] {
+        assert_eq!(s.barrier(id, 2, None, now), None, "server 12 must arrive");
+    }
+    assert!(s.barrier(12, 2, None, now).is_some());
+    for id in [8, 10, 9] {
+        assert_eq!(s.barrier(id, 7, None, now), None, "server 12 must arrive");
+    }
+    let last = s.barrier(12, 7, None, now).expect("complete");
+    assert_eq!(last.release.len(), 5, "{last:?}");
+}
+
+#[test]
+fn a_second_server_joins_with_the_next_rank_and_all_are_watched() {
+    let now = Instant::now();
+    let mut s = scheduler(2, 1);
+    for (role, port) in [(Role::Server, 1), (Role::Server, 2), (Role::Worker, 3)] {
+        s.add_node(node(role, port, None), now);
+    }
+    assert!(matches!(
+        s.add_node(node(Role::Server, 5, Some(2)), now),
+        Admission::Joined { .. }
+    ));
+    // The next join takes rank 3; a registration again from the same address is a repeat.
+    assert_eq!(
+        s.add_node(node(Role::Server, 5, Some(2)), now),
+        Admission::Repeat
+    );
+    let refused = s.add_node(node(Role::Server, 7, Some(2)), now);
+    assert!(
+        matches!(&refused, Admission::Refused { why, .. } if why == "the cluster already has \
+            its 3 servers (DMLC_NUM_SERVER); a server joins the running job with PSLITE_RANK=3"),
+        "{refused:?}"
+    );
+    assert!(matches!(
+        s.add_node(node(Role::Server, 6, Some(3)), now),
+        Admission::Joined { node, .. } if node.id == 14
+    ));
+    let Tick { lost, .. } = s.tick(now + Duration::from_secs(11), Duration::from_secs(10));
+    let lost: Vec<NodeId> = lost.iter().map(|d| d.id).collect();
+    assert_eq!(
+        lost,
+        vec![8, 9, 10, 12, 14],
+        "all silent, the new servers too"
+    );
+}
+
+#[test]
+fn a_server_cannot_join_while_lost_nodes_are_replaced() {
+    let t0 = Instant::now();
+    let mut s = two_servers_one_worker(Duration::from_secs(30), t0);
+    let refused = s.add_node(node(Role::Server, 5, Some(2)), t0);
+    assert!(
+        matches!(&refused, Admission::Refused { why, .. }
+            if why.starts_with("a server joins a running job only without PS_CHECKPOINT_DIR")),
+        "{refused:?}"
+    );
+}

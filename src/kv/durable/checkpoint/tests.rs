@@ -15,6 +15,7 @@ fn push(ts: i32, vals: &[u8]) -> Entry<'_> {
         sender: 9,
         customer: 0,
         timestamp: ts,
+        part: 0,
         cmd: 0,
         push: true,
         pull: false,
@@ -55,7 +56,7 @@ fn a_snapshot_starts_a_new_log_and_both_come_back_after_a_restart() {
     assert_eq!(entries.len(), 1, "only what came after the snapshot");
     assert_eq!(entries[0].1, push(4, &[4; 3000]));
     assert!(
-        (0..4).all(|ts| cp.applied.contains(9, 0, ts)),
+        (0..4).all(|ts| cp.applied.contains(9, 0, (ts, 0))),
         "kept in the snapshot"
     );
     let _ = std::fs::remove_dir_all(&d);

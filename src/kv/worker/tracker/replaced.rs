@@ -81,7 +81,7 @@ impl<V: Value> Tracker<V> {
         let Some(mirror) = self.mirrors.get(server) else {
             return;
         };
-        let _in_order = lock(mirror);
+        let _in_order = lock(&mirror);
         let id = Node::server_id(server);
         self.tell_answered(po, server, (app_id, customer_id));
         let again = self.unanswered_by(server, incarnation);
@@ -139,22 +139,22 @@ impl<V: Value> Tracker<V> {
     }
 
     /// Copies of the parts sent to server rank `server` on a path older than generation
-    /// `incarnation` that it has not answered, oldest first.
+    /// `incarnation` that it has not answered, oldest first (a request sliced again while
+    /// servers are added or drained may have several parts there).
     fn unanswered_by(&self, server: usize, incarnation: u32) -> Vec<Message> {
         let pending = lock(&self.pending);
-        let mut out: Vec<(i32, Message)> = pending
+        let mut out: Vec<(i32, usize, Message)> = pending
             .iter()
-            .filter_map(|(&ts, p)| {
-                let slot = p.servers.iter().position(|&s| s == server)?;
-                let asked = &p.asked[slot];
-                if p.answered[slot] || asked.path >= incarnation {
-                    return None;
-                }
-                asked.resend.clone().map(|m| (ts, m))
+            .flat_map(|(&ts, p)| {
+                (0..p.servers.len())
+                    .filter(|&slot| p.servers[slot] == server && !p.answered[slot])
+                    .filter(|&slot| p.asked[slot].path < incarnation)
+                    .filter_map(|slot| p.asked[slot].resend.clone().map(|m| (ts, slot, m)))
+                    .collect::<Vec<_>>()
             })
             .collect();
-        out.sort_by_key(|(ts, _)| *ts);
-        out.into_iter().map(|(_, m)| m).collect()
+        out.sort_by_key(|(ts, slot, _)| (*ts, *slot));
+        out.into_iter().map(|(_, _, m)| m).collect()
     }
 }
 
@@ -244,6 +244,28 @@ mod tests {
             timestamps(&t.unanswered_by(0, 2)),
             vec![2, 3, 5, 6],
             "a second replacement"
+        );
+    }
+
+    #[test]
+    fn every_unanswered_part_of_a_request_at_the_replaced_server_comes_back() {
+        // Request 7 went to servers 1 and 0; server 0 answered "moved" and the keys were
+        // sliced again into a second part for server 1, which answered its first part only.
+        let t = tracker();
+        open(&t, 7, &[1, 0], true, 0);
+        {
+            let mut pending = lock(&t.pending);
+            let p = pending.get_mut(&7).expect("opened");
+            p.answered[1] = true;
+            let slot = p.add_part(1);
+            let again = p.asked[0].resend.clone();
+            p.asked[slot].resend = again;
+        }
+        t.settle(7, (1, Some(0)), Outcome::Pushed);
+        assert_eq!(
+            timestamps(&t.unanswered_by(1, 1)),
+            vec![7],
+            "the second part at server 1 goes again"
         );
     }
 

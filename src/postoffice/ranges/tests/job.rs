@@ -6,6 +6,14 @@
 //! start at any moment. Checked: no part is ever
 //! refused, at most one server serves a key at any moment, and once the job is quiet every
 //! part was answered and every key's owner holds exactly the pushes of it.
+//!
+//! With checkpoints (the second property) servers also die and are replaced at any moment,
+//! as `kv::server` does it: what a server applied survives (its request log, and the snapshot
+//! taken at each import), what was queued to it and what it sent to its peers is lost, the
+//! replacement starts from the scheduler's current layout (from the one before, adopting it,
+//! while its moves are not settled), answers parts it applied before as applied, gets its
+//! unanswered parts again from the workers and the handoffs kept for it again from its peers;
+//! a new owner serves a moved range only once its layout settled.
 
 use super::super::coordinator::Coordinator;
 use super::super::holding::{Holding, Verdict};
@@ -13,7 +21,7 @@ use super::super::layout::Layout;
 use crate::postoffice::range::Range;
 use crate::wire::{KeyLayout, NodeId};
 use proptest::prelude::*;
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -62,12 +70,16 @@ struct Server {
     sums: BTreeMap<u64, i64>,
     /// Rows that arrived before their layout, by (epoch, first key).
     early: BTreeMap<(u64, u64), BTreeMap<u64, i64>>,
+    /// With checkpoints: the parts applied (the request log), and the handoffs sent whose
+    /// layout has not settled (epoch, new owner, handoff).
+    applied: BTreeSet<(usize, usize)>,
+    kept: Vec<(u64, NodeId, Msg)>,
 }
 
 struct Worker {
     layout: Layout,
-    /// Parts not answered: (push, part) → keys.
-    out: BTreeMap<(usize, usize), Vec<u64>>,
+    /// Parts not answered: (push, part) → (server, epoch sliced by, keys).
+    out: BTreeMap<(usize, usize), (NodeId, u64, Vec<u64>)>,
     /// Per push, the next part number.
     next: BTreeMap<usize, usize>,
 }
@@ -81,6 +93,8 @@ enum Op {
     Deliver(usize),
     /// A resize of server `s` (add or drain).
     Resize(bool, usize),
+    /// Server `s` dies and is replaced (with checkpoints only).
+    Restart(usize),
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -91,7 +105,16 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
+fn op_with_restarts() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        9 => op(),
+        1 => (0..SERVERS.len()).prop_map(Op::Restart),
+    ]
+}
+
 struct Job {
+    /// Servers keep checkpoints (and may be replaced).
+    durable: bool,
     coord: Coordinator,
     servers: BTreeMap<NodeId, Server>,
     workers: BTreeMap<NodeId, Worker>,
@@ -103,22 +126,26 @@ struct Job {
 }
 
 impl Job {
-    fn new() -> Job {
+    fn new(durable: bool) -> Job {
         let l0 = Layout::even(&SERVERS);
+        let holding = |s| match durable {
+            true => Holding::until_settled(s, Arc::new(l0.clone())),
+            false => Holding::new(s, Arc::new(l0.clone())),
+        };
         Job {
+            durable,
             coord: Coordinator::new(l0.clone()),
             servers: SERVERS
                 .iter()
                 .map(|&s| {
-                    let holding = Holding::new(s, Arc::new(l0.clone()));
-                    (
-                        s,
-                        Server {
-                            holding,
-                            sums: BTreeMap::new(),
-                            early: BTreeMap::new(),
-                        },
-                    )
+                    let server = Server {
+                        holding: holding(s),
+                        sums: BTreeMap::new(),
+                        early: BTreeMap::new(),
+                        applied: BTreeSet::new(),
+                        kept: Vec::new(),
+                    };
+                    (s, server)
                 })
                 .collect(),
             workers: WORKERS
@@ -158,7 +185,7 @@ impl Job {
             let n = worker.next.entry(push).or_insert(0);
             let id = (push, *n);
             *n += 1;
-            worker.out.insert(id, keys.clone());
+            worker.out.insert(id, (owner, epoch, keys.clone()));
             self.send(w, owner, Msg::Part { id, keys, epoch });
         }
     }
@@ -193,27 +220,38 @@ impl Job {
         }
     }
 
-    /// Delivers a message of the `n`-th non-empty connection (modulo their number): its
-    /// oldest for most `n`, another one for some (a message overtaken).
-    fn deliver(&mut self, n: usize) -> Result<bool, TestCaseError> {
-        let busy: Vec<(NodeId, NodeId)> = self
-            .chans
+    /// The connections with a message on its way, in order.
+    fn busy(&self) -> Vec<(NodeId, NodeId)> {
+        self.chans
             .iter()
             .filter(|(_, q)| !q.is_empty())
             .map(|(&c, _)| c)
-            .collect();
+            .collect()
+    }
+
+    /// Delivers a message of the `n`-th non-empty connection (modulo their number): its
+    /// oldest for most `n`, another one for some (a message overtaken).
+    fn deliver(&mut self, n: usize) -> Result<bool, TestCaseError> {
+        let busy = self.busy();
         if busy.is_empty() {
             return Ok(false);
         }
         let (from, to) = busy[n % busy.len()];
+        let len = self.chans.get(&(from, to)).map_or(1, VecDeque::len);
+        let at = match (n / busy.len()) % 4 {
+            0 => (n / busy.len() / 4) % len,
+            _ => 0,
+        };
+        self.deliver_on((from, to), at)?;
+        Ok(true)
+    }
+
+    /// Delivers the `at`-th message queued on connection `(from, to)`.
+    fn deliver_on(&mut self, (from, to): (NodeId, NodeId), at: usize) -> Result<(), TestCaseError> {
         let q = self
             .chans
             .get_mut(&(from, to))
             .ok_or_else(|| TestCaseError::fail("a busy connection"))?;
-        let at = match (n / busy.len()) % 4 {
-            0 => (n / busy.len() / 4) % q.len(),
-            _ => 0,
-        };
         let m = q
             .remove(at)
             .ok_or_else(|| TestCaseError::fail("a message"))?;
@@ -222,8 +260,7 @@ impl Job {
             t if SERVERS.contains(&t) => self.at_server(from, t, m)?,
             t => self.at_worker(t, m),
         }
-        self.check_one_server_per_key()?;
-        Ok(true)
+        self.check_one_server_per_key()
     }
 
     fn at_scheduler(&mut self, from: NodeId, m: Msg) {
@@ -254,6 +291,9 @@ impl Job {
                 range: mv.range,
                 rows,
             };
+            if self.durable {
+                server.kept.push((l.epoch, mv.to, h.clone()));
+            }
             sends.push((mv.to, h));
         }
         for (range, _) in adopted.arrived {
@@ -268,7 +308,14 @@ impl Job {
 
     fn at_server(&mut self, from: NodeId, me: NodeId, m: Msg) -> Result<(), TestCaseError> {
         match m {
-            Msg::Layout(l) => self.server_adopts(me, &l),
+            Msg::Layout(l) => {
+                self.server_adopts(me, &l);
+                let server = self.servers.get_mut(&me).expect("a server");
+                if l.settled.is_some() && l.epoch <= server.holding.epoch() {
+                    server.holding.settled(l.epoch);
+                    server.kept.retain(|k| k.0 > l.epoch);
+                }
+            }
             Msg::Handoff { epoch, range, rows } => {
                 let server = self.servers.get_mut(&me).expect("a server");
                 match server
@@ -286,11 +333,21 @@ impl Job {
                 }
             }
             Msg::Part { id, keys, epoch } => {
+                let durable = self.durable;
                 let server = self.servers.get_mut(&me).expect("a server");
-                let answer = match server.holding.verdict(&keys, Some(epoch)) {
+                let verdict = match server.applied.contains(&id) {
+                    true => Verdict::Refuse("applied before".into()),
+                    false => server.holding.verdict(&keys, Some(epoch)),
+                };
+                let answer = match verdict {
+                    // Applied before a restart: answered as applied (the request log).
+                    Verdict::Refuse(_) if server.applied.contains(&id) => Answer::Applied,
                     Verdict::Serve => {
                         for k in &keys {
                             *server.sums.entry(*k).or_insert(0) += 1;
+                        }
+                        if durable {
+                            server.applied.insert(id);
                         }
                         Answer::Applied
                     }
@@ -318,7 +375,7 @@ impl Job {
                 }
             }
             Msg::Answer { id, answer } => {
-                let Some(keys) = worker.out.remove(&id) else {
+                let Some((_, _, keys)) = worker.out.remove(&id) else {
                     return;
                 };
                 if !matches!(answer, Answer::Applied) {
@@ -326,6 +383,52 @@ impl Job {
                 }
             }
             _ => {}
+        }
+    }
+
+    /// Server `SERVERS[s]` dies and is replaced (see the module docs).
+    fn restart(&mut self, s: usize) {
+        let me = SERVERS[s];
+        for (&(from, to), q) in self.chans.iter_mut() {
+            if to == me || (from == me && to != SCHEDULER) {
+                q.clear();
+            }
+        }
+        let wire = self.coord.current();
+        let Ok((layout, plan)) = Layout::from_wire(&wire) else {
+            return;
+        };
+        let start = match wire.settled {
+            Some(_) => layout,
+            None => layout.before(&plan).unwrap_or(layout),
+        };
+        let server = self.servers.get_mut(&me).expect("a server");
+        server.holding = Holding::until_settled(me, Arc::new(start));
+        server.early.clear();
+        server.kept.clear();
+        self.server_adopts(me, &wire);
+        if wire.settled.is_some() {
+            let server = self.servers.get_mut(&me).expect("a server");
+            server.holding.settled(wire.epoch);
+        }
+        let mut again = Vec::new();
+        for (&peer, server) in &self.servers {
+            for (_, to, h) in server.kept.iter().filter(|k| k.1 == me) {
+                again.push((peer, *to, h.clone()));
+            }
+        }
+        for (&w, worker) in &self.workers {
+            for (&id, (to, epoch, keys)) in worker.out.iter().filter(|(_, o)| o.0 == me) {
+                let part = Msg::Part {
+                    id,
+                    keys: keys.clone(),
+                    epoch: *epoch,
+                };
+                again.push((w, *to, part));
+            }
+        }
+        for (from, to, m) in again {
+            self.send(from, to, m);
         }
     }
 
@@ -342,13 +445,23 @@ impl Job {
         Ok(())
     }
 
-    /// Delivers everything, connection after connection, until the job is quiet.
+    /// Delivers everything, the oldest message of each busy connection in turn (fairly: a
+    /// message waits at most one round), until the job is quiet.
     fn drain(&mut self) -> Result<(), TestCaseError> {
+        let mut last = None;
         for step in 0.. {
             prop_assert!(step < 200_000, "the job never went quiet");
-            if !self.deliver(step)? {
+            let busy = self.busy();
+            let Some(&first) = busy.first() else {
                 return Ok(());
-            }
+            };
+            let next = busy
+                .iter()
+                .copied()
+                .find(|&c| Some(c) > last)
+                .unwrap_or(first);
+            last = Some(next);
+            self.deliver_on(next, 0)?;
         }
         Ok(())
     }
@@ -384,17 +497,29 @@ proptest! {
     fn pushes_are_applied_exactly_once_while_servers_are_added_and_drained(
         ops in proptest::collection::vec(op(), 1..300),
     ) {
-        let mut job = Job::new();
-        for op in ops {
-            match op {
-                Op::Push(w, mask) => job.push(w, mask),
-                Op::Deliver(n) => {
-                    job.deliver(n)?;
-                }
-                Op::Resize(add, s) => job.resize(add, s),
-            }
-        }
-        job.drain()?;
-        job.check_exact()?;
+        run(Job::new(false), ops)?;
     }
+
+    /// The same with checkpoints, servers also dying and being replaced at any moment.
+    #[test]
+    fn with_checkpoints_pushes_are_applied_exactly_once_while_servers_die_during_moves(
+        ops in proptest::collection::vec(op_with_restarts(), 1..300),
+    ) {
+        run(Job::new(true), ops)?;
+    }
+}
+
+fn run(mut job: Job, ops: Vec<Op>) -> Result<(), TestCaseError> {
+    for op in ops {
+        match op {
+            Op::Push(w, mask) => job.push(w, mask),
+            Op::Deliver(n) => {
+                job.deliver(n)?;
+            }
+            Op::Resize(add, s) => job.resize(add, s),
+            Op::Restart(s) => job.restart(s),
+        }
+    }
+    job.drain()?;
+    job.check_exact()
 }
