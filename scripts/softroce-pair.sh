@@ -5,7 +5,8 @@
 #   scripts/softroce-pair.sh [--prepare] [--] 'COMMAND_A' 'COMMAND_B'
 #
 # Each guest is softroce-vm.sh's (host / read-only under a tmpfs overlay, $PSLITE_VM_OUT shared
-# read-write by both) plus a virtio NIC; the link is a qemu socket on 127.0.0.1 only. A command
+# read-write by both) plus a virtio NIC on a tap; the two taps are bridged in a network namespace
+# the script makes (and removes), so the guests reach nothing else. A command
 # runs once its peer answers ping, with the host's environment plus RDMA_DEVICE=rxe0,
 # RDMA_GID_INDEX, SOFTROCE_GUEST=A|B, SOFTROCE_IP, SOFTROCE_PEER_IP (198.18.0.1 for A, .2 for B),
 # SOFTROCE_IP6, SOFTROCE_PEER_IP6 (fd00::1, fd00::2) and SOFTROCE_NETDEV. Their output is
@@ -17,7 +18,8 @@
 # (MiB per guest, 1536), PSLITE_VM_SMP (per guest, 1: on a 2-core host under TCG, 2 made
 # ib_write_bw slower, 0.19-0.21 against 0.22-0.28 Gbit/s, and the runs ~6 s longer),
 # PSLITE_VM_CACHE, PSLITE_VM_OUT, PSLITE_VM_VERBOSE=1 (kernel messages, and the NIC and GID per
-# guest); and PSLITE_VM_GRACE. Needs the same host packages as softroce-vm.sh, plus iputils-ping.
+# guest); and PSLITE_VM_GRACE. Needs the same host packages as softroce-vm.sh, plus iputils-ping,
+# and root with /dev/net/tun (the namespace, the bridge and the taps).
 set -euo pipefail
 
 MEM=${PSLITE_VM_MEM:-1536}
@@ -75,9 +77,10 @@ cleanup() {
     for g in "${!qpid[@]}"; do kill -9 "${qpid[$g]}" 2>/dev/null; done
     for g in "${!spid[@]}"; do wait "${spid[$g]}" 2>/dev/null; done   # the prefixers' last lines
     rm -rf "$tmp"
+    [[ -n ${ns:-} ]] && ip netns del "$ns" 2>/dev/null
 }
 trap cleanup EXIT
-trap 'exit 130' INT TERM
+trap 'exit 130' INT TERM HUP QUIT
 
 declare -A ip=([A]=198.18.0.1 [B]=198.18.0.2) ip6=([A]=fd00::1 [B]=fd00::2)
 declare -A mac=([A]=52:54:00:c6:12:0a [B]=52:54:00:c6:12:0b) peer=([A]=B [B]=A)
@@ -92,34 +95,37 @@ for g in A B; do
 done
 softroce_qemu_args
 
-start_guest() {   # A|B NETDEV-SOCKET-OPTIONS: boot it, its console through a "[G] " prefixer
+start_guest() {   # A|B: boot it on its tap, its console through a "[G] " prefixer
     local g=$1
     rm -f "$tmp/$g.out"; mkfifo "$tmp/$g.out"
     sed -u "s/^/[$g] /" < "$tmp/$g.out" &
     spid[$g]=$!
-    qemu-system-x86_64 "${qemu_args[@]}" \
+    ip netns exec "$ns" qemu-system-x86_64 "${qemu_args[@]}" \
         -virtfs "local,path=$tmp/$g,mount_tag=job,security_model=none,multidevs=remap" \
-        -netdev "socket,id=n0,$2" -device "virtio-net-pci,netdev=n0,mac=${mac[$g]}" \
+        -netdev "tap,id=n0,ifname=tap$g,script=no,downscript=no" \
+        -device "virtio-net-pci,netdev=n0,mac=${mac[$g]}" \
         </dev/null >"$tmp/$g.out" 2> >(sed -u "s/^/[$g] /" >&2) &
     qpid[$g]=$!
 }
 
-# A listens on a free port of 127.0.0.1 (another try if someone takes it first), B connects.
-t0=$SECONDS
-for try in 1 2 3; do
-    port=$((20000 + RANDOM % 40000))
-    [[ -z $(ss -Htan "sport = :$port") ]] || continue
-    start_guest A "listen=127.0.0.1:$port"
-    for _ in $(seq 100); do
-        [[ $(ss -Hltnp "sport = :$port") == *"pid=${qpid[A]},"* ]] && break 2
-        kill -0 "${qpid[A]}" 2>/dev/null || break
-        sleep 0.1
-    done
-    kill -9 "${qpid[A]}" 2>/dev/null || true; wait "${qpid[A]}" "${spid[A]}" 2>/dev/null || true
-    unset 'qpid[A]' 'spid[A]'
+# The link: a network namespace of its own with a bridge and one tap per guest (the kernel's
+# bridge; qemu's TCP socket netdev lost frames between the guests under load).
+(( EUID == 0 )) || fail "needs root: the guests' link is a bridge in a network namespace"
+for old in $(ip netns list | awk '/^pslite-pair-[0-9]+/ {print $1}'); do
+    kill -0 "${old#pslite-pair-}" 2>/dev/null || ip netns del "$old"   # a killed run's
 done
-[[ -n ${qpid[A]:-} ]] || fail "guest A did not start listening on 127.0.0.1"
-start_guest B "connect=127.0.0.1:$port"
+ns=pslite-pair-$$
+ip netns add "$ns" || fail "cannot make network namespace $ns (ip netns add)"
+ip -n "$ns" link add br0 type bridge || fail "cannot make a bridge in $ns"
+ip -n "$ns" link set br0 mtu 9000 up || fail "cannot bring up the bridge in $ns"
+for g in A B; do
+    ip -n "$ns" tuntap add dev "tap$g" mode tap || fail "cannot make tap$g in $ns (/dev/net/tun)"
+    ip -n "$ns" link set "tap$g" mtu 9000 txqueuelen 10000 master br0 up \
+        || fail "cannot bring up tap$g in $ns"
+done
+t0=$SECONDS
+start_guest A
+start_guest B
 
 # Wait: for both, for the time limit, or for the other's grace after a failure.
 first= grace_end=

@@ -20,7 +20,10 @@ pub struct RdmaConfig {
     pub pkey_index: u16,
     /// `RDMA_QP_QUEUE_DEPTH`: send and receive queue depth, 2–65536 (default 1024).
     pub queue_depth: u32,
-    /// `RDMA_QP_TIMEOUT`: local ACK timeout exponent, 0–31 (default 14: 4.096 µs × 2^14 ≈ 67 ms).
+    /// `RDMA_QP_TIMEOUT`: local ACK timeout exponent, 0–31 (default 18: 4.096 µs × 2^18 ≈ 1.07 s,
+    /// NCCL's `NCCL_IB_TIMEOUT` default in `net_ib.cc`; at 14, 67 ms, a worker's QP to a
+    /// server answering 512 KB pulls over an emulated 0.4 Gbit/s link between two guests failed
+    /// with retry exceeded, its ACKs queued behind the answers).
     pub timeout: u8,
     /// `RDMA_QP_RETRY_COUNT`: transport retries, 0–7 (default 6: Soft-RoCE retries forever at 7,
     /// so a dead peer's QP would never fail a WC; `tests/rdma.rs` shows 6 failing in seconds).
@@ -43,7 +46,7 @@ impl Default for RdmaConfig {
             gid_index: None,
             pkey_index: 0,
             queue_depth: 1024,
-            timeout: 14,
+            timeout: 18,
             retry_count: 6,
             sl: 0,
             mtu: None,

@@ -374,8 +374,18 @@ impl Channel {
     }
 
     fn fail_locked(&self, tx: &mut Outbound, why: String) -> Option<String> {
+        let who = Node::describe(self.peer);
+        // A flushed WR (status 5) only says the QP is in the error state: the WC that put it
+        // there may be polled after it, and is logged too.
+        if tx
+            .failed
+            .as_deref()
+            .is_some_and(|f| f.contains("WC status 5 "))
+            && !why.contains("WC status 5 ")
+        {
+            tracing::error!("RDMA channel to {who}, failed already: {why}");
+        }
         let newly = tx.failed.is_none().then(|| {
-            let who = Node::describe(self.peer);
             tracing::error!("RDMA channel to {who}: {why}");
             let text = format!("RDMA channel to {who} failed: {why}");
             tx.failed = Some(text.clone());
