@@ -12,6 +12,15 @@ use std::time::Duration;
 
 const STEPS: u64 = 12;
 
+/// Every worker's key holds 0 before any worker pulls it (a key never pushed has no value to
+/// pull, and with τ > 0 a fast worker pulls before the slow one's first push).
+fn create_keys(po: &Postoffice, kv: &KVWorker<f32>, me: u64) {
+    kv.wait(kv.push(&[me], &[0.0], None).expect("push 0"))
+        .expect("pushed 0");
+    po.barrier(pslite::postoffice::WORKER_GROUP)
+        .expect("every key exists");
+}
+
 /// Worker `rank` of `workers`: per step, pushes 1 to its own key, clocks, then pulls every
 /// worker's key. Each pulled count is a worker's clock when it pushed, so a count below
 /// `clock − τ` is a row staler than the bound. Returns the waits' total.
@@ -19,6 +28,7 @@ fn train(po: &Arc<Postoffice>, workers: usize, tau: u64, slow: bool) -> Duration
     let kv = KVWorker::<f32>::new(po, 0, 0).expect("worker");
     let keys: Vec<u64> = (0..workers as u64).collect();
     let me = po.my_rank() as u64;
+    create_keys(po, &kv, me);
     let mut waited = Duration::ZERO;
     for step in 1..=STEPS {
         kv.wait(kv.push(&[me], &[1.0], None).expect("push"))
@@ -75,6 +85,7 @@ fn train_cached(po: &Arc<Postoffice>, workers: usize, tau: u64) -> (usize, usize
     let mut cache = RowCache::<f32>::new(1, 100, tau, Some(metrics)).expect("dim 1");
     let keys: Vec<u64> = (0..workers as u64).collect();
     let me = po.my_rank() as u64;
+    create_keys(po, &kv, me);
     let (mut hits, mut misses, mut stalest) = (0, 0, 0);
     let mut counts = vec![0.0f32; workers];
     for step in 1..=STEPS {

@@ -133,7 +133,8 @@ impl PyPostoffice {
     /// (Worker) Bounded staleness (SSP): advances this worker's clock by one (call it once per
     /// training step, after its pushes were applied) and returns once the slowest worker is
     /// at most `staleness` clocks behind; `staleness=0` is a barrier of the workers per clock,
-    /// `None` never waits. Returns `(clock, seconds waited)`. Ctrl-C interrupts the wait.
+    /// `None` never waits. Returns `(clock, seconds waited)`. Ctrl-C interrupts the wait, but
+    /// the clock has advanced already: do not call it again for the same step.
     ///
     /// Raises `TimeoutError` after PS_TIMEOUT naming the slowest worker and its clock;
     /// `PeerLostError` once a node was lost; `InvalidArgumentError` on a server. Call

@@ -172,7 +172,7 @@ fn node_obeys(po: &Postoffice, control: ControlMsg, msg: Message) -> bool {
         (ControlMsg::Layout(layout), false) if from == crate::wire::SCHEDULER => {
             super::resize::on_layout(po, &msg.meta, layout)
         }
-        (ControlMsg::Floor { floor, slowest }, false) => {
+        (ControlMsg::Floor { floor, slowest }, false) if from == crate::wire::SCHEDULER => {
             super::staleness::on_floor(po, floor, slowest)
         }
         _ => return false,

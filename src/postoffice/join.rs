@@ -261,7 +261,7 @@ fn rejoin_due(po: &Postoffice, interval: Duration) -> Option<crate::wire::Rejoin
         barriers_done: st.barrier.done.iter().map(|(&g, &n)| (g, n)).collect(),
         waiting: st.barrier.waiting(),
         layout: super::resize::held_wire(po),
-        clock: st.clock.clock(),
+        clock: st.clock.told(),
     })
 }
 

@@ -108,18 +108,21 @@ pub(super) fn on_floor(po: &Postoffice, floor: u64, slowest: NodeId) {
     po.node.cv.notify_all();
 }
 
-/// [`Postoffice::clocks_done`].
+/// [`Postoffice::clocks_done`]: from now on this worker's clock is [`DONE`] to the scheduler
+/// (a new scheduler too, from its re-registration).
 pub(super) fn clocks_done(po: &Postoffice) -> Result<()> {
     if po.role() != Role::Worker {
         return Ok(());
     }
+    lock(&po.node.state).clock.finish();
     tell(po, DONE, false)
 }
 
-/// This worker's clock again, to a scheduler that took the job over: a CLOCK sent while it
-/// re-registered may have been dropped, and a worker not waiting would not say it again.
+/// This worker's clock again ([`DONE`] once it is done), to a scheduler that took the job
+/// over: a CLOCK sent while it re-registered may have been dropped, and a worker not waiting
+/// would not say it again.
 pub(super) fn say_again(po: &Postoffice) {
-    let clock = lock(&po.node.state).clock.clock();
+    let clock = lock(&po.node.state).clock.told();
     if po.role() == Role::Worker && clock > 0 {
         if let Err(e) = tell(po, clock, false) {
             tracing::warn!("cannot tell the scheduler this worker's clock {clock}: {e}");

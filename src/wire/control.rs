@@ -319,7 +319,8 @@ pub struct Rejoin {
     /// The servers' key layout as this node holds it (with the moves that led to it, settled
     /// or not); `None` at epoch 0.
     pub layout: Option<KeyLayout>,
-    /// A worker's bounded-staleness clock (0 for other nodes, and before a worker's first).
+    /// A worker's bounded-staleness clock (0 for other nodes, and before a worker's first;
+    /// `u64::MAX` once the worker said it takes no more steps).
     pub clock: u64,
 }
 

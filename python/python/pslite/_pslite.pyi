@@ -71,7 +71,8 @@ class Postoffice:
         """(Worker) Bounded staleness (SSP): advances this worker's clock by one (once per
         training step, after its pushes were applied) and returns once the slowest worker is
         at most ``staleness`` clocks behind (0: in lock step; None: never waits). Returns
-        ``(clock, seconds waited)``; Ctrl-C interrupts the wait.
+        ``(clock, seconds waited)``; Ctrl-C interrupts the wait, but the clock has advanced
+        already: do not call it again for the same step.
 
         Raises TimeoutError (PS_TIMEOUT) naming the slowest worker and its clock,
         PeerLostError, InvalidArgumentError on a server.

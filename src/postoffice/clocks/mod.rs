@@ -96,11 +96,13 @@ impl ClockBook {
     }
 }
 
-/// A worker's side: its clock, its bound and the last floor it heard of.
+/// A worker's side: its clock, its bound, the last floor it heard of, and whether it said it
+/// takes no more steps.
 #[derive(Clone, Debug, Default)]
 pub struct Gate {
     clock: u64,
     floor: Option<Floor>,
+    done: bool,
 }
 
 impl Gate {
@@ -115,14 +117,30 @@ impl Gate {
         self.clock
     }
 
+    /// This worker takes no more steps: [`told`](Self::told) is [`DONE`] from now on.
+    pub fn finish(&mut self) {
+        self.done = true;
+    }
+
+    /// The clock to tell the scheduler (again): [`DONE`] after [`finish`](Self::finish), else
+    /// the clock.
+    pub fn told(&self) -> u64 {
+        if self.done {
+            DONE
+        } else {
+            self.clock
+        }
+    }
+
     /// The floor heard of (0 until one came).
     pub fn floor(&self) -> u64 {
         self.floor.map_or(0, |f| f.floor)
     }
 
-    /// A FLOOR from the scheduler (an older one than the last is ignored).
+    /// A FLOOR from the scheduler (an older one than the last is ignored; one at the same
+    /// floor may name another slowest worker, the one the scheduler knows now).
     pub fn on_floor(&mut self, floor: Floor) {
-        if self.floor.is_none_or(|f| floor.floor > f.floor) {
+        if self.floor.is_none_or(|f| floor.floor >= f.floor) {
             self.floor = Some(floor);
         }
     }

@@ -1,6 +1,8 @@
 //! The clock protocol against a network that reorders and duplicates CLOCK and FLOOR messages
-//! and loses FLOORs: no worker ever runs more than τ clocks ahead of the slowest, and every
-//! worker reaches the last clock (no deadlock).
+//! and loses FLOORs, with workers of unequal step counts (each says DONE after its last) and a
+//! scheduler that may be replaced at any moment (the CLOCKs in flight to it are lost, and each
+//! worker re-registers with the clock it told): no worker ever runs more than τ clocks ahead of
+//! the slowest still stepping, and every worker reaches its last clock (no deadlock).
 
 use super::*;
 use proptest::prelude::*;
@@ -23,7 +25,8 @@ struct Job {
     gates: Vec<Gate>,
     flight: Vec<Msg>,
     tau: Option<u64>,
-    last: u64,
+    /// Each worker's last clock (its number of steps).
+    last: Vec<u64>,
 }
 
 fn id(w: usize) -> NodeId {
@@ -31,24 +34,25 @@ fn id(w: usize) -> NodeId {
 }
 
 impl Job {
-    fn new(workers: usize, tau: Option<u64>, last: u64) -> Job {
+    fn new(tau: Option<u64>, last: Vec<u64>) -> Job {
         Job {
-            book: ClockBook::new((0..workers).map(id)),
-            gates: vec![Gate::default(); workers],
+            book: ClockBook::new((0..last.len()).map(id)),
+            gates: vec![Gate::default(); last.len()],
             flight: Vec::new(),
             tau,
             last,
         }
     }
 
-    /// Worker `w` runs a step at its clock if its gate lets it, then advances. Checks the
-    /// bound against the workers' real clocks.
+    /// Worker `w` runs a step at its clock if its gate lets it, then advances (and after its
+    /// last step says DONE). Checks the bound against the real clocks of the workers still
+    /// stepping.
     fn step(&mut self, w: usize) -> bool {
         let g = &self.gates[w];
-        if g.clock() >= self.last || !g.may_run(self.tau) {
+        if g.clock() >= self.last[w] || !g.may_run(self.tau) {
             return false;
         }
-        let slowest = self.gates.iter().map(Gate::clock).min().unwrap_or(0);
+        let slowest = self.gates.iter().map(Gate::told).min().unwrap_or(0);
         if let Some(tau) = self.tau {
             assert!(
                 slowest + tau >= g.clock(),
@@ -62,7 +66,32 @@ impl Job {
             clock,
             again: !self.gates[w].may_run(self.tau),
         });
+        if clock == self.last[w] {
+            self.gates[w].finish();
+            self.flight.push(Msg::Clock {
+                from: w,
+                clock: DONE,
+                again: false,
+            });
+        }
         true
+    }
+
+    /// A new scheduler takes the job over: the CLOCKs in flight to the old one are lost, and
+    /// every worker re-registers with the clock it told (FLOORs the old one sent may still
+    /// arrive).
+    fn takeover(&mut self) {
+        self.book = ClockBook::new((0..self.gates.len()).map(id));
+        self.flight.retain(|m| matches!(m, Msg::Floor { .. }));
+        for (w, g) in self.gates.iter().enumerate() {
+            if g.told() > 0 {
+                self.flight.push(Msg::Clock {
+                    from: w,
+                    clock: g.told(),
+                    again: false,
+                });
+            }
+        }
     }
 
     /// Message `i` of those in flight arrives (and stays in flight when `dup`; a FLOOR is lost
@@ -100,7 +129,7 @@ impl Job {
     /// Every worker that cannot run says its clock again.
     fn again(&mut self) {
         for (w, g) in self.gates.iter().enumerate() {
-            if g.clock() < self.last && !g.may_run(self.tau) {
+            if g.clock() < self.last[w] && !g.may_run(self.tau) {
                 self.flight.push(Msg::Clock {
                     from: w,
                     clock: g.clock(),
@@ -111,7 +140,10 @@ impl Job {
     }
 
     fn done(&self) -> bool {
-        self.gates.iter().all(|g| g.clock() >= self.last)
+        self.gates
+            .iter()
+            .zip(&self.last)
+            .all(|(g, &l)| g.clock() >= l)
     }
 }
 
@@ -120,6 +152,7 @@ enum Op {
     Step(usize),
     Deliver { i: usize, dup: bool, lose: bool },
     Again,
+    Takeover,
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -128,6 +161,7 @@ fn op() -> impl Strategy<Value = Op> {
         4 => (any::<usize>(), prop::bool::weighted(0.1), prop::bool::weighted(0.1))
             .prop_map(|(i, dup, lose)| Op::Deliver { i, dup, lose }),
         1 => Just(Op::Again),
+        1 => Just(Op::Takeover),
     ]
 }
 
@@ -136,17 +170,18 @@ proptest! {
 
     #[test]
     fn no_worker_runs_past_the_bound_and_every_worker_finishes(
-        workers in 1usize..6,
         tau in prop::option::of(0u64..4),
-        last in 1u64..12,
+        last in prop::collection::vec(1u64..12, 1..6),
         ops in prop::collection::vec(op(), 0..300),
     ) {
-        let mut job = Job::new(workers, tau, last);
+        let workers = last.len();
+        let mut job = Job::new(tau, last);
         for op in ops {
             match op {
                 Op::Step(w) => { job.step(w % workers); }
                 Op::Deliver { i, dup, lose } => job.deliver(i, dup, lose),
                 Op::Again => job.again(),
+                Op::Takeover => job.takeover(),
             }
         }
         // Then a fair network: every worker steps while it may, every message arrives, and
@@ -239,4 +274,27 @@ fn a_gate_waits_beyond_its_bound_and_names_the_straggler() {
         "bounded staleness: this worker, at clock 3, waits for every worker to reach clock 2 \
          (staleness 1); worker rank 3 (id 15) is at clock 1"
     );
+}
+
+#[test]
+fn a_floor_naming_another_slowest_worker_replaces_the_one_heard() {
+    let mut g = Gate::default();
+    g.advance();
+    g.on_floor(Floor {
+        floor: 0,
+        slowest: id(0),
+    });
+    g.on_floor(Floor {
+        floor: 0,
+        slowest: id(3),
+    });
+    assert_eq!(
+        g.straggler_text(0),
+        "bounded staleness: this worker, at clock 1, waits for every worker to reach clock 1 \
+         (staleness 0); worker rank 3 (id 15) is at clock 0",
+        "the scheduler's latest answer names whom it waits for"
+    );
+    g.finish();
+    assert_eq!(g.told(), DONE);
+    assert_eq!(g.clock(), 1);
 }
