@@ -91,6 +91,7 @@ pub fn run_server(cli: &ServerCli) -> Result<()> {
     crate::kv::table::check_specs(&cli.tables)?;
     let cfg = Config::from_env(Role::Server, &cli.cfg)?;
     init_logging(&cfg);
+    let sigusr2 = super::elastic::catch_sigusr2();
     let po = Postoffice::start(cfg)?;
     let _tables = crate::kv::table::serve_tables(&po, &cli.tables)?;
     let taken = |app: i32| cli.tables.iter().any(|t| t.app == app);
@@ -109,7 +110,7 @@ pub fn run_server(cli: &ServerCli) -> Result<()> {
         )?)
     };
     super::elastic::take_share(&po);
-    super::elastic::drain_on_sigusr2(&po);
+    super::elastic::drain_on_sigusr2(&po, sigusr2);
     let done = po.finalize();
     for spec in &cli.tables {
         eprintln!(

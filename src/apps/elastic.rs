@@ -51,22 +51,28 @@ pub fn take_share(po: &Postoffice) {
     }
 }
 
-/// Drains this server on every `SIGUSR2` (from a `ps-drain` thread), saying how the move
-/// went; a refusal (the only server, one that holds no keys) is logged.
-pub fn drain_on_sigusr2(po: &Arc<Postoffice>) {
-    use signal_hook::consts::SIGUSR2;
-    let signals = match signal_hook::iterator::Signals::new([SIGUSR2]) {
-        Ok(s) => s,
+/// Catches `SIGUSR2` from now on (its default action ends the process): call it before the
+/// server starts, so that a signal during the start or a join waits for
+/// [`drain_on_sigusr2`]. `None` (logged) when the handler cannot be installed.
+pub fn catch_sigusr2() -> Option<signal_hook::iterator::Signals> {
+    match signal_hook::iterator::Signals::new([signal_hook::consts::SIGUSR2]) {
+        Ok(s) => Some(s),
         Err(e) => {
             tracing::warn!("cannot handle SIGUSR2 (drain this server): {e}");
-            return;
+            None
         }
-    };
+    }
+}
+
+/// Drains this server on every `SIGUSR2` caught by `signals` (from a `ps-drain` thread; one
+/// that came before this call is acted on now), saying how the move went; a refusal (the only
+/// server, one that holds no keys) is logged.
+pub fn drain_on_sigusr2(po: &Arc<Postoffice>, signals: Option<signal_hook::iterator::Signals>) {
+    let Some(mut signals) = signals else { return };
     let weak = Arc::downgrade(po);
     let spawned = std::thread::Builder::new()
         .name("ps-drain".into())
         .spawn(move || {
-            let mut signals = signals;
             for _ in signals.forever() {
                 let Some(po) = weak.upgrade() else { return };
                 drain(&po);

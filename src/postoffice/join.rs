@@ -22,8 +22,15 @@ use std::time::{Duration, Instant};
 /// of each role registered — those are told so).
 pub(super) fn join_cluster(po: &Postoffice, me: &Node) -> Result<()> {
     let deadline = Instant::now() + po.cfg.timing.timeout;
-    let again = (me.role != Role::Scheduler && super::recovery::window(&po.cfg).is_some())
-        .then_some(REGISTER_AGAIN);
+    // A server joining the running job (a rank beyond DMLC_NUM_SERVER) may register before
+    // the start completed: the scheduler counts it only once it did.
+    let joiner = me.role == Role::Server
+        && me
+            .requested_rank
+            .is_some_and(|r| r as usize >= po.cfg.cluster.num_servers);
+    let again = (me.role != Role::Scheduler
+        && (joiner || super::recovery::window(&po.cfg).is_some()))
+    .then_some(REGISTER_AGAIN);
     if me.role != Role::Scheduler {
         po.van.connect(
             SCHEDULER,
@@ -64,7 +71,8 @@ pub(super) fn join_cluster(po: &Postoffice, me: &Node) -> Result<()> {
 }
 
 /// With lost nodes replaced (`PS_CHECKPOINT_DIR`), how often a node without its node table
-/// registers again: the scheduler may have been replaced meanwhile.
+/// registers again: the scheduler may have been replaced meanwhile; and how often a server
+/// joining the running job does, until the scheduler's start completed.
 const REGISTER_AGAIN: Duration = Duration::from_secs(2);
 
 /// The start-up deadline passed: on the scheduler, tells the nodes that registered, unless

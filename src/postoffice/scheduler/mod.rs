@@ -30,7 +30,13 @@ pub struct Scheduler {
     /// When the clock last ticked (a much longer gap than the receiving thread's tick: this
     /// process was paused).
     last_tick: Option<Instant>,
+    /// Servers that asked for a rank beyond the cluster's before the start completed (host,
+    /// port; at most [`EARLY_NAMED`]): named if the start times out.
+    early: Vec<(String, u16)>,
 }
+
+/// How many early joiners a start-up timeout names.
+const EARLY_NAMED: usize = 8;
 
 /// A gap between two looks at the clock that means this process was paused (the scheduler
 /// ticks every 10 ms or so, a node waiting in a barrier looks every 100 ms): on the scheduler
@@ -56,6 +62,7 @@ impl Scheduler {
             book: BarrierBook::default(),
             liveness: Liveness::default(),
             last_tick: None,
+            early: Vec::new(),
         }
     }
 
@@ -81,6 +88,13 @@ impl Scheduler {
         }
         if self.joins(&node) {
             return self.join(node, now);
+        }
+        if self.joins_early(&node) {
+            let at = (node.host.clone(), node.port);
+            if self.early.len() < EARLY_NAMED && !self.early.contains(&at) {
+                self.early.push(at);
+            }
+            return Admission::Waiting;
         }
         if let Some(why) = self.proven_conflict(&node) {
             return Admission::Refused { node, why };
@@ -139,8 +153,20 @@ impl Scheduler {
             && (node.id < 0 || node.id == id_of(Role::Server, next))
     }
 
+    /// Whether `node` is a server asking for a rank beyond the cluster's servers before the
+    /// start completed: it is not counted as one of them (it would take a starting server's
+    /// place) and registers again until the start completed ([`Self::joins`] then).
+    fn joins_early(&self, node: &Node) -> bool {
+        !self.ready
+            && node.role == Role::Server
+            && node
+                .requested_rank
+                .is_some_and(|r| r as usize >= self.servers)
+    }
+
     /// `node` joins as server rank [`Self::servers`] (see [`Admission::Joined`]); refused while
-    /// lost nodes are replaced (`PS_CHECKPOINT_DIR`: moved keys do not follow checkpoints).
+    /// lost nodes are replaced (`PS_CHECKPOINT_DIR`: neither a replacement of a joined server
+    /// nor a scheduler taking the job over knows of servers beyond `DMLC_NUM_SERVER`).
     fn join(&mut self, node: Node, now: Instant) -> Admission {
         if self.replacements.on() {
             let why = "a server joins a running job only without PS_CHECKPOINT_DIR (lost \
@@ -284,13 +310,25 @@ impl Scheduler {
             .filter(|n| n.role == Role::Server)
             .count();
         let workers = self.joining.len() - servers;
-        let why = format!(
+        let mut why = format!(
             "start-up: within {:.0} s (PS_TIMEOUT) only {servers} of {} servers \
              (DMLC_NUM_SERVER) and {workers} of {} workers (DMLC_NUM_WORKER) registered",
             timeout.as_secs_f64(),
             self.servers,
             self.workers
         );
+        if !self.early.is_empty() {
+            let at: Vec<String> = self
+                .early
+                .iter()
+                .map(|(h, p)| crate::wire::place(h, *p))
+                .collect();
+            why += &format!(
+                "; not counted: the server(s) at {} asked for a rank (PSLITE_RANK) beyond \
+                 DMLC_NUM_SERVER, which joins the job once it started",
+                at.join(", ")
+            );
+        }
         Some((std::mem::take(&mut self.joining), why))
     }
 

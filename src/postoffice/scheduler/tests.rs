@@ -431,6 +431,48 @@ fn a_server_asking_for_the_next_rank_after_the_start_joins_with_a_new_id() {
 }
 
 #[test]
+fn a_joining_server_registering_before_the_start_completed_waits_and_joins_after() {
+    let now = Instant::now();
+    let mut s = scheduler(2, 1);
+    assert_eq!(
+        s.add_node(node(Role::Server, 1, None), now),
+        Admission::Waiting
+    );
+    for _ in 0..2 {
+        assert_eq!(
+            s.add_node(node(Role::Server, 5, Some(2)), now),
+            Admission::Waiting,
+            "not counted as one of the 2 servers, however often it registers"
+        );
+    }
+    let mut t = scheduler(2, 1);
+    t.add_node(node(Role::Server, 1, None), now);
+    t.add_node(node(Role::Server, 5, Some(2)), now);
+    let (_, why) = t.give_up(Duration::from_secs(120)).expect("not started");
+    assert!(
+        why.ends_with(
+            "only 1 of 2 servers (DMLC_NUM_SERVER) and 0 of 1 workers (DMLC_NUM_WORKER) \
+             registered; not counted: the server(s) at 127.0.0.1:5 asked for a rank \
+             (PSLITE_RANK) beyond DMLC_NUM_SERVER, which joins the job once it started"
+        ),
+        "{why}"
+    );
+    assert_eq!(
+        s.add_node(node(Role::Server, 2, None), now),
+        Admission::Waiting
+    );
+    let Admission::Complete(table) = s.add_node(node(Role::Worker, 3, None), now) else {
+        panic!("the start completes with the two servers and the worker");
+    };
+    let ports: Vec<u16> = table.iter().map(|n| n.port).collect();
+    assert_eq!(ports, vec![9000, 1, 2, 3]);
+    assert!(matches!(
+        s.add_node(node(Role::Server, 5, Some(2)), now),
+        Admission::Joined { node, .. } if node.id == 12
+    ));
+}
+
+#[test]
 fn a_second_server_joins_with_the_next_rank_and_all_are_watched() {
     let now = Instant::now();
     let mut s = scheduler(2, 1);
