@@ -9,6 +9,8 @@ use super::liveness::Liveness;
 use crate::wire::{Node, NodeId, Role};
 use std::time::{Duration, Instant};
 
+use starting::Starting;
+
 pub use admission::{Admission, Declared, Inherited, Tick, Why, MAX_WORKER_REPLACEMENTS};
 
 /// The scheduler's state; see the module docs.
@@ -16,7 +18,8 @@ pub struct Scheduler {
     servers: usize,
     workers: usize,
     me: Node,
-    joining: Vec<Node>,
+    /// The registrations until the start completes.
+    starting: Starting,
     table: Vec<Node>,
     ready: bool,
     book: BarrierBook,
@@ -30,13 +33,7 @@ pub struct Scheduler {
     /// When the clock last ticked (a much longer gap than the receiving thread's tick: this
     /// process was paused).
     last_tick: Option<Instant>,
-    /// Servers that asked for a rank beyond the cluster's before the start completed (host,
-    /// port; at most [`EARLY_NAMED`]): named if the start times out.
-    early: Vec<(String, u16)>,
 }
-
-/// How many early joiners a start-up timeout names.
-const EARLY_NAMED: usize = 8;
 
 /// A gap between two looks at the clock that means this process was paused (the scheduler
 /// ticks every 10 ms or so, a node waiting in a barrier looks every 100 ms): on the scheduler
@@ -56,13 +53,12 @@ impl Scheduler {
             servers,
             workers,
             me,
-            joining: Vec::new(),
+            starting: Starting::default(),
             table: Vec::new(),
             ready: false,
             book: BarrierBook::default(),
             liveness: Liveness::default(),
             last_tick: None,
-            early: Vec::new(),
         }
     }
 
@@ -79,7 +75,8 @@ impl Scheduler {
     pub fn add_node(&mut self, node: Node, now: Instant) -> Admission {
         let lost = self.liveness.lost();
         if self
-            .joining
+            .starting
+            .nodes
             .iter()
             .chain(self.table.iter().filter(|n| !lost.contains(&n.id)))
             .any(|n| n.host == node.host && n.port == node.port)
@@ -89,11 +86,7 @@ impl Scheduler {
         if self.joins(&node) {
             return self.join(node, now);
         }
-        if self.joins_early(&node) {
-            let at = (node.host.clone(), node.port);
-            if self.early.len() < EARLY_NAMED && !self.early.contains(&at) {
-                self.early.push(at);
-            }
+        if !self.ready && self.starting.early_joiner(&node, self.servers) {
             return Admission::Waiting;
         }
         if let Some(why) = self.proven_conflict(&node) {
@@ -105,7 +98,7 @@ impl Scheduler {
             }
         }
         let want = self.wanted(node.role);
-        let have = self.joining.iter().filter(|n| n.role == node.role).count();
+        let have = self.starting.count(node.role);
         if self.ready || have >= want {
             let why = match node.role {
                 Role::Scheduler => "a second scheduler cannot join".to_string(),
@@ -120,12 +113,18 @@ impl Scheduler {
             };
             return Admission::Refused { node, why };
         }
-        self.joining.push(node);
-        if self.joining.len() < self.servers + self.workers {
+        self.starting.nodes.push(node);
+        if self.starting.nodes.len() < self.servers + self.workers {
             return Admission::Waiting;
         }
+        self.complete(now)
+    }
+
+    /// Every expected node registered: ranks are assigned, ids follow, and the start is
+    /// complete.
+    fn complete(&mut self, now: Instant) -> Admission {
         let mut table = vec![self.me.clone()];
-        let joined = std::mem::take(&mut self.joining);
+        let joined = std::mem::take(&mut self.starting.nodes);
         for role in [Role::Server, Role::Worker] {
             let of_role: Vec<&Node> = joined.iter().filter(|n| n.role == role).collect();
             let ranks = assign_ranks(&of_role);
@@ -151,17 +150,6 @@ impl Scheduler {
             && node.role == Role::Server
             && node.requested_rank == Some(next as u32)
             && (node.id < 0 || node.id == id_of(Role::Server, next))
-    }
-
-    /// Whether `node` is a server asking for a rank beyond the cluster's servers before the
-    /// start completed: it is not counted as one of them (it would take a starting server's
-    /// place) and registers again until the start completed ([`Self::joins`] then).
-    fn joins_early(&self, node: &Node) -> bool {
-        !self.ready
-            && node.role == Role::Server
-            && node
-                .requested_rank
-                .is_some_and(|r| r as usize >= self.servers)
     }
 
     /// `node` joins as server rank [`Self::servers`] (see [`Admission::Joined`]); refused while
@@ -235,10 +223,10 @@ impl Scheduler {
                 node.role.name().to_uppercase()
             ));
         }
-        let taken = self
-            .joining
-            .iter()
-            .find(|n| n.role == node.role && (n.id == id || n.requested_rank == Some(rank as u32)));
+        let taken =
+            self.starting.nodes.iter().find(|n| {
+                n.role == node.role && (n.id == id || n.requested_rank == Some(rank as u32))
+            });
         taken.map(|n| {
             format!(
                 "{} is asked for already, by the registration from {}",
@@ -304,32 +292,8 @@ impl Scheduler {
         if self.ready {
             return None;
         }
-        let servers = self
-            .joining
-            .iter()
-            .filter(|n| n.role == Role::Server)
-            .count();
-        let workers = self.joining.len() - servers;
-        let mut why = format!(
-            "start-up: within {:.0} s (PS_TIMEOUT) only {servers} of {} servers \
-             (DMLC_NUM_SERVER) and {workers} of {} workers (DMLC_NUM_WORKER) registered",
-            timeout.as_secs_f64(),
-            self.servers,
-            self.workers
-        );
-        if !self.early.is_empty() {
-            let at: Vec<String> = self
-                .early
-                .iter()
-                .map(|(h, p)| crate::wire::place(h, *p))
-                .collect();
-            why += &format!(
-                "; not counted: the server(s) at {} asked for a rank (PSLITE_RANK) beyond \
-                 DMLC_NUM_SERVER, which joins the job once it started",
-                at.join(", ")
-            );
-        }
-        Some((std::mem::take(&mut self.joining), why))
+        let why = self.starting.timed_out(timeout, self.servers, self.workers);
+        Some((std::mem::take(&mut self.starting.nodes), why))
     }
 
     /// Node `from` asked for a barrier of `group` (`timeout`: `None` waits while the members
@@ -415,7 +379,7 @@ impl Scheduler {
         if !self.ready {
             lines.push(format!(
                 "scheduler: {} of {} nodes registered",
-                self.joining.len(),
+                self.starting.nodes.len(),
                 self.servers + self.workers
             ));
         }
@@ -486,6 +450,7 @@ mod rebuild;
 mod rejoin;
 mod replacements;
 mod resize;
+mod starting;
 mod tables;
 pub(super) use driver::SchedulerIo;
 pub use ranks::assign_ranks;

@@ -240,7 +240,7 @@ impl Scheduler {
         // Registrations that came before (nodes that never got the old table); one from an
         // address not in the table (a replacement) is dropped: it registers again within 2 s
         // and is admitted as a replacement then.
-        let joined: Vec<Node> = std::mem::take(&mut self.joining)
+        let joined: Vec<Node> = std::mem::take(&mut self.starting.nodes)
             .iter()
             .filter_map(|n| self.register_again(n, now))
             .filter_map(|a| match a {
