@@ -8,11 +8,11 @@ use super::super::control::barrier_result;
 use super::super::failure::{lost_text, LossCause};
 use super::super::staleness;
 use super::super::{reply_meta, Postoffice, SCHEDULER};
-use super::tables::{refuse_all, send_table, send_table_to};
+use super::tables::{entering_table, refuse_all, send_entering_table, send_table, send_table_to};
 use super::{Admission, Declared, Inherited, Scheduler};
 use crate::error::{Error, Result};
 use crate::sync::lock;
-use crate::wire::{ControlMsg, Message, Meta, Node, NodeId, NodeTable, Role, Takeover};
+use crate::wire::{ControlMsg, Message, Meta, Node, NodeId, NodeTable, Role};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -324,10 +324,6 @@ fn admit_replacement(
     (started, inherited): (bool, Inherited),
 ) {
     lock(&po.node.state).nodes = table.clone();
-    let (window, run_id) = {
-        let t = po.recovery.takeover();
-        (t.replace_within, t.run_id)
-    };
     po.failures.stop_awaiting(node.id);
     po.recovery.set_holder(node.id, inherited.incarnation);
     let place = crate::wire::place(&node.host, node.port);
@@ -340,30 +336,20 @@ fn admit_replacement(
     if (displaced.host.as_str(), displaced.port) != (node.host.as_str(), node.port) {
         tell_displaced(po, &displaced, &place);
     }
-    let control = NodeTable {
-        nodes: table.clone(),
-        replace_within_ms: window,
-        run_id,
-        reach: super::super::join::reach_for(po, node.id, &table),
-        replacement: Some(Takeover {
-            start_open: !started,
-            barriers_done: inherited.barriers,
-            incarnation: inherited.incarnation,
-            joined: false,
-        }),
-    };
+    let incarnation = inherited.incarnation;
+    let control = entering_table(po, node.id, &table, (started, inherited), false);
     if node.role != Role::Worker {
         // The replacement server gets its table before the workers send it their
         // unanswered requests.
-        send_replacement_table(po, &node, control);
-        tell_replaced(po, &node, &table, inherited.incarnation, false);
+        send_entering_table(po, &node, control, "the replacement");
+        tell_replaced(po, &node, &table, incarnation, false);
         return;
     }
     // A replacement worker gets its table once every server confirmed it was told (its
     // requests then find their answers' way back), or after CONFIRM_WAIT.
-    let waiting = tell_replaced(po, &node, &table, inherited.incarnation, true);
+    let waiting = tell_replaced(po, &node, &table, incarnation, true);
     if waiting.is_empty() {
-        send_replacement_table(po, &node, control);
+        send_entering_table(po, &node, control, "the replacement");
         return;
     }
     let Some(s) = &po.scheduler else { return };
@@ -373,26 +359,6 @@ fn admit_replacement(
         waiting,
         until: Instant::now() + CONFIRM_WAIT,
     });
-}
-
-/// Connects to the replacement `node` and sends it the current key layout (with its moves
-/// while they are not settled: a replacement server exports or awaits their rows), then its
-/// node `table`: its key-value servers, created once the table came, start from the layout.
-fn send_replacement_table(po: &Postoffice, node: &Node, table: NodeTable) {
-    let control = ControlMsg::NodeTable(table);
-    let layout = ControlMsg::Layout(super::resize::current(po));
-    let to_new = po
-        .van
-        .connect(node.id, &node.host, node.port)
-        .and_then(|_| po.send(Message::new(Meta::for_control(node.id, layout))))
-        .and_then(|_| po.send(Message::new(Meta::for_control(node.id, control))));
-    if let Err(e) = to_new {
-        tracing::error!(
-            "cannot send the node table to the replacement at {}:{}: {e}",
-            node.host,
-            node.port
-        );
-    }
 }
 
 /// On the scheduler: `from` confirmed NODE_REPLACED of node `id`; sends the tables no
@@ -408,7 +374,7 @@ fn on_replaced_confirmed(po: &Postoffice, from: NodeId, id: NodeId) {
             .collect::<Vec<_>>()
     };
     for h in ready {
-        send_replacement_table(po, &h.node, h.table);
+        send_entering_table(po, &h.node, h.table, "the replacement");
     }
 }
 
@@ -431,7 +397,7 @@ fn release_held_tables(po: &Postoffice, now: Instant) {
             Node::describe(h.node.id),
             CONFIRM_WAIT.as_secs_f64()
         );
-        send_replacement_table(po, &h.node, h.table);
+        send_entering_table(po, &h.node, h.table, "the replacement");
     }
 }
 

@@ -5,7 +5,7 @@
 use super::super::{Postoffice, SCHEDULER};
 use super::Inherited;
 use crate::sync::lock;
-use crate::wire::{ControlMsg, Message, Meta, Node, NodeTable, Takeover};
+use crate::wire::{ControlMsg, Message, Meta, Node};
 
 /// On the scheduler: server `node` joined; `table` is the node table with it, `started`
 /// whether the start-up barrier completed, `inherited` the barriers completed so far.
@@ -22,37 +22,8 @@ pub(super) fn admit_joined(
         Node::describe(node.id)
     );
     tell_joined(po, &node, &table);
-    let (window, run_id) = {
-        let t = po.recovery.takeover();
-        (t.replace_within, t.run_id)
-    };
-    let layout = super::resize::current(po);
-    let control = ControlMsg::NodeTable(NodeTable {
-        nodes: table.clone(),
-        replace_within_ms: window,
-        run_id,
-        reach: super::super::join::reach_for(po, node.id, &table),
-        replacement: Some(Takeover {
-            start_open: !started,
-            barriers_done: inherited.barriers,
-            incarnation: 0,
-            joined: true,
-        }),
-    });
-    // The layout first: the new server's key-value servers start from it.
-    let sent = po
-        .van
-        .connect(node.id, &node.host, node.port)
-        .and_then(|_| {
-            po.send(Message::new(Meta::for_control(
-                node.id,
-                ControlMsg::Layout(layout),
-            )))?;
-            po.send(Message::new(Meta::for_control(node.id, control)))
-        });
-    if let Err(e) = sent {
-        tracing::error!("cannot send the node table to the server joining at {place}: {e}");
-    }
+    let control = super::tables::entering_table(po, node.id, &table, (started, inherited), true);
+    super::tables::send_entering_table(po, &node, control, "the server joining");
 }
 
 /// NODE_JOINED with server `node`'s address to every node of `table` but the scheduler and it,

@@ -1,10 +1,12 @@
 //! The node table going out from the scheduler: to every node once all registered, to one
-//! node again (one that never got the table of a scheduler this one replaced), and the
-//! refusals (an empty table with the reason).
+//! node again (one that never got the table of a scheduler this one replaced), to a node
+//! taking a place in the running job (a replacement, or a server joining) after the key
+//! layout, and the refusals (an empty table with the reason).
 
 use super::super::Postoffice;
+use super::Inherited;
 use crate::sync::lock;
-use crate::wire::{ControlMsg, Message, Meta, Node, NodeTable};
+use crate::wire::{ControlMsg, Message, Meta, Node, NodeId, NodeTable, Takeover};
 
 /// Every node registered: the scheduler is ready, and every node gets the table.
 pub(super) fn send_table(po: &Postoffice, table: Vec<Node>) {
@@ -74,5 +76,54 @@ pub(in crate::postoffice) fn refuse_all(po: &Postoffice, nodes: &[Node], why: &s
         if let Err(e) = po.van.answer_joiner(&n.host, n.port, Message::new(meta)) {
             tracing::warn!("cannot tell {}:{} it was refused: {e}", n.host, n.port);
         }
+    }
+}
+
+/// The node table for node `id` taking a place in the running job: `table`, the scheduler's
+/// replacement window and run id, the passwords it presents to its peers, and what it
+/// inherits (`started`: the start-up barrier completed; `joined`: a new server, not a
+/// replacement).
+pub(super) fn entering_table(
+    po: &Postoffice,
+    id: NodeId,
+    table: &[Node],
+    (started, inherited): (bool, Inherited),
+    joined: bool,
+) -> NodeTable {
+    let (window, run_id) = {
+        let t = po.recovery.takeover();
+        (t.replace_within, t.run_id)
+    };
+    NodeTable {
+        nodes: table.to_vec(),
+        replace_within_ms: window,
+        run_id,
+        reach: super::super::join::reach_for(po, id, table),
+        replacement: Some(Takeover {
+            start_open: !started,
+            barriers_done: inherited.barriers,
+            incarnation: inherited.incarnation,
+            joined,
+        }),
+    }
+}
+
+/// Connects to `node`, which takes a place in the running job (`who`: what it is, for the
+/// error), and sends it the current key layout (with its moves while they are not settled: a
+/// replacement server exports or awaits their rows), then its node `table`: its key-value
+/// servers, created once the table came, start from the layout.
+pub(super) fn send_entering_table(po: &Postoffice, node: &Node, table: NodeTable, who: &str) {
+    let control = ControlMsg::NodeTable(table);
+    let layout = ControlMsg::Layout(super::resize::current(po));
+    let to_new = po
+        .van
+        .connect(node.id, &node.host, node.port)
+        .and_then(|_| po.send(Message::new(Meta::for_control(node.id, layout))))
+        .and_then(|_| po.send(Message::new(Meta::for_control(node.id, control))));
+    if let Err(e) = to_new {
+        tracing::error!(
+            "cannot send the node table to {who} at {}: {e}",
+            crate::wire::place(&node.host, node.port)
+        );
     }
 }
