@@ -114,8 +114,15 @@ fn on_control(po: &Postoffice, cmd: Command, msg: Message) {
         return; // `cmd` came from it: never taken
     };
     let obeyed = match control {
-        ControlMsg::Ack { seqs } => {
-            po.resender.on_ack(from, &seqs);
+        ControlMsg::Ack { seqs, holder } => {
+            if holder == po.recovery.incarnation() {
+                po.resender.on_ack(from, &seqs);
+            } else {
+                tracing::debug!(
+                    "dropped an ACK from {} of messages of an earlier holder of this id",
+                    Node::describe(from)
+                );
+            }
             true
         }
         ControlMsg::Terminate => {

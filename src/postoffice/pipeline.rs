@@ -120,7 +120,10 @@ impl Postoffice {
     /// or once a batch waits for one peer).
     pub(super) fn flush_acks(&self) {
         for (to, acks) in self.resender.take_acks() {
-            let control = ControlMsg::Ack { seqs: acks };
+            let control = ControlMsg::Ack {
+                seqs: acks.seqs,
+                holder: acks.holder,
+            };
             if let Err(e) = self.send(Message::new(Meta::for_control(to, control))) {
                 tracing::debug!("cannot acknowledge {}: {e}", Node::describe(to));
             }

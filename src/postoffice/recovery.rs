@@ -250,7 +250,7 @@ pub(super) fn on_node_replaced(po: &Postoffice, node: &Node, incarnation: u32) {
     {
         let _swap = po.recovery.swapping();
         po.recovery.set_holder(id, incarnation);
-        po.resender.forget(id);
+        po.resender.replaced(id, incarnation);
         if connect {
             if let Err(e) = po.van.replace_peer(id, &node.host, node.port) {
                 drop(_swap);

@@ -24,11 +24,20 @@ const ACK_BATCH: usize = 256;
 /// is short): one ACK message per peer and period instead of one per data message.
 const ACK_DELAY: Duration = Duration::from_millis(20);
 
-/// Acknowledgements not sent yet: since when the oldest waits, and the sequences by peer.
+/// Acknowledgements not sent yet: since when the oldest waits, and by peer the holder of its
+/// id they acknowledge (`Stamp::incarnation`) and the sequences.
 #[derive(Default)]
 struct AckBatch {
     since: Option<Instant>,
-    by_peer: HashMap<NodeId, Vec<u64>>,
+    by_peer: HashMap<NodeId, Acks>,
+}
+
+/// The acknowledgements due to one peer: the holder of its id whose messages they are, and
+/// their sequence numbers.
+#[derive(Default, Debug, PartialEq, Eq)]
+pub(super) struct Acks {
+    pub holder: u32,
+    pub seqs: Vec<u64>,
 }
 
 /// What [`Resender::admit`] says of a received data message.
@@ -91,7 +100,8 @@ impl Resender {
         }
     }
 
-    /// An ACK of `seqs` arrived from `from`.
+    /// An ACK of `seqs` arrived from `from` (for this node's holder of its id: the caller drops
+    /// an ACK of an earlier holder's messages).
     pub(super) fn on_ack(&self, from: NodeId, seqs: &[u64]) {
         if let Some(book) = &self.book {
             let mut book = lock(book);
@@ -101,10 +111,23 @@ impl Resender {
         }
     }
 
-    /// Forgets what was sent to and received from `peer` (lost, or replaced by a new process).
+    /// Forgets what was sent to and received from `peer` (lost).
     pub(super) fn forget(&self, peer: NodeId) {
         if let Some(book) = &self.book {
             lock(book).forget(peer);
+        }
+    }
+
+    /// `peer`'s id is held by its `holder`-th holder now (a new process): forgets what was
+    /// sent to the earlier one and what it sent ([`ResendBook::replaced`]; what this holder
+    /// sent already stays known), and the acknowledgements due to an earlier holder.
+    pub(super) fn replaced(&self, peer: NodeId, holder: u32) {
+        if let Some(book) = &self.book {
+            lock(book).replaced(peer, holder);
+        }
+        let mut due = lock(&self.acks_due);
+        if due.by_peer.get(&peer).is_some_and(|a| a.holder < holder) {
+            due.by_peer.remove(&peer);
         }
     }
 
@@ -117,13 +140,14 @@ impl Resender {
     }
 
     /// The acknowledgements gathered since the last call, by peer (one ACK message each).
-    pub(super) fn take_acks(&self) -> HashMap<NodeId, Vec<u64>> {
+    pub(super) fn take_acks(&self) -> HashMap<NodeId, Acks> {
         std::mem::take(&mut *lock(&self.acks_due)).by_peer
     }
 
     /// Whether a received data message goes on to its customer: not when `PS_DROP_MSG` drops
-    /// it, nor when it is a duplicate of one delivered before. A stamped message is
-    /// acknowledged (in a batch), a duplicate too (the first ACK may have been lost).
+    /// it, nor when it is a duplicate of one delivered before or comes from an earlier holder
+    /// of its sender's id than one heard from. A stamped message is acknowledged (in a batch),
+    /// a duplicate too (the first ACK may have been lost); a stale one is not.
     pub(super) fn admit(&self, meta: &Meta) -> Admitted {
         let mut out = Admitted {
             deliver: false,
@@ -142,22 +166,39 @@ impl Resender {
             out.deliver = true;
             return out;
         };
+        let holder = meta.stamp.incarnation;
+        let verdict = lock(book).received(meta.sender, holder, seq);
+        match verdict {
+            Verdict::Deliver => out.deliver = true,
+            Verdict::Duplicate => {
+                out.duplicate = true;
+                tracing::debug!(
+                    "dropped a duplicate (sequence {seq}) from {}",
+                    Node::describe(meta.sender)
+                );
+            }
+            Verdict::Stale => {
+                tracing::warn!(
+                    "dropped a message from an earlier holder of {}'s id (a later one was heard from)",
+                    Node::describe(meta.sender)
+                );
+                return out;
+            }
+        }
         out.flush = {
             let mut due = lock(&self.acks_due);
             due.since.get_or_insert_with(Instant::now);
             let acks = due.by_peer.entry(meta.sender).or_default();
-            acks.push(seq);
-            acks.len() >= ACK_BATCH
+            if acks.holder != holder {
+                // A later holder: the earlier one's acknowledgements would end its copies.
+                *acks = Acks {
+                    holder,
+                    seqs: Vec::new(),
+                };
+            }
+            acks.seqs.push(seq);
+            acks.seqs.len() >= ACK_BATCH
         };
-        let verdict = lock(book).received(meta.sender, seq);
-        if verdict == Verdict::Duplicate {
-            out.duplicate = true;
-            tracing::debug!(
-                "dropped a duplicate (sequence {seq}) from {}",
-                Node::describe(meta.sender)
-            );
-        }
-        out.deliver = verdict == Verdict::Deliver;
         out
     }
 

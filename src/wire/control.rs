@@ -80,6 +80,9 @@ pub enum ControlMsg {
         /// The sequence numbers acknowledged (`Stamp::seq` of the data messages), in the order
         /// received.
         seqs: Vec<u64>,
+        /// The holder of the receiver's id whose messages these are (their
+        /// `Stamp::incarnation`): a replacement drops the ACKs of its predecessor's messages.
+        holder: u32,
     },
     /// Failure: scheduler → every node, `node` was declared lost (`Meta::error` says why: how
     /// long it was silent); also the scheduler's answer to a heartbeat of a node it declared

@@ -14,6 +14,13 @@
 //! - the receiver asks [`ResendBook::received`] whether the message is new (deliver it) or a
 //!   duplicate (drop it), and acknowledges it either way (an ACK may have been lost);
 //! - an ACK ([`ResendBook::acked`]) ends the sender's copy;
+//! - a lost node's id may be taken by a replacement (a new process, numbering from 0 again):
+//!   every message carries its sender's incarnation (how many held the id before it), and
+//!   the receiver keeps the numbers of one holder per id. The first message of a later holder
+//!   starts its numbers afresh; a message of an earlier holder after that is **stale**
+//!   (dropped, not acknowledged), and [`ResendBook::replaced`] (the scheduler's word) keeps
+//!   what a later holder already sent. An ACK names the holder it acknowledges, so that the
+//!   acknowledgements of a replaced node's messages end none of its replacement's copies;
 //! - [`ResendBook::tick`] returns the copies unacknowledged for longer than the resend timeout
 //!   (`PS_RESEND_TIMEOUT`), each at most once per timeout.
 //!
@@ -39,6 +46,8 @@ struct Unacked<T> {
 /// What a receiver knows of one sender's sequence numbers.
 #[derive(Default, Debug)]
 struct Seen {
+    /// The incarnation of the sender's id whose numbers these are.
+    holder: u32,
     /// Every number below this arrived.
     low: u64,
     /// Numbers at or above `low` that arrived.
@@ -87,6 +96,8 @@ pub enum Verdict {
     Deliver,
     /// Arrived before: drop it (and acknowledge it again).
     Duplicate,
+    /// From an earlier holder of the sender's id than one heard from: drop it, unacknowledged.
+    Stale,
 }
 
 impl<T: Clone> ResendBook<T> {
@@ -131,9 +142,24 @@ impl<T: Clone> ResendBook<T> {
         self.unacked.remove(&(from, seq));
     }
 
-    /// Message `seq` from `from` arrived: deliver it or drop it as a duplicate.
-    pub fn received(&mut self, from: NodeId, seq: u64) -> Verdict {
-        if self.seen.entry(from).or_default().record(seq) {
+    /// Message `seq` from `from`'s `holder`-th holder (its `Stamp::incarnation`) arrived:
+    /// deliver it, drop it as a duplicate, or drop it as stale (a later holder of the id was
+    /// heard from). The first message of a later holder forgets the earlier one's numbers.
+    pub fn received(&mut self, from: NodeId, holder: u32, seq: u64) -> Verdict {
+        let seen = self.seen.entry(from).or_insert_with(|| Seen {
+            holder,
+            ..Seen::default()
+        });
+        if holder < seen.holder {
+            return Verdict::Stale;
+        }
+        if holder > seen.holder {
+            *seen = Seen {
+                holder,
+                ..Seen::default()
+            };
+        }
+        if seen.record(seq) {
             Verdict::Deliver
         } else {
             self.duplicates += 1;
@@ -168,6 +194,11 @@ impl<T: Clone> ResendBook<T> {
     /// returned so their requests can fail, and what it sent.
     pub fn forget(&mut self, peer: NodeId) -> Vec<T> {
         self.seen.remove(&peer);
+        self.forget_sent(peer)
+    }
+
+    /// Forgets what was sent to `peer`, returning its unacknowledged messages.
+    fn forget_sent(&mut self, peer: NodeId) -> Vec<T> {
         self.next_seq.remove(&peer);
         let keys: Vec<(NodeId, u64)> = self
             .unacked
@@ -178,6 +209,24 @@ impl<T: Clone> ResendBook<T> {
         keys.into_iter()
             .filter_map(|k| self.unacked.remove(&k).map(|u| u.msg))
             .collect()
+    }
+
+    /// `peer`'s id is now held by its `holder`-th holder (a replacement): what was sent to the
+    /// earlier one is dropped (returned), the numbering towards the peer starts again, what an
+    /// earlier holder sent is forgotten and what it still sends is stale; the numbers of this
+    /// holder, or a later one, already heard from are kept (its messages may arrive before the
+    /// word of its takeover).
+    pub fn replaced(&mut self, peer: NodeId, holder: u32) -> Vec<T> {
+        if self.seen.get(&peer).is_none_or(|s| s.holder < holder) {
+            self.seen.insert(
+                peer,
+                Seen {
+                    holder,
+                    ..Seen::default()
+                },
+            );
+        }
+        self.forget_sent(peer)
     }
 
     /// Totals so far: messages sent again, duplicates dropped.

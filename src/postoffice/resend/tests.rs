@@ -53,7 +53,7 @@ impl Net {
         }
         match p {
             Packet::Data { seq, payload } => {
-                if self.b.received(A, seq) == Verdict::Deliver {
+                if self.b.received(A, 0, seq) == Verdict::Deliver {
                     *self.delivered.entry(payload).or_default() += 1;
                 }
                 self.flight.push(Packet::Ack { seq });
@@ -116,6 +116,150 @@ proptest! {
     }
 }
 
+/// A sender whose process dies and whose id a replacement takes (holder 1, a fresh book that
+/// numbers from 0 again), while the first holder's messages and the ACKs of them are still on
+/// the wire; the receiver is told of the replacement at any moment, or not at all.
+struct Replaced {
+    /// The live sender: holder 0 until `replace`, then holder 1.
+    a: ResendBook<u32>,
+    holder: u32,
+    b: ResendBook<u32>,
+    /// (holder, seq, payload) data, or an ACK of (holder, seq).
+    flight: Vec<(bool, u32, u64, u32)>,
+    /// Payloads in the order B delivered them.
+    delivered: Vec<u32>,
+    /// How many B had delivered when it first delivered holder 1's, or was told.
+    cut: Option<usize>,
+    now: Instant,
+}
+
+/// Payloads of the replacement are numbered from here.
+const SECOND: u32 = 1000;
+
+impl Replaced {
+    fn send(&mut self, payload: u32) {
+        let seq = self.a.next_seq(B);
+        self.a.sent(B, seq, payload, self.now);
+        self.flight.push((true, self.holder, seq, payload));
+    }
+
+    fn deliver(&mut self, i: usize, drop: bool, dup: bool) {
+        let p = if dup {
+            self.flight[i]
+        } else {
+            self.flight.remove(i)
+        };
+        if drop {
+            return;
+        }
+        match p {
+            (true, holder, seq, payload) => match self.b.received(A, holder, seq) {
+                Verdict::Deliver => {
+                    if payload >= SECOND && self.cut.is_none() {
+                        self.cut = Some(self.delivered.len());
+                    }
+                    self.delivered.push(payload);
+                    self.flight.push((false, holder, seq, 0));
+                }
+                Verdict::Duplicate => self.flight.push((false, holder, seq, 0)),
+                Verdict::Stale => {}
+            },
+            // An ACK reaches whichever process holds A's id now; it takes only its own.
+            (false, holder, seq, _) if holder == self.holder => self.a.acked(B, seq),
+            (false, ..) => {}
+        }
+    }
+
+    fn advance(&mut self, by: Duration) {
+        self.now += by;
+        for (_, seq, _, payload) in self.a.tick(self.now) {
+            self.flight.push((true, self.holder, seq, payload));
+        }
+    }
+
+    /// The first holder dies; its replacement starts a book of its own.
+    fn replace(&mut self, timeout: Duration) {
+        self.a = ResendBook::new(timeout);
+        self.holder = 1;
+    }
+
+    /// The network heals: everything in flight arrives, the replacement resends until all is
+    /// acknowledged (at most `rounds` timeouts).
+    fn heal(&mut self, timeout: Duration, rounds: u32) {
+        for _ in 0..rounds {
+            while !self.flight.is_empty() {
+                self.deliver(0, false, false);
+            }
+            if self.a.unacked() == 0 {
+                break;
+            }
+            self.advance(timeout);
+        }
+    }
+}
+
+proptest! {
+    #[test]
+    fn a_replacements_messages_are_delivered_once_and_its_predecessors_not_after_them(
+        n in (0u32..20, 1u32..20),
+        steps in proptest::collection::vec((0u8..7, any::<usize>(), any::<bool>(), any::<bool>(), 0u64..30), 0..300),
+        timeout_ms in 1u64..20,
+    ) {
+        let timeout = Duration::from_millis(timeout_ms);
+        let mut net = Replaced {
+            a: ResendBook::new(timeout),
+            holder: 0,
+            b: ResendBook::new(timeout),
+            flight: Vec::new(),
+            delivered: Vec::new(),
+            cut: None,
+            now: Instant::now(),
+        };
+        let (mut sent, mut told) = ((0, SECOND), false);
+        for (what, pick, drop, dup, ms) in steps {
+            match what {
+                0 if net.holder == 0 && sent.0 < n.0 => {
+                    net.send(sent.0);
+                    sent.0 += 1;
+                }
+                0 if net.holder == 1 && sent.1 < SECOND + n.1 => {
+                    net.send(sent.1);
+                    sent.1 += 1;
+                }
+                1 | 2 if !net.flight.is_empty() => {
+                    let i = pick % net.flight.len();
+                    net.deliver(i, drop && what == 1, dup);
+                }
+                3 if net.holder == 0 => net.replace(timeout),
+                4 if net.holder == 1 && !told => {
+                    net.b.replaced(A, 1);
+                    told = true;
+                    net.cut.get_or_insert(net.delivered.len());
+                }
+                _ => net.advance(Duration::from_millis(ms)),
+            }
+        }
+        if net.holder == 0 {
+            net.replace(timeout);
+        }
+        while sent.1 < SECOND + n.1 {
+            net.send(sent.1);
+            sent.1 += 1;
+        }
+        net.heal(timeout, 4 * n.1 + 10);
+        prop_assert_eq!(net.a.unacked(), 0, "the replacement's messages acknowledged");
+        let mut second: Vec<u32> = net.delivered.iter().copied().filter(|&p| p >= SECOND).collect();
+        second.sort_unstable();
+        prop_assert_eq!(second, (SECOND..SECOND + n.1).collect::<Vec<_>>(), "each of the replacement's once: {:?}", net.delivered);
+        let cut = net.cut.unwrap_or(net.delivered.len());
+        prop_assert!(net.delivered[cut..].iter().all(|&p| p >= SECOND), "the first holder's after the replacement's: {:?}", net.delivered);
+        let mut first: Vec<u32> = net.delivered.iter().copied().filter(|&p| p < SECOND).collect();
+        first.sort_unstable();
+        first.dedup();
+        prop_assert_eq!(first.len(), net.delivered.len() - n.1 as usize, "the first holder's at most once: {:?}", net.delivered);
+    }
+}
+
 #[test]
 fn an_unacknowledged_message_is_resent_once_per_timeout_until_acked() {
     let t = Duration::from_millis(10);
@@ -162,19 +306,39 @@ fn each_message_is_resent_when_its_own_timeout_passes() {
 #[test]
 fn duplicates_are_dropped_and_the_receivers_memory_stays_bounded() {
     let mut book: ResendBook<()> = ResendBook::new(Duration::from_secs(1));
-    assert_eq!(book.received(A, 1), Verdict::Deliver);
+    assert_eq!(book.received(A, 0, 1), Verdict::Deliver);
     assert_eq!(book.kept_above(), 1, "1 overtook 0");
-    assert_eq!(book.received(A, 1), Verdict::Duplicate);
-    assert_eq!(book.received(A, 0), Verdict::Deliver);
+    assert_eq!(book.received(A, 0, 1), Verdict::Duplicate);
+    assert_eq!(book.received(A, 0, 0), Verdict::Deliver);
     assert_eq!(book.kept_above(), 0, "the watermark moved past both");
-    assert_eq!(book.received(A, 0), Verdict::Duplicate);
+    assert_eq!(book.received(A, 0, 0), Verdict::Duplicate);
     assert_eq!(book.counts(), (0, 2), "two duplicates counted");
-    assert_eq!(book.received(11, 0), Verdict::Deliver, "per sender");
+    assert_eq!(book.received(11, 0, 0), Verdict::Deliver, "per sender");
     // Message 2 never comes: the window caps what is kept.
     for seq in 3..(3 + WINDOW as u64 + 10) {
-        assert_eq!(book.received(A, seq), Verdict::Deliver);
+        assert_eq!(book.received(A, 0, seq), Verdict::Deliver);
     }
     assert!(book.kept_above() <= WINDOW, "{}", book.kept_above());
+}
+
+#[test]
+fn a_later_holder_starts_its_numbers_afresh_and_an_earlier_one_is_stale_after_it() {
+    let mut book: ResendBook<()> = ResendBook::new(Duration::from_secs(1));
+    assert_eq!(book.received(A, 0, 0), Verdict::Deliver);
+    assert_eq!(
+        book.received(A, 1, 0),
+        Verdict::Deliver,
+        "the replacement's first"
+    );
+    assert_eq!(book.received(A, 0, 1), Verdict::Stale);
+    book.replaced(A, 1);
+    assert_eq!(
+        book.received(A, 1, 0),
+        Verdict::Duplicate,
+        "the word of the takeover keeps what the replacement sent"
+    );
+    book.replaced(A, 2);
+    assert_eq!(book.received(A, 2, 0), Verdict::Deliver);
 }
 
 #[test]
