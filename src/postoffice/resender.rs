@@ -52,7 +52,8 @@ pub(super) struct Admitted {
 }
 
 /// Resend's state: the book (when `PS_RESEND` is on), the acknowledgements due, and
-/// `PS_DROP_MSG`'s random numbers. Its locks are taken alone.
+/// `PS_DROP_MSG`'s random numbers. Its locks are taken alone, or inside `Recovery`'s
+/// `replacing` ([`Resender::replaced`]); neither is held while the other is taken.
 pub(super) struct Resender {
     book: Option<Mutex<ResendBook<Message>>>,
     acks_due: Mutex<AckBatch>,
@@ -178,7 +179,7 @@ impl Resender {
                 );
             }
             Verdict::Stale => {
-                tracing::warn!(
+                tracing::debug!(
                     "dropped a message from an earlier holder of {}'s id (a later one was heard from)",
                     Node::describe(meta.sender)
                 );

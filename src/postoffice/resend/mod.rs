@@ -85,6 +85,9 @@ pub struct ResendBook<T> {
     /// be.
     earliest_due: Option<Instant>,
     seen: HashMap<NodeId, Seen>,
+    /// Per replaced peer, the holder of its id this book numbers for (see
+    /// [`replaced`](Self::replaced)).
+    numbering_for: HashMap<NodeId, u32>,
     resent: u64,
     duplicates: u64,
 }
@@ -109,6 +112,7 @@ impl<T: Clone> ResendBook<T> {
             unacked: HashMap::new(),
             earliest_due: None,
             seen: HashMap::new(),
+            numbering_for: HashMap::new(),
             resent: 0,
             duplicates: 0,
         }
@@ -215,7 +219,7 @@ impl<T: Clone> ResendBook<T> {
     /// earlier one is dropped (returned), the numbering towards the peer starts again, what an
     /// earlier holder sent is forgotten and what it still sends is stale; the numbers of this
     /// holder, or a later one, already heard from are kept (its messages may arrive before the
-    /// word of its takeover).
+    /// word of its takeover). Told again of the same holder, it changes nothing.
     pub fn replaced(&mut self, peer: NodeId, holder: u32) -> Vec<T> {
         if self.seen.get(&peer).is_none_or(|s| s.holder < holder) {
             self.seen.insert(
@@ -226,6 +230,10 @@ impl<T: Clone> ResendBook<T> {
                 },
             );
         }
+        if self.numbering_for.get(&peer).is_some_and(|&h| h >= holder) {
+            return Vec::new();
+        }
+        self.numbering_for.insert(peer, holder);
         self.forget_sent(peer)
     }
 
@@ -245,5 +253,7 @@ impl<T: Clone> ResendBook<T> {
     }
 }
 
+#[cfg(test)]
+mod replaced_tests;
 #[cfg(test)]
 mod tests;
