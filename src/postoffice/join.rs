@@ -135,9 +135,6 @@ pub(super) fn update_table(po: &Postoffice, meta: &Meta, table: NodeTable) {
     }
     po.van.set_reach(table.reach);
     po.van.set_node_id(mine.id);
-    for &(peer, n) in table.holders.iter().filter(|h| h.0 != mine.id) {
-        po.recovery.learn_holder(peer, n);
-    }
     let peers = nodes.iter().filter(|n| Node::are_peers(mine.id, n.id));
     for n in peers {
         if let Err(e) = po.van.connect(n.id, &n.host, n.port) {
@@ -161,7 +158,6 @@ pub(super) fn update_table(po: &Postoffice, meta: &Meta, table: NodeTable) {
             st.barrier.done = t.inherited.clone();
         }
     }
-    po.recovery.seat();
     st.nodes = nodes;
     st.ready = true;
     po.node.cv.notify_all();

@@ -9,9 +9,8 @@
 //! generation a send reports ([`Postoffice::send_on_path`]) is the path it took.
 //!
 //! Incoming ([`Postoffice::admit_incoming`]): from an earlier holder of a replaced id → dropped;
-//! from the scheduler → heard of; then, for data only: from a lost peer → dropped; sent to an
-//! earlier holder of this node's id, or numbered for resend before this node has its node table
-//! → dropped; resend's drop simulation, de-duplication and acknowledgement.
+//! from the scheduler → heard of; then, for data only: from a lost peer → dropped; resend's
+//! drop simulation, de-duplication (per holder of the sender's id) and acknowledgement.
 //!
 //! Each tick of the receiving thread also sends the acknowledgements due
 //! ([`Postoffice::flush_acks`]) and what resend says is due again
@@ -71,10 +70,9 @@ impl Postoffice {
         msg.meta.stamp.incarnation = self.incarnation();
         let payload = msg.data_bytes() as u64;
         let _numbered = self.recovery.numbering();
+        let kept = self.resender.stamp(&mut msg);
         let recver = msg.meta.recver;
         let path = self.recovery.holder(recver);
-        msg.meta.stamp.recver_incarnation = path;
-        let kept = self.resender.stamp(&mut msg);
         let n = match self.van.send(msg) {
             Ok(n) => n,
             Err(e) => {
@@ -105,9 +103,6 @@ impl Postoffice {
                 "dropped a message from {}, which was declared lost",
                 Node::describe(meta.sender)
             );
-            return false;
-        }
-        if super::recovery::sent_to_predecessor(self, meta) {
             return false;
         }
         let admitted = self.resender.admit(meta);

@@ -53,7 +53,7 @@
 use super::{Postoffice, SCHEDULER};
 use crate::config::Config;
 use crate::sync::lock;
-use crate::wire::{Command, ControlMsg, Message, Meta, Node, NodeId, Role, Stamp};
+use crate::wire::{Command, ControlMsg, Message, Meta, Node, NodeId};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
@@ -88,16 +88,14 @@ pub(super) struct Takeover {
 
 /// Recovery's state. `replacing` is shared by every send and exclusive while a replaced peer's
 /// path is swapped (the resend book's and the van's locks are taken inside it); `holders` is
-/// taken alone, inside `replacing`, or under the membership state (the node table's
-/// arrival); `takeover` alone or under the membership state.
+/// taken alone or inside `replacing`; `takeover` alone or under the membership state (the
+/// node table's arrival).
 #[derive(Default)]
 pub(super) struct Recovery {
     /// What the node table said ([`Takeover`]).
     takeover: Mutex<Takeover>,
     /// How many nodes held this node's id before it (sent in every message's meta).
     incarnation: AtomicU32,
-    /// This node has its node table (and so knows its incarnation).
-    seated: AtomicBool,
     /// Per replaced peer, the incarnation of its current holder: messages of earlier holders
     /// are dropped.
     holders: Mutex<HashMap<NodeId, u32>>,
@@ -121,11 +119,6 @@ impl Recovery {
         self.incarnation.store(n, Ordering::Relaxed);
     }
 
-    /// This node's node table arrived: its incarnation is known.
-    pub(super) fn seat(&self) {
-        self.seated.store(true, Ordering::Release);
-    }
-
     /// Held by a send from stamping to the van (see [`Recovery::replacing`]).
     pub(super) fn numbering(&self) -> RwLockReadGuard<'_, ()> {
         self.replacing.read().unwrap_or_else(|p| p.into_inner())
@@ -140,15 +133,6 @@ impl Recovery {
     /// holders still send is dropped from now on.
     pub(super) fn set_holder(&self, peer: NodeId, incarnation: u32) {
         lock(&self.holders).insert(peer, incarnation);
-        self.replaced_any.store(true, Ordering::Release);
-    }
-
-    /// The node table says `peer`'s id is held by its `incarnation`-th holder (this node entered
-    /// after it was replaced): raised to it, never lowered.
-    pub(super) fn learn_holder(&self, peer: NodeId, incarnation: u32) {
-        let mut h = lock(&self.holders);
-        let at = h.entry(peer).or_default();
-        *at = (*at).max(incarnation);
         self.replaced_any.store(true, Ordering::Release);
     }
 
@@ -196,39 +180,6 @@ pub(super) fn sent_by_replaced(po: &Postoffice, meta: &Meta) -> bool {
         );
     }
     stale
-}
-
-/// Whether data message `meta` was meant for an earlier holder of this node's id: dropped,
-/// unacknowledged. A replacement may take over its predecessor's address, where its peers'
-/// messages to the predecessor still arrive, queued or sent again, until the peers hear of the
-/// takeover; their resend numbers would pass for its own peers' numbers (which start again at
-/// the takeover). Before the node table arrives this node does not know its incarnation: a
-/// message numbered for resend is dropped then too (its sender sends it again after
-/// `PS_RESEND_TIMEOUT`).
-pub(super) fn sent_to_predecessor(po: &Postoffice, meta: &Meta) -> bool {
-    let r = &po.recovery;
-    // The scheduler has no node table to wait for (and takes no data).
-    let seated = r.seated.load(Ordering::Acquire) || po.role() == Role::Scheduler;
-    let why = meant_for_predecessor(seated.then(|| r.incarnation()), &meta.stamp);
-    if let Some(why) = why {
-        tracing::debug!(
-            "dropped a message from {} sent {why}",
-            Node::describe(meta.sender)
-        );
-    }
-    why.is_some()
-}
-
-/// Why a data message stamped `stamp` is not for this node, `None` when it is: this node is
-/// the `mine`-th holder of its id (`None`: its node table has not arrived).
-fn meant_for_predecessor(mine: Option<u32>, stamp: &Stamp) -> Option<&'static str> {
-    match mine {
-        None => stamp
-            .seq
-            .is_some()
-            .then_some("before this node had its node table"),
-        Some(n) => (stamp.recver_incarnation < n).then_some("to an earlier holder of this id"),
-    }
 }
 
 /// A replacement's barrier of `group` that its predecessor completed: counted and passed
@@ -327,36 +278,5 @@ pub(super) fn confirm_replaced(po: &Postoffice, node: Node, incarnation: u32) {
     let confirm = ControlMsg::NodeReplaced { node, incarnation };
     if let Err(e) = po.send(Message::new(Meta::for_control(SCHEDULER, confirm))) {
         tracing::warn!("cannot confirm a replacement to the scheduler: {e}");
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn data_sent_to_an_earlier_holder_or_numbered_before_the_table_is_not_for_this_node() {
-        let stamp = |seq: Option<u64>, to: u32| Stamp {
-            seq,
-            recver_incarnation: to,
-            ..Stamp::default()
-        };
-        assert_eq!(meant_for_predecessor(Some(0), &stamp(Some(4), 0)), None);
-        assert_eq!(meant_for_predecessor(Some(2), &stamp(Some(4), 2)), None);
-        assert_eq!(meant_for_predecessor(Some(2), &stamp(None, 3)), None);
-        assert_eq!(
-            meant_for_predecessor(Some(2), &stamp(None, 1)),
-            Some("to an earlier holder of this id")
-        );
-        assert_eq!(
-            meant_for_predecessor(None, &stamp(Some(0), 5)),
-            Some("before this node had its node table"),
-            "its sender sends it again"
-        );
-        assert_eq!(
-            meant_for_predecessor(None, &stamp(None, 0)),
-            None,
-            "without resend nothing would send it again"
-        );
     }
 }

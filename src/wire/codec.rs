@@ -181,10 +181,8 @@ mod tests {
                     seq: Some(41),
                     frame_lens: vec![],
                     incarnation: 3,
-                    recver_incarnation: 2,
                 },
                 control: Some(ControlMsg::NodeTable(NodeTable {
-                    holders: vec![(9, 1)],
                     nodes: vec![Node {
                         role: Role::Server,
                         id: 8,
@@ -241,7 +239,6 @@ mod tests {
             ),
             (m.rendezvous, m.stamp.seq, m.stamp.frame_lens.clone()),
             (m.stamp.incarnation, m.also_refused.clone(), m.kv.placement),
-            m.stamp.recver_incarnation,
         );
         let want = bincode::serde::encode_to_vec(&flat, config()).expect("encodes");
         assert_eq!(

@@ -233,10 +233,6 @@ pub struct NodeTable {
     pub reach: Vec<(NodeId, String)>,
     /// This node replaces a lost one: what it takes over. `None` for every other node.
     pub replacement: Option<Takeover>,
-    /// Per node replaced so far, the incarnation of its id's current holder: this node
-    /// addresses its messages to that holder (`Stamp::recver_incarnation`) and drops what
-    /// earlier holders still send.
-    pub holders: Vec<(NodeId, u32)>,
 }
 
 /// One server's keys in a [`KeyLayout`]: `[begin, end)`, `end` = `u64::MAX` including it.

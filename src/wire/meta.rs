@@ -262,8 +262,7 @@ impl Placement {
 }
 
 /// What the layers below the application stamp on a message as it leaves: the postoffice its
-/// resend number and the sender's and receiver's incarnations, the codec the payload frames'
-/// lengths.
+/// resend number and the sender's incarnation, the codec the payload frames' lengths.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 pub struct Stamp {
     /// Resend (`PS_RESEND`): the data message's sequence number from its sender to its
@@ -275,11 +274,6 @@ pub struct Stamp {
     pub incarnation: u32,
     /// Byte length of each payload frame that follows.
     pub frame_lens: Vec<u64>,
-    /// The holder of the receiver's id the sender addressed: how many times the sender knew
-    /// that id replaced (0: its first holder). A replacement drops data sent to a predecessor
-    /// (a replacement may take over its predecessor's address, where messages sent to the
-    /// predecessor still arrive).
-    pub recver_incarnation: u32,
 }
 
 /// The message header (ps-lite `Meta`). Bincode-encoded as frame 0 with every field flat, in
@@ -312,7 +306,7 @@ pub struct Meta {
     /// Set on rendezvous traffic, which goes to the customer's rendezvous driver, not to the
     /// application; `head` stays the application's.
     pub rendezvous: Option<Rendezvous>,
-    /// Resend number, incarnations and frame lengths, stamped on the way out.
+    /// Resend number, incarnation and frame lengths, stamped on the way out.
     pub stamp: Stamp,
 }
 
@@ -321,7 +315,7 @@ pub struct Meta {
 impl Serialize for Meta {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         use serde::ser::SerializeStruct;
-        let mut w = s.serialize_struct("Meta", WIRE_FIELDS.len())?;
+        let mut w = s.serialize_struct("Meta", 20)?;
         w.serialize_field("head", &self.head)?;
         w.serialize_field("app_id", &self.tag.app_id)?;
         w.serialize_field("customer_id", &self.tag.customer_id)?;
@@ -342,7 +336,6 @@ impl Serialize for Meta {
         w.serialize_field("incarnation", &self.stamp.incarnation)?;
         w.serialize_field("also_refused", &self.also_refused)?;
         w.serialize_field("placement", &self.kv.placement)?;
-        w.serialize_field("recver_incarnation", &self.stamp.recver_incarnation)?;
         w.end()
     }
 }
@@ -354,7 +347,7 @@ impl<'de> Deserialize<'de> for Meta {
 }
 
 /// The field names of frame 0, in their order (see [`Meta`]'s `Serialize`).
-const WIRE_FIELDS: [&str; 21] = [
+const WIRE_FIELDS: [&str; 20] = [
     "head",
     "app_id",
     "customer_id",
@@ -375,7 +368,6 @@ const WIRE_FIELDS: [&str; 21] = [
     "incarnation",
     "also_refused",
     "placement",
-    "recver_incarnation",
 ];
 
 /// Reads frame 0's flat fields back into [`Meta`]'s sections.
@@ -408,7 +400,6 @@ impl<'de> serde::de::Visitor<'de> for FlatMeta {
             (field!(), field!(), field!(), field!(), field!());
         let (seq_no, frame_lens, incarnation, also_refused, placement) =
             (field!(), field!(), field!(), field!(), field!());
-        let recver_incarnation = field!();
         Ok(Meta {
             head,
             tag: RequestTag {
@@ -435,7 +426,6 @@ impl<'de> serde::de::Visitor<'de> for FlatMeta {
                 seq: seq_no,
                 incarnation,
                 frame_lens,
-                recver_incarnation,
             },
         })
     }

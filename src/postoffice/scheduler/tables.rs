@@ -51,7 +51,6 @@ pub(super) fn send_table_to(po: &Postoffice, n: &Node, table: &[Node]) {
             run_id,
             reach: super::super::join::reach_for(po, n.id, table),
             replacement: None,
-            holders: po.recovery.holders(),
         });
         po.send(Message::new(Meta::for_control(n.id, control)))
     });
@@ -81,8 +80,7 @@ pub(in crate::postoffice) fn refuse_all(po: &Postoffice, nodes: &[Node], why: &s
 }
 
 /// The node table for node `id` taking a place in the running job: `table`, the scheduler's
-/// replacement window and run id, the passwords it presents to its peers, the incarnations of
-/// the ids replaced so far, and what it
+/// replacement window and run id, the passwords it presents to its peers, and what it
 /// inherits (`started`: the start-up barrier completed; `joined`: a new server, not a
 /// replacement).
 pub(super) fn entering_table(
@@ -107,7 +105,6 @@ pub(super) fn entering_table(
             incarnation: inherited.incarnation,
             joined,
         }),
-        holders: po.recovery.holders(),
     }
 }
 
