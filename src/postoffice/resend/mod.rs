@@ -55,6 +55,14 @@ struct Seen {
 }
 
 impl Seen {
+    /// Nothing seen yet of the `holder`-th holder of the sender's id.
+    fn of(holder: u32) -> Seen {
+        Seen {
+            holder,
+            ..Seen::default()
+        }
+    }
+
     /// Records `seq`; false if it arrived before.
     fn record(&mut self, seq: u64) -> bool {
         if seq < self.low || !self.above.insert(seq) {
@@ -150,18 +158,12 @@ impl<T: Clone> ResendBook<T> {
     /// deliver it, drop it as a duplicate, or drop it as stale (a later holder of the id was
     /// heard from). The first message of a later holder forgets the earlier one's numbers.
     pub fn received(&mut self, from: NodeId, holder: u32, seq: u64) -> Verdict {
-        let seen = self.seen.entry(from).or_insert_with(|| Seen {
-            holder,
-            ..Seen::default()
-        });
+        let seen = self.seen.entry(from).or_insert_with(|| Seen::of(holder));
         if holder < seen.holder {
             return Verdict::Stale;
         }
         if holder > seen.holder {
-            *seen = Seen {
-                holder,
-                ..Seen::default()
-            };
+            *seen = Seen::of(holder);
         }
         if seen.record(seq) {
             Verdict::Deliver
@@ -222,13 +224,7 @@ impl<T: Clone> ResendBook<T> {
     /// word of its takeover). Told again of the same holder, it changes nothing.
     pub fn replaced(&mut self, peer: NodeId, holder: u32) -> Vec<T> {
         if self.seen.get(&peer).is_none_or(|s| s.holder < holder) {
-            self.seen.insert(
-                peer,
-                Seen {
-                    holder,
-                    ..Seen::default()
-                },
-            );
+            self.seen.insert(peer, Seen::of(holder));
         }
         if self.numbering_for.get(&peer).is_some_and(|&h| h >= holder) {
             return Vec::new();
